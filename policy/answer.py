@@ -1,0 +1,168 @@
+"""The answer contract (SPEC §8): status, node, config, plan, violations, suggestions, notes, trace."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .config import AttentionConfig
+from .facts import NodeFacts
+
+PhaseOrBoth = Literal["prefill", "decode", "both"]
+
+
+class Violation(BaseModel):
+    """One rule that failed, with what failed (pydantic-error style, SPEC §9)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rule: str
+    phase: PhaseOrBoth
+    backend: Optional[str] = None
+    fact: Optional[str] = Field(None, description="the fact(s) that failed")
+    observed: Any = Field(None, description="the fact's value")
+    required: str = Field("", description="what the rule wants")
+    message: str
+    fix: Optional[str] = None
+
+
+class Suggestion(BaseModel):
+    """A single-field change verified, by re-evaluating every rule, to make the config valid here."""
+
+    model_config = ConfigDict(frozen=True)
+
+    field: str
+    value: Any
+    target: Literal["config", "node"] = "config"
+    message: str
+    prefill: Optional[str] = Field(None, description="prefill backend with this change")
+    decode: Optional[str] = Field(None, description="decode backend with this change")
+
+
+class TraceEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    rule: str
+    check: int
+    phase: PhaseOrBoth
+    backend: Optional[str] = None
+    verdict: Literal["pass", "fail", "skip"]
+    inputs: dict[str, Any]
+    required: str
+
+
+class JitModule(BaseModel):
+    """A kernel to compile (JIT) or load (cubin) at warm-up, with the parameters that select it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    kind: Literal["jit", "cubin"]
+    phase: Literal["prefill", "decode"]
+    backend: str
+    params: dict[str, Any]
+
+
+class PhasePlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    backend: str
+    kernel: str
+    query_dtype: str
+    kv_storage_dtype: str
+    kv_view_dtype: str
+    output_dtype: str
+    workspace_bytes: int
+    zero_workspace: bool = False
+    use_tensor_cores: Optional[bool] = None
+    q_len_per_req: int = 1
+    runs_on_prefill_kernel: bool = False
+    modules: tuple[JitModule, ...] = ()
+
+
+class KVCachePlan(BaseModel):
+    """The one paged KV cache both phases read (SPEC §5)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layout: Literal["NHD", "HND"]
+    page_size: int
+    storage_dtype: str
+    view_dtype: str
+    num_kv_heads: int
+    head_dim_k: int
+    head_dim_v: int
+    mla: bool = False
+    nvfp4_scale_dtype: Optional[str] = None
+    nvfp4_block_size: Optional[int] = None
+    page_valid_sizes: tuple[int, ...] = ()
+
+
+class BatchMetadata(BaseModel):
+    """What a step's metadata builder needs for one batch kind (seed 001)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    all_uses_trtllm: bool
+    needs_host_seq_lens: bool
+    needs_paged_kv_indices: bool
+    prefill_kv_indptr: Optional[Literal["device_cumsum"]] = None
+
+
+class MetadataPlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prefill_only: BatchMetadata
+    decode_only: BatchMetadata
+    mixed: BatchMetadata
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    prefill: PhasePlan
+    decode: PhasePlan
+    kv_cache: KVCachePlan
+    metadata: MetadataPlan
+
+
+class PlanAnswer(BaseModel):
+    """What ``plan_for`` returns and the CLI/REST print (SPEC §8)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Literal["ok", "rejected"]
+    node: NodeFacts
+    config: AttentionConfig
+    plan: Optional[Plan] = None
+    violations: tuple[Violation, ...] = ()
+    suggestions: tuple[Suggestion, ...] = ()
+    notes: tuple[str, ...] = ()
+    trace: tuple[TraceEntry, ...] = ()
+    rules_revision: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def backends(self) -> tuple[Optional[str], Optional[str]]:
+        if self.plan is None:
+            return None, None
+        return self.plan.prefill.backend, self.plan.decode.backend
+
+    def to_json(self, *, trace: bool = True) -> dict[str, Any]:
+        """The JSON contract; ``config`` is normalised (defaults filled, aliases resolved)."""
+        data = self.model_dump(mode="json")
+        data["node"] = node_json(self.node)
+        if not trace:
+            data.pop("trace", None)
+        return data
+
+
+def node_json(node: NodeFacts) -> dict[str, Any]:
+    data = node.model_dump(mode="json")
+    cap = data.get("capability", {})
+    if isinstance(cap.get("value"), int):
+        cap["value"] = node.capability_str
+    return data

@@ -1,0 +1,154 @@
+"""The attention configuration a caller asks a plan for (SPEC §2).
+
+One model serves the library, the REST body and the CLI (``--head-dim`` <-> ``head_dim``).
+Spelling variants are normalised here (``bfloat16`` -> ``bf16``, ``fp8`` -> ``fp8_e4m3`` for
+the KV view), so that the rules only ever see canonical values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+
+QueryDType = Literal["fp16", "bf16", "fp32", "fp8_e4m3"]
+KVCacheDType = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
+Backend = Literal[
+    "auto", "fa2", "fa3", "trtllm-gen", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
+]
+
+QUERY_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8_e4m3")
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4")
+BACKEND_CHOICES: tuple[str, ...] = (
+    "auto", "fa2", "fa3", "trtllm-gen", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged",
+)
+
+_DTYPE_ALIASES = {
+    "float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16", "torch.float16": "fp16",
+    "bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
+    "float32": "fp32", "float": "fp32", "fp32": "fp32", "f32": "fp32", "torch.float32": "fp32",
+    "fp8_e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3",
+}
+_KV_ALIASES = {
+    "auto": "auto", "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+    "nvfp4": "nvfp4", "fp4": "nvfp4",
+}
+
+# Bounds that keep every integer a real attention shape (and keep hostile input out).
+_MAX_HEADS = 4096
+_MAX_HEAD_DIM = 4096
+_MAX_PAGE = 4096
+_MAX_WINDOW = 1 << 30
+
+
+class AttentionConfig(BaseModel):
+    """One attention layer's configuration, as every entry point takes it.
+
+    ``kv_cache_dtype="auto"`` stores the KV cache in the query dtype; ``page_size=None`` lets
+    the plan choose; ``batch_invariant=None`` lets the local probe read ``VLLM_BATCH_INVARIANT``.
+    MLA is on when ``kv_lora_rank`` is set.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
+
+    head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="query/key head size")
+    head_dim_vo: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="value/output head size (default: head_dim)")
+    num_qo_heads: int = Field(..., ge=1, le=_MAX_HEADS, description="query heads (CLI --num-heads)")
+    num_kv_heads: Optional[int] = Field(None, ge=1, le=_MAX_HEADS, description="KV heads (default: num_qo_heads)")
+    dtype: QueryDType = Field("bf16", description="model / query dtype")
+    kv_cache_dtype: KVCacheDType = Field("auto", description="KV cache dtype (auto = dtype)")
+    page_size: Optional[int] = Field(None, ge=1, le=_MAX_PAGE, description="tokens per KV page (default: chosen by the plan)")
+    sliding_window: Optional[int] = Field(None, ge=1, le=_MAX_WINDOW, description="sliding-window size in tokens")
+    logits_soft_cap: Optional[float] = Field(None, gt=0, le=1e6, description="logits soft-cap (Gemma-2: 50.0)")
+    sinks: StrictBool = Field(False, description="attention sinks (GPT-OSS)")
+    num_speculative_tokens: int = Field(0, ge=0, le=64, description="speculative tokens per decode step")
+    kv_lora_rank: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA compressed KV rank (enables MLA)")
+    qk_nope_head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA non-rope query/key head size")
+    qk_rope_head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA rope head size")
+    v_head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA value head size")
+    dcp_world_size: int = Field(1, ge=1, le=1024, description="decode context-parallel world size")
+    cascade: StrictBool = Field(False, description="cascade (shared-prefix) attention")
+    attention_backend: Backend = Field("auto", description="force one backend in both phases (auto: choose)")
+    batch_invariant: Optional[StrictBool] = Field(None, description="batch-invariant mode (default: VLLM_BATCH_INVARIANT)")
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _norm_dtype(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return _DTYPE_ALIASES.get(v.strip().lower(), v)
+        return v
+
+    @field_validator("kv_cache_dtype", mode="before")
+    @classmethod
+    def _norm_kv(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            return _KV_ALIASES.get(v.strip().lower(), v)
+        return v
+
+    @field_validator("attention_backend", mode="before")
+    @classmethod
+    def _norm_backend(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            s = v.strip().lower().replace("_", "-")
+            return {"flashinfer": "auto", "trtllm": "trtllm-gen", "fa2mla": "fa2-mla"}.get(s, s)
+        return v
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> "AttentionConfig":
+        if self.is_mla:
+            missing = [f for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if getattr(self, f) is None]
+            if missing:
+                raise ValueError(f"MLA (kv_lora_rank set) also needs {', '.join(missing)}")
+        elif self.head_dim is None:
+            raise ValueError("head_dim is required (or kv_lora_rank and the MLA dims)")
+        kv = self.num_kv_heads if self.num_kv_heads is not None else self.num_qo_heads
+        if kv > self.num_qo_heads:
+            raise ValueError(f"num_kv_heads ({kv}) cannot exceed num_qo_heads ({self.num_qo_heads})")
+        return self
+
+    # -- derived values the rules read -------------------------------------------------
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads if self.num_kv_heads is not None else self.num_qo_heads
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Query/key head size of the (prefill) attention."""
+        if self.is_mla:
+            return int(self.qk_nope_head_dim) + int(self.qk_rope_head_dim)  # type: ignore[arg-type]
+        return int(self.head_dim)  # type: ignore[arg-type]
+
+    @property
+    def vo_head_dim(self) -> int:
+        if self.is_mla:
+            return int(self.v_head_dim)  # type: ignore[arg-type]
+        return int(self.head_dim_vo if self.head_dim_vo is not None else self.head_dim)  # type: ignore[arg-type]
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV element type the kernels see: ``auto`` -> query dtype, ``fp8`` -> ``fp8_e4m3``."""
+        if self.kv_cache_dtype == "auto":
+            return self.dtype
+        if self.kv_cache_dtype == "fp8":
+            return "fp8_e4m3"
+        return self.kv_cache_dtype
+
+    @property
+    def group_size(self) -> int:
+        return self.num_qo_heads // self.kv_heads
+
+    def replace(self, **changes: Any) -> "AttentionConfig":
+        """A validated copy with some fields changed (suggestions use this)."""
+        data = self.model_dump()
+        data.update(changes)
+        return AttentionConfig.model_validate(data)
+
+
+CONFIG_FIELDS: tuple[str, ...] = tuple(AttentionConfig.model_fields)

@@ -1,0 +1,140 @@
+"""From chosen backends to the executable plan (SPEC §5): KV views, kernels, metadata needs.
+
+Nothing here decides *whether* a backend may run - the rules did that. This module only
+derives what a validated choice implies.
+"""
+
+from __future__ import annotations
+
+from .answer import BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
+from .config import AttentionConfig
+from .rulepack import RuleSet
+
+# torch dtype names: the adapter maps them with getattr(torch, name).
+TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn",
+               "fp8_e5m2": "float8_e5m2"}
+
+# GQA groups of 4 or more make the tensor-core decode kernel faster than the CUDA-core one
+# (vLLM's use_tensor_cores heuristic for FlashInfer decode).
+TENSOR_CORE_GROUP = 4
+NVFP4_BLOCK = 16
+
+
+def kv_dtypes(config: AttentionConfig) -> tuple[str, str]:
+    """(storage, view) torch dtype names (seed 002): quantized caches are uint8 storage, viewed
+    as the float8 type they hold; nvfp4 is packed uint8 and is never inferred from uint8."""
+    kv = config.kv_dtype
+    if kv == "fp8_e4m3":
+        return "uint8", "float8_e4m3fn"
+    if kv == "fp8_e5m2":
+        return "uint8", "float8_e5m2"
+    if kv == "nvfp4":
+        return "uint8", "nvfp4"
+    return TORCH_DTYPE[kv], TORCH_DTYPE[kv]
+
+
+def is_trtllm(ruleset: RuleSet, backend: str) -> bool:
+    return ruleset.backends[backend].family == "trtllm-gen"
+
+
+def _query_dtype(config: AttentionConfig, backend: str, ruleset: RuleSet) -> str:
+    # nvfp4 KV: trtllm-gen's FP4 FMHA takes an fp8_e4m3 query (SPEC §5).
+    if config.kv_dtype == "nvfp4" and is_trtllm(ruleset, backend):
+        return "float8_e4m3fn"
+    return TORCH_DTYPE[config.dtype]
+
+
+def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str, q: str, kv_view: str,
+             out: str, trtllm: bool, page_size: int) -> tuple[JitModule, ...]:
+    params = {
+        "dtype_q": q, "dtype_kv": kv_view, "dtype_o": out,
+        "head_dim_qk": config.qk_head_dim, "head_dim_vo": config.vo_head_dim,
+        "num_qo_heads": config.num_qo_heads, "num_kv_heads": config.kv_heads,
+        "page_size": page_size,
+        "sliding_window": config.sliding_window is not None,
+        "logits_soft_cap": config.logits_soft_cap is not None,
+        "sinks": config.sinks,
+    }
+    if config.is_mla:
+        params.update(kv_lora_rank=config.kv_lora_rank, qk_rope_head_dim=config.qk_rope_head_dim)
+    kind = "cubin" if trtllm else "jit"
+    flags = "".join(f":{k}" for k in ("sliding_window", "logits_soft_cap", "sinks") if params[k])
+    name = f"{kernel_kind}:{backend}:q={q}:kv={kv_view}:hd={params['head_dim_qk']}x{params['head_dim_vo']}{flags}"
+    return (JitModule(name=name, kind=kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
+
+
+def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int) -> PhasePlan:
+    spec = ruleset.backends[backend]
+    trtllm = spec.family == "trtllm-gen"
+    storage, view = kv_dtypes(config)
+    q = _query_dtype(config, backend, ruleset)
+    out = TORCH_DTYPE[config.dtype] if config.dtype in ("fp16", "bf16") else "bfloat16"
+    q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
+    kernel = spec.kernels[phase]  # type: ignore[index]
+    use_tc = None
+    on_prefill = False
+    if phase == "decode" and not trtllm and not config.is_mla:
+        use_tc = config.group_size >= TENSOR_CORE_GROUP or backend == "fa3"
+        # Native decode kernels take one query token per request; speculative decode runs the
+        # (causal) prefill kernel over q_len tokens instead.
+        if q_len > 1:
+            on_prefill = True
+            kernel = ruleset.backends[backend].kernels["prefill"]
+    if phase == "prefill" and config.is_mla:
+        kernel_kind = "ragged_prefill"
+    elif config.is_mla:
+        kernel_kind = "mla_decode"
+    elif trtllm:
+        kernel_kind = "trtllm_context" if phase == "prefill" else "trtllm_decode"
+    elif phase == "prefill" or on_prefill or use_tc:
+        kernel_kind = "batch_prefill"
+    else:
+        kernel_kind = "batch_decode"
+    return PhasePlan(
+        backend=backend, kernel=kernel, query_dtype=q, kv_storage_dtype=storage, kv_view_dtype=view,
+        output_dtype=out, workspace_bytes=spec.workspace_bytes, zero_workspace=spec.zero_workspace,
+        use_tensor_cores=use_tc, q_len_per_req=q_len, runs_on_prefill_kernel=on_prefill,
+        modules=_modules(config, phase, backend, kernel_kind, q, view, out, trtllm, page_size),
+    )
+
+
+def metadata_needs(config: AttentionConfig, prefill_trtllm: bool, decode_trtllm: bool) -> MetadataPlan:
+    """Seed 001: all_uses_trtllm over the phases a batch has decides the host-side needs."""
+
+    def kind(has_prefill: bool, has_decode: bool) -> BatchMetadata:
+        all_trt = (not has_prefill or prefill_trtllm) and (not has_decode or decode_trtllm)
+        dcp = config.dcp_world_size > 1
+        return BatchMetadata(
+            all_uses_trtllm=all_trt,
+            needs_host_seq_lens=dcp or config.cascade or not all_trt,
+            needs_paged_kv_indices=config.cascade or not all_trt,
+            prefill_kv_indptr="device_cumsum" if has_prefill else None,
+        )
+
+    return MetadataPlan(prefill_only=kind(True, False), decode_only=kind(False, True), mixed=kind(True, True))
+
+
+def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: int,
+               valid_pages: tuple[int, ...], ruleset: RuleSet) -> Plan:
+    trt_p, trt_d = is_trtllm(ruleset, prefill), is_trtllm(ruleset, decode)
+    storage, view = kv_dtypes(config)
+    nvfp4 = config.kv_dtype == "nvfp4"
+    if config.is_mla:
+        heads, hk, hv = 1, int(config.kv_lora_rank) + int(config.qk_rope_head_dim), int(config.kv_lora_rank)  # type: ignore[arg-type]
+    else:
+        heads, hk, hv = config.kv_heads, config.qk_head_dim, config.vo_head_dim
+    kv = KVCachePlan(
+        # HND when any phase runs trtllm-gen; the native kernels read HND too, so one cache serves both.
+        layout="HND" if (trt_p or trt_d) else "NHD",
+        page_size=page_size, storage_dtype=storage, view_dtype=view, num_kv_heads=heads,
+        head_dim_k=hk, head_dim_v=hv, mla=config.is_mla,
+        nvfp4_scale_dtype="float8_e4m3fn" if nvfp4 else None,
+        nvfp4_block_size=NVFP4_BLOCK if nvfp4 else None,
+        page_valid_sizes=valid_pages,
+    )
+    return Plan(
+        prefill=_phase_plan(config, "prefill", prefill, ruleset, page_size),
+        decode=_phase_plan(config, "decode", decode, ruleset, page_size),
+        kv_cache=kv,
+        metadata=metadata_needs(config, trt_p, trt_d),
+    )
