@@ -299,8 +299,8 @@ def _node_candidates(node: NodeFacts, rs: RuleSet) -> Iterable[tuple[str, Any, N
 
 
 _FIELD_WORDS = {
-    "kv_cache_dtype": "store the KV cache as {value}",
-    "page_size": "use pages of {value} tokens",
+    "kv_cache_dtype": "kv_cache_dtype={value}",
+    "page_size": "page_size={value}",
     "batch_invariant": "turn batch-invariant mode off",
     "attention_backend": "let attnplan choose the backend (attention_backend=auto)",
     "flashinfer_cubin": "pip install flashinfer-cubin=={value} (trtllm-gen cubins from the wheel)",

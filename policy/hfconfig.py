@@ -124,6 +124,8 @@ def config_error(exc: ValidationError) -> InvalidInputError:
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
         msg = "unknown field"
+    if e["type"] == "literal_error":
+        return InvalidInputError(loc, f"invalid value {e.get('input')!r}", allowed)
     if "input" in e and e["type"] not in ("missing",):
         msg = f"{msg} (got {e['input']!r})" if len(repr(e["input"])) < 80 else msg
     return InvalidInputError(loc, msg, allowed)

@@ -14,6 +14,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
@@ -27,7 +28,10 @@ _TRUE = {"1", "true", "yes", "on"}
 
 def read_nvml() -> dict[str, Any]:
     """First GPU's facts from NVML (sees every GPU even where CUDA_VISIBLE_DEVICES is empty)."""
-    import pynvml  # type: ignore[import-untyped]
+    with warnings.catch_warnings():
+        # The "pynvml" wrapper distribution warns that it is deprecated; the module is the same.
+        warnings.simplefilter("ignore", FutureWarning)
+        import pynvml  # type: ignore[import-untyped]
 
     pynvml.nvmlInit()
     try:
