@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from .facts_catalog import FACTS, display
 
@@ -85,7 +83,7 @@ class Leaf(Pred):
             return False
         try:
             return bool(self._fn(value, operand))
-        except (TypeError, ValueError, ZeroDivisionError, InvalidVersion):
+        except (TypeError, ValueError, ZeroDivisionError):  # InvalidVersion is a ValueError
             return False
 
     def failures(self, ctx: Mapping[str, Any]) -> list[Failure]:
@@ -151,7 +149,9 @@ def _paren(p: Pred) -> str:
     return f"({text})" if isinstance(p, (All, AnyOf)) and len(p.parts) > 1 else text
 
 
-def _version_in(value: Any, spec: SpecifierSet) -> bool:
+def _version_in(value: Any, spec: Any) -> bool:
+    from packaging.version import Version
+
     return spec.contains(Version(str(value)), prereleases=True)
 
 
@@ -195,6 +195,8 @@ def _operand(raw: Any, op: str) -> Any:
             raise ConditionError(f"{op!r} needs a non-empty list, got {raw!r}")
         return tuple(raw)
     if op == "version":
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
         try:
             return SpecifierSet(str(raw))
         except InvalidSpecifier as exc:

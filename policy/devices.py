@@ -7,7 +7,6 @@ import functools
 import re
 from typing import Any, Optional
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .capability import format_capability, parse_capability
@@ -67,10 +66,12 @@ class Catalog:
 
 @functools.lru_cache(maxsize=1)
 def catalog() -> Catalog:
+    import yaml
+
     from rules import DEVICES_FILE
 
     try:
-        data = yaml.safe_load(DEVICES_FILE.read_text(encoding="utf-8"))
+        data = yaml.load(DEVICES_FILE.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         devices = [Device.model_validate(d) for d in data["devices"]]
         for d in devices:
             parse_capability(d.capability)

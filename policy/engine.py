@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from packaging.version import Version
 
 from .answer import PlanAnswer, Suggestion, TraceEntry, Violation
 from .conditions import Failure, Leaf
@@ -288,6 +287,8 @@ def _node_candidates(node: NodeFacts, rs: RuleSet) -> Iterable[tuple[str, Any, N
     fi = node.flashinfer_version.value
     if fi is not None and node.flashinfer_cubin_version.value != fi:
         yield "flashinfer_cubin", fi, node.with_fact(flashinfer_cubin_version=Fact.declared(fi, "suggested install"))
+    from packaging.version import Version
+
     versions = {SUPPORTED_FLASHINFER} | {r.fixed_in for r in rs.rules if r.fixed_in}
     for v in sorted(versions, key=Version):
         if v != fi:

@@ -66,8 +66,12 @@ def fields_from_hf(data: Mapping[str, Any], where: str = "config.json") -> dict[
     kv = _int(data, "num_key_value_heads", where)
     out["num_kv_heads"] = kv if kv is not None else heads
     dtype = data.get("torch_dtype") or data.get("dtype")
-    if isinstance(dtype, str) and dtype in ("bfloat16", "float16", "float32"):
+    if dtype in ("bfloat16", "float16"):
         out["dtype"] = dtype
+    elif dtype == "float32":
+        # Serving engines run fp32 checkpoints in 16-bit (vLLM's dtype=auto; Gemma in bf16):
+        # the attention kernels never see fp32 queries.
+        out["dtype"] = "bfloat16"
     if data.get("kv_lora_rank") is not None:
         for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             v = _int(data, key, where)
@@ -84,7 +88,7 @@ def fields_from_hf(data: Mapping[str, Any], where: str = "config.json") -> dict[
                 raise ModelConfigError(where, f"hidden_size {hidden} is not divisible by num_attention_heads {heads}")
             hd = hidden // heads
         out["head_dim"] = hd
-    sw = data.get("sliding_window")
+    sw = data.get("sliding_window") if data.get("use_sliding_window", True) is not False else None
     if isinstance(sw, int) and not isinstance(sw, bool) and sw > 0:
         out["sliding_window"] = sw
     cap = data.get("attn_logit_softcapping")

@@ -1,0 +1,237 @@
+"""The attnplan CLI: exit codes, JSON contract, tables, bad input, examples, generated docs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+LLAMA = ["--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8"]
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_plan_ok_table_and_exit_0(capsys):
+    rc, out, _ = run(capsys, "plan", "--device", "B200", *LLAMA)
+    assert rc == 0
+    assert "OK" in out and "trtllm-gen" in out and "HND" in out
+
+
+def test_plan_rejected_exit_1_lists_rules_and_suggestions(capsys):
+    rc, out, _ = run(capsys, "plan", "--device", "RTX PRO 6000", *LLAMA, "--kv-cache-dtype", "nvfp4")
+    assert rc == 1
+    assert "REJECTED" in out and "kv.nvfp4-sm100f" in out
+    assert "suggestions" in out and "kv_cache_dtype" in out
+
+
+def test_plan_json_contract(capsys):
+    rc, out, _ = run(capsys, "plan", "--capability", "10.3", "--flashinfer-version", "0.6.7", *LLAMA, "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert set(data) >= {"status", "node", "config", "plan", "violations", "suggestions", "notes", "trace"}
+    assert data["status"] == "ok"
+    assert data["plan"]["prefill"]["backend"] == "fa2" and data["plan"]["decode"]["backend"] == "fa2"
+    assert "metadata" in data["plan"]
+    assert any("trtllm.sm103-hang" in n for n in data["notes"])
+    assert data["node"]["capability"] == {"value": "10.3", "source": "declared", "detail": None}
+    assert data["node"]["flashinfer_version"]["source"] == "declared"
+    assert data["config"]["kv_cache_dtype"] == "auto" and data["config"]["num_qo_heads"] == 32
+    assert all({"rule", "verdict", "inputs"} <= set(t) for t in data["trace"])
+
+
+def test_plan_json_rejection_has_violation_fields(capsys):
+    rc, out, _ = run(capsys, "plan", "--device", "H100", *LLAMA, "--attention-backend", "trtllm-gen", "--json")
+    assert rc == 1
+    data = json.loads(out)
+    assert data["plan"] is None
+    v = [x for x in data["violations"] if x["rule"] == "trtllm.family"]
+    assert v and v[0]["observed"] == "9.x" and "node.capability_major" in v[0]["required"]
+    assert {"rule", "phase", "backend", "observed", "required", "message"} <= set(v[0])
+    assert {"field": "attention_backend", "value": "auto"}.items() <= data["suggestions"][0].items()
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["plan", "--device", "B2000", *LLAMA], "device"),
+    (["plan", "--device", "B200", "--head-dim", "x", "--num-heads", "32"], "head_dim"),
+    (["plan", "--device", "B200", "--head-dim", "0", "--num-heads", "32"], "head_dim"),
+    (["plan", "--device", "B200", "--head-dim", "128", "--num-heads", "3.5"], "num_qo_heads"),
+    (["plan", "--device", "B200", *LLAMA, "--kv-cache-dtype", "fp9"], "kv_cache_dtype"),
+    (["plan", "--device", "B200", "--head-dim", "128"], "num_qo_heads"),
+    (["plan", "--capability", "banana", *LLAMA], "capability"),
+    (["plan", "--model-config", "/nonexistent/config.json"], "model_config"),
+    (["plan", "--flashinfer-version", "0.6.7", *LLAMA], "device"),
+])
+def test_bad_input_is_one_line_exit_2(capsys, argv, field):
+    rc, out, err = run(capsys, *argv)
+    assert rc == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("attnplan: error:") and field in lines[0]
+    assert "Traceback" not in err
+
+
+def test_unknown_device_suggests_close_matches(capsys):
+    _, _, err = run(capsys, "plan", "--device", "B2000", *LLAMA)
+    assert "B200" in err
+
+
+@pytest.mark.parametrize("content, word", [("{not json", "not valid JSON"), ('{"hidden_size": 4096}', "num_attention_heads"), ("[1]", "object")])
+def test_bad_model_config(capsys, tmp_path, content, word):
+    p = tmp_path / "config.json"
+    p.write_text(content)
+    rc, _, err = run(capsys, "plan", "--device", "B200", "--model-config", str(p))
+    assert rc == 2 and word in err and len(err.strip().splitlines()) == 1
+
+
+def test_flags_win_over_model_config(capsys):
+    rc, out, _ = run(capsys, "plan", "--device", "B200", "--model-config", str(EXAMPLES / "llama-3.1-8b.json"),
+                     "--kv-cache-dtype", "fp8", "--json", "--no-trace")
+    data = json.loads(out)
+    assert rc == 0 and data["config"]["kv_cache_dtype"] == "fp8" and data["config"]["head_dim"] == 128
+    assert data["plan"]["kv_cache"]["view_dtype"] == "float8_e4m3fn"
+    assert "trace" not in data
+
+
+def test_explain_grid(capsys):
+    rc, out, _ = run(capsys, "explain", "--device", "H100", *LLAMA)
+    assert rc == 0
+    lines = out.splitlines()
+    header = lines[2].split()
+    for col in ("prefill/fa2", "prefill/fa3", "prefill/trtllm-gen", "decode/fa2", "decode/trtllm-gen"):
+        assert col in header
+    grid = {line.split()[0]: dict(zip(header[1:], line.split()[1:])) for line in lines[4:] if line and not line.startswith(" ")
+            and len(line.split()) == len(header)}
+    assert grid["trtllm.family"]["prefill/trtllm-gen"] == "FAIL" and grid["trtllm.family"]["decode/trtllm-gen"] == "FAIL"
+    assert grid["trtllm.family"]["prefill/fa3"] == "-"
+    assert grid["fa3.arch"]["prefill/fa3"] == "pass" and grid["device.cuda"]["pair"] == "pass"
+    assert "selected: prefill fa3, decode fa2" in out
+    assert "trtllm.family: node.capability_major=9.x" in out
+
+
+def test_explain_json(capsys):
+    rc, out, _ = run(capsys, "explain", "--device", "B200", *LLAMA, "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["selected"] == {"prefill": "trtllm-gen", "decode": "trtllm-gen"}
+    cell = next(c for c in data["cells"] if c["rule"] == "fa3.arch" and c["phase"] == "prefill")
+    assert cell["verdict"] == "fail" and cell["inputs"]["node.capability_major"] == "10.x"
+
+
+def test_node_command_never_crashes_without_gpu(capsys):
+    rc, out, _ = run(capsys, "node", "--json")
+    data = json.loads(out)
+    assert rc == 0 and "capability" in data["node"] and data["fingerprint"]
+
+
+def test_rules_command_lists_every_rule(capsys):
+    rc, out, _ = run(capsys, "rules", "--json")
+    ids = {r["id"] for r in json.loads(out)["rules"]}
+    assert rc == 0
+    assert {"device.cuda", "trtllm.family", "trtllm.cubins", "kv.nvfp4-sm100f", "sinks", "head-size"} <= ids
+
+
+def test_capability_matrix_doc_is_not_stale(capsys):
+    rc, out, _ = run(capsys, "matrix", "--format", "markdown")
+    assert rc == 0
+    committed = (ROOT / "docs" / "capability-matrix.md").read_text()
+    assert out == committed, "docs/capability-matrix.md is stale: run `make matrix`"
+
+
+def test_matrix_json_derives_from_rules(capsys):
+    _, out, _ = run(capsys, "matrix", "--format", "json")
+    rows = json.loads(out)["rows"]
+    trt = [r for r in rows if r["backend"] == "trtllm-gen"]
+    assert trt and all(set(r["capabilities"]) == {"10.0", "10.3"} for r in trt)
+    assert all(512 in r["head_sizes"] for r in trt)
+    assert all(512 not in r["head_sizes"] for r in rows if r["backend"] in ("fa2", "fa3") and r["model"] == "standard")
+    nvfp4 = {r["backend"] for r in rows if "nvfp4" in r["kv_cache_dtypes"]}
+    assert nvfp4 == {"trtllm-gen"}
+
+
+def test_help_teaches(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", "--help"])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    assert "--head-dim" in out and "--model-config" in out and "--device" in out and "Exit 0" in out
+
+
+def test_console_script_subprocess_bad_input_has_no_traceback():
+    exe = Path(sys.executable).with_name("attnplan")
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cli"]
+    r = subprocess.run(cmd + ["plan", "--device", "nope", *LLAMA], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "NO_COLOR": "1"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+
+
+# -- the shipped examples on the five devices the issue names ------------------------------
+DEVICES = ("B200", "GB300", "H100", "RTX PRO 6000", "A100")
+
+
+def _plan(capsys, model: str, device: str) -> dict:
+    rc, out, _ = run(capsys, "plan", "--device", device, "--model-config", str(EXAMPLES / model), "--json", "--no-trace")
+    data = json.loads(out)
+    assert rc == (0 if data["status"] == "ok" else 1)
+    return data
+
+
+def _family10(device: str) -> bool:
+    return device in ("B200", "GB300")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("model", ["llama-3.1-8b.json", "qwen3-32b.json"])
+def test_examples_gqa_models(capsys, model, device):
+    d = _plan(capsys, model, device)
+    p = d["plan"]
+    assert d["status"] == "ok"
+    expected = {"B200": ("trtllm-gen", "trtllm-gen"), "GB300": ("trtllm-gen", "trtllm-gen"),
+                "H100": ("fa3", "fa2"), "RTX PRO 6000": ("fa2", "fa2"), "A100": ("fa2", "fa2")}[device]
+    assert (p["prefill"]["backend"], p["decode"]["backend"]) == expected
+    assert p["kv_cache"]["layout"] == ("HND" if _family10(device) else "NHD")
+    assert p["decode"]["use_tensor_cores"] in (None, True)  # group size 4 and 8 -> tensor cores on native decode
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_example_gpt_oss_sinks_only_on_family_10(capsys, device):
+    d = _plan(capsys, "gpt-oss-120b.json", device)
+    assert d["config"]["sinks"] is True and d["config"]["sliding_window"] == 128 and d["config"]["head_dim"] == 64
+    if _family10(device):
+        assert d["status"] == "ok" and d["plan"]["decode"]["backend"] == "trtllm-gen"
+    else:
+        assert d["status"] == "rejected"
+        assert any(v["rule"] == "sinks" and v["phase"] == "both" for v in d["violations"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_example_gemma2_softcap_never_trtllm(capsys, device):
+    d = _plan(capsys, "gemma-2-9b.json", device)
+    assert d["config"]["logits_soft_cap"] == 50.0 and d["config"]["head_dim"] == 256
+    assert d["status"] == "ok"
+    assert "trtllm-gen" not in (d["plan"]["prefill"]["backend"], d["plan"]["decode"]["backend"])
+    if _family10(device):
+        assert any("trtllm.softcap" in n for n in d["notes"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_example_deepseek_mla(capsys, device):
+    d = _plan(capsys, "deepseek-v3.json", device)
+    assert d["config"]["kv_lora_rank"] == 512
+    assert d["status"] == "ok"
+    p = d["plan"]
+    expected = {"B200": ("trtllm-ragged", "trtllm-gen-mla"), "GB300": ("trtllm-ragged", "trtllm-gen-mla"),
+                "H100": ("fa3", "fa3-mla"), "RTX PRO 6000": ("fa2", "fa2-mla"), "A100": ("fa2", "fa2-mla")}[device]
+    assert (p["prefill"]["backend"], p["decode"]["backend"]) == expected
+    assert p["kv_cache"]["mla"] is True and p["kv_cache"]["head_dim_k"] == 576
+    assert p["kv_cache"]["page_size"] == (32 if _family10(device) else 16)
