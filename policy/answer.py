@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -40,13 +41,15 @@ class Suggestion(BaseModel):
     decode: Optional[str] = Field(None, description="decode backend with this change")
 
 
-class TraceEntry(BaseModel):
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True, slots=True)
+class TraceEntry:
+    """One check's verdict and the facts it read. A slotted dataclass, not a model: an answer
+    carries ~70 of them and memoised answers would otherwise cost ~60 KiB each."""
 
     rule: str
     check: int
     phase: PhaseOrBoth
-    backend: Optional[str] = None
+    backend: Optional[str]
     verdict: Literal["pass", "fail", "skip"]
     inputs: dict[str, Any]
     required: str

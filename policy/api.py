@@ -17,7 +17,8 @@ from .rulepack import RuleSet
 ConfigLike = Union[AttentionConfig, Mapping[str, Any]]
 
 
-@functools.lru_cache(maxsize=4096)
+# ~22 KiB an answer (its trace included): 512 entries bound the memo near 11 MiB.
+@functools.lru_cache(maxsize=512)
 def _cached(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet) -> PlanAnswer:
     return evaluate(config, node, ruleset)
 

@@ -97,6 +97,7 @@ class All(Pred):
     def __init__(self, parts: Sequence[Pred]):
         self.parts = tuple(parts)
         self.reads = frozenset().union(*(p.reads for p in parts))
+        self._text = " and ".join(_paren(p) for p in self.parts)
 
     def test(self, ctx: Mapping[str, Any]) -> bool:
         return all(p.test(ctx) for p in self.parts)
@@ -109,13 +110,14 @@ class All(Pred):
         return out
 
     def describe(self) -> str:
-        return " and ".join(_paren(p) for p in self.parts)
+        return self._text
 
 
 class AnyOf(Pred):
     def __init__(self, parts: Sequence[Pred]):
         self.parts = tuple(parts)
         self.reads = frozenset().union(*(p.reads for p in parts))
+        self._text = " or ".join(_paren(p) for p in self.parts)
 
     def test(self, ctx: Mapping[str, Any]) -> bool:
         return any(p.test(ctx) for p in self.parts)
@@ -129,19 +131,20 @@ class AnyOf(Pred):
         return [Failure(", ".join(facts), {f: ctx.get(f) for f in facts}, self.describe())]
 
     def describe(self) -> str:
-        return " or ".join(_paren(p) for p in self.parts)
+        return self._text
 
 
 class Not(Pred):
     def __init__(self, part: Pred):
         self.part = part
         self.reads = part.reads
+        self._text = f"not ({part.describe()})"
 
     def test(self, ctx: Mapping[str, Any]) -> bool:
         return not self.part.test(ctx)
 
     def describe(self) -> str:
-        return f"not ({self.part.describe()})"
+        return self._text
 
 
 def _paren(p: Pred) -> str:

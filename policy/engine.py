@@ -5,8 +5,10 @@ Pure functions: the node's facts come in as data, so every rule runs without a G
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
@@ -70,9 +72,14 @@ def _violation(check: Check, ctx: dict[str, Any], phase: str, backend: Optional[
     )
 
 
+@functools.lru_cache(maxsize=None)
+def _check_reads(check: Check) -> tuple[str, ...]:
+    return tuple(sorted(set(check.require.reads) | (set(check.when.reads) if check.when else set())))
+
+
 def _inputs(check: Check, ctx: dict[str, Any]) -> dict[str, Any]:
-    reads = set(check.require.reads) | (set(check.when.reads) if check.when else set())
-    return {f: display(f, ctx.get(f)) for f in sorted(reads)}
+    # Interned display strings: memoised answers share them instead of holding copies.
+    return {f: sys.intern(display(f, ctx.get(f))) for f in _check_reads(check)}
 
 
 def _trace(check: Check, ctx: dict[str, Any], phase: str, backend: Optional[str], verdict: str) -> TraceEntry:
@@ -166,7 +173,7 @@ def _eval_candidate(ruleset: RuleSet, base: dict[str, Any], phase: str, backend:
         if with_trace:
             entry = _trace(check, ctx, phase, backend, "pass" if passed else "fail")
             if fixed is None:
-                entry = entry.model_copy(update={"inputs": {**entry.inputs, PAGE_SIZE: f"unset (valid: {', '.join(map(str, ok_pages)) or 'none'})"}})
+                entry = dataclasses.replace(entry, inputs={**entry.inputs, PAGE_SIZE: f"unset (valid: {', '.join(map(str, ok_pages)) or 'none'})"})
             res.trace.append(entry)
     return res
 
