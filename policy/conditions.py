@@ -79,7 +79,11 @@ class Leaf(Pred):
         operand = _resolve(ctx, self.operand)
         if self.op == "is_null":
             return (value is None) == operand
-        if value is None and not (self.op == "eq" and operand is None):
+        # Only a literal `eq: null` matches an unknown value; two unknown facts are not equal
+        # (otherwise "flashinfer-cubin at flashinfer's version" holds with neither installed).
+        if value is None and not (self.op == "eq" and self.operand is None):
+            return False
+        if operand is None and isinstance(self.operand, FactRef):
             return False
         try:
             return bool(self._fn(value, operand))

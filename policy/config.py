@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 QueryDType = Literal["fp16", "bf16", "fp32", "fp8_e4m3"]
 KVCacheDType = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
@@ -52,24 +52,25 @@ class AttentionConfig(BaseModel):
     MLA is on when ``kv_lora_rank`` is set.
     """
 
+    # Integers are strict: True is not one head, and "32" is not 32 (JSON and flags give ints).
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="query/key head size")
-    head_dim_vo: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="value/output head size (default: head_dim)")
-    num_qo_heads: int = Field(..., ge=1, le=_MAX_HEADS, description="query heads (CLI --num-heads)")
-    num_kv_heads: Optional[int] = Field(None, ge=1, le=_MAX_HEADS, description="KV heads (default: num_qo_heads)")
+    head_dim: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="query/key head size")
+    head_dim_vo: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="value/output head size (default: head_dim)")
+    num_qo_heads: StrictInt = Field(..., ge=1, le=_MAX_HEADS, description="query heads (CLI --num-heads)")
+    num_kv_heads: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEADS, description="KV heads (default: num_qo_heads)")
     dtype: QueryDType = Field("bf16", description="model / query dtype")
     kv_cache_dtype: KVCacheDType = Field("auto", description="KV cache dtype (auto = dtype)")
-    page_size: Optional[int] = Field(None, ge=1, le=_MAX_PAGE, description="tokens per KV page (default: chosen by the plan)")
-    sliding_window: Optional[int] = Field(None, ge=1, le=_MAX_WINDOW, description="sliding-window size in tokens")
+    page_size: Optional[StrictInt] = Field(None, ge=1, le=_MAX_PAGE, description="tokens per KV page (default: chosen by the plan)")
+    sliding_window: Optional[StrictInt] = Field(None, ge=1, le=_MAX_WINDOW, description="sliding-window size in tokens")
     logits_soft_cap: Optional[float] = Field(None, gt=0, le=1e6, description="logits soft-cap (Gemma-2: 50.0)")
     sinks: StrictBool = Field(False, description="attention sinks (GPT-OSS)")
-    num_speculative_tokens: int = Field(0, ge=0, le=64, description="speculative tokens per decode step")
-    kv_lora_rank: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA compressed KV rank (enables MLA)")
-    qk_nope_head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA non-rope query/key head size")
-    qk_rope_head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA rope head size")
-    v_head_dim: Optional[int] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA value head size")
-    dcp_world_size: int = Field(1, ge=1, le=1024, description="decode context-parallel world size")
+    num_speculative_tokens: StrictInt = Field(0, ge=0, le=64, description="speculative tokens per decode step")
+    kv_lora_rank: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA compressed KV rank (enables MLA)")
+    qk_nope_head_dim: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA non-rope query/key head size")
+    qk_rope_head_dim: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA rope head size")
+    v_head_dim: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA value head size")
+    dcp_world_size: StrictInt = Field(1, ge=1, le=1024, description="decode context-parallel world size")
     cascade: StrictBool = Field(False, description="cascade (shared-prefix) attention")
     attention_backend: Backend = Field("auto", description="force one backend in both phases (auto: choose)")
     batch_invariant: Optional[StrictBool] = Field(None, description="batch-invariant mode (default: VLLM_BATCH_INVARIANT)")

@@ -41,10 +41,10 @@ def default_ruleset() -> RuleSet:
 
 
 def load_rules(packs_dir: str | Path, backends_file: str | Path | None = None) -> RuleSet:
-    """Load rule packs from another directory (all or nothing)."""
-    from rules import BACKENDS_FILE
+    """Load rule packs from another directory (all or nothing; read afresh on every call)."""
+    from rules import BACKENDS_FILE, pack_files
 
-    return _load(str(packs_dir), str(backends_file or BACKENDS_FILE))
+    return load_ruleset(pack_files(Path(packs_dir)), Path(backends_file or BACKENDS_FILE))
 
 
 # -- one check -----------------------------------------------------------------------------

@@ -82,8 +82,8 @@ def http_reachable(url: str, timeout: float) -> tuple[bool, str]:
     import urllib.error
     import urllib.request
 
-    req = urllib.request.Request(url, method="HEAD")
     try:
+        req = urllib.request.Request(url, method="HEAD")  # a malformed URL raises here
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - URL is config
             return True, f"HTTP {resp.status}"
     except urllib.error.HTTPError as exc:
