@@ -127,7 +127,9 @@ def config_error(exc: ValidationError) -> InvalidInputError:
         allowed = [a.strip().strip("'") for a in str(ctx["expected"]).replace(" or ", ",").split(",") if a.strip()]
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
-        msg = "unknown field"
+        from .config import CONFIG_FIELDS
+
+        return InvalidInputError(loc, "unknown field", CONFIG_FIELDS)
     if e["type"] == "literal_error":
         return InvalidInputError(loc, f"invalid value {e.get('input')!r}", allowed)
     if "input" in e and e["type"] not in ("missing",):

@@ -1,0 +1,417 @@
+"""The local probe with injected edges (no real NVML), the real HTTP check on localhost, caching,
+NodeFacts JSON, and that importing the policy engine pulls in neither torch nor flashinfer."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import policy
+from policy import AttentionConfig, Fact, NodeCache, NodeFacts, ProbeIO, Source, probe_node
+from policy.answer import node_json
+from policy.probe import DEFAULT_ARTIFACTORY, http_reachable
+
+REPO = Path(__file__).resolve().parents[1]
+CFG = AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+GPU = {
+    100: {"count": 8, "name": "NVIDIA B200", "capability": 100, "memory_gib": 179.1, "driver": "580.65.06", "mig": False},
+    103: {"count": 8, "name": "NVIDIA B300", "capability": 103, "memory_gib": 268.0, "driver": "580.65.06", "mig": False},
+    90: {"count": 8, "name": "NVIDIA H100 80GB HBM3", "capability": 90, "memory_gib": 79.6, "driver": "550.54", "mig": False},
+}
+PKGS = {"torch": "2.9.0+cu128", "flashinfer-python": "0.7.2.post1"}
+
+
+class Http:
+    """A recording stand-in for http_reachable."""
+
+    def __init__(self, ok: bool = True):
+        self.ok = ok
+        self.calls: list[tuple[str, float]] = []
+
+    def __call__(self, url: str, timeout: float):
+        self.calls.append((url, timeout))
+        return self.ok, "HTTP 200" if self.ok else "unreachable: refused"
+
+
+def make_io(gpu=None, *, env=None, pkgs=None, http=None, nvml_error: Exception | None = None, **kw) -> ProbeIO:
+    def nvml():
+        if nvml_error is not None:
+            raise nvml_error
+        return dict(gpu) if gpu is not None else {"count": 0}
+
+    packages = PKGS if pkgs is None else pkgs
+    return ProbeIO(nvml=nvml, package_version=lambda d: packages.get(d), env=dict(env or {}),
+                   http_reachable=http or Http(), hostname=lambda: "node-1", **kw)
+
+
+# -- no driver / no GPU ------------------------------------------------------------------
+@pytest.mark.parametrize("error", [RuntimeError("NVML Shared Library Not Found"),
+                                   ImportError("No module named 'pynvml'"), OSError("libnvidia-ml.so.1: cannot open")])
+def test_no_driver_facts_unknown_with_reason(error):
+    http = Http()
+    node = probe_node(make_io(nvml_error=error, http=http))      # never raises
+    for name in ("gpu_name", "capability", "gpu_count", "driver_version"):
+        f = getattr(node, name)
+        assert f.source == Source.unknown and f.value is None
+        assert f.detail and str(error) in f.detail
+    assert http.calls == []                                     # nothing to plan trtllm-gen for
+    assert node.artifactory_reachable.value is None
+    a = policy.plan_for(CFG, node)
+    assert a.status == "rejected"
+    assert any(v.rule == "device.cuda" and v.phase == "both" for v in a.violations)
+    with pytest.raises(policy.UnsupportedConfigurationError):
+        policy.require_plan(CFG, node)
+
+
+def test_zero_gpus():
+    node = probe_node(make_io(None))
+    assert node.gpu_count.value == 0 and node.gpu_count.source == Source.measured
+    assert node.capability.value is None and node.capability.source == Source.unknown
+    a = policy.plan_for(CFG, node)
+    assert a.status == "rejected" and "device.cuda" in {v.rule for v in a.violations}
+
+
+def test_plan_for_without_node_uses_the_cached_local_probe(monkeypatch):
+    calls = []
+
+    def probe():
+        calls.append(1)
+        return probe_node(make_io(nvml_error=RuntimeError("no driver")))
+
+    monkeypatch.setattr(policy.probe, "LOCAL", NodeCache(probe))
+    a = policy.plan_for(CFG)
+    b = policy.plan_for(CFG)
+    assert a.status == b.status == "rejected"
+    assert "device.cuda" in {v.rule for v in a.violations}
+    assert len(calls) == 1
+
+
+def test_hostname_failure_does_not_crash():
+    def boom():
+        raise OSError("no hostname")
+
+    io = make_io(GPU[90])
+    io.hostname = boom
+    node = probe_node(io)
+    assert node.hostname.source == Source.unknown and node.capability.value == 90
+
+
+# -- devices, software versions ----------------------------------------------------------
+def test_gpu_facts_measured():
+    node = probe_node(make_io(GPU[103]))
+    assert node.capability.value == 103 and node.capability_str == "10.3"
+    assert node.capability.source == Source.measured
+    assert node.gpu_name.value == "NVIDIA B300" and node.gpu_count.value == 8
+    assert node.driver_version.value == "580.65.06"
+    assert node.flashinfer_version.value == "0.7.2.post1"
+    assert node.hostname.value == "node-1"
+
+
+@pytest.mark.parametrize("version,cuda", [("2.9.0+cu128", "12.8"), ("2.11.0+cu130", "13.0"), ("2.6.0+cu124", "12.4"),
+                                          ("2.5.1+cu118", "11.8"), ("2.5.1+cpu", None), ("2.6.0", None),
+                                          ("2.4.0+rocm6.1", None)])
+def test_torch_local_version_tag(version, cuda):
+    node = probe_node(make_io(GPU[90], pkgs={"torch": version}))
+    assert node.torch_version.value == version
+    assert node.torch_cuda_version.value == cuda
+
+
+def test_torch_not_installed():
+    node = probe_node(make_io(GPU[90], pkgs={}))
+    assert node.torch_version.value is None and node.torch_version.source == Source.unknown
+    assert node.torch_cuda_version.value is None
+
+
+def test_flashinfer_and_cubin_package_versions():
+    node = probe_node(make_io(GPU[100], pkgs={"flashinfer-python": "0.7.2.post1", "flashinfer-cubin": "0.7.2.post1"}))
+    assert node.flashinfer_version.value == "0.7.2.post1"
+    assert node.flashinfer_cubin_version.value == "0.7.2.post1"
+    node = probe_node(make_io(GPU[100], pkgs={"flashinfer-python": "0.7.2.post1"}))
+    assert node.flashinfer_cubin_version.value is None
+
+
+# -- artifactory check -------------------------------------------------------------------
+@pytest.mark.parametrize("cap", [100, 103])
+def test_10x_gpu_checks_artifactory_auto(cap):
+    http = Http(ok=True)
+    node = probe_node(make_io(GPU[cap], http=http), artifactory_timeout=0.5)
+    assert http.calls == [(DEFAULT_ARTIFACTORY, 0.5)]
+    assert node.artifactory_reachable.value is True
+    assert node.artifactory_reachable.source == Source.measured
+    assert node.artifactory_url.value == DEFAULT_ARTIFACTORY
+    # with the artifactory reachable a 10.x node plans trtllm-gen without flashinfer-cubin
+    assert policy.plan_for(CFG, node).backends() == ("trtllm-gen", "trtllm-gen")
+
+
+def test_10x_gpu_artifactory_unreachable_plans_native():
+    http = Http(ok=False)
+    node = probe_node(make_io(GPU[100], http=http))
+    assert len(http.calls) == 1
+    assert node.artifactory_reachable.value is False
+    a = policy.plan_for(CFG, node)
+    assert a.backends() == ("fa2", "fa2")
+    assert any("trtllm.cubins" in n for n in a.notes)
+
+
+def test_custom_repository_url_is_checked():
+    http = Http()
+    url = "http://mirror.local/cubins/"
+    node = probe_node(make_io(GPU[100], http=http, env={"FLASHINFER_CUBINS_REPOSITORY": url}))
+    assert [u for u, _ in http.calls] == [url]
+    assert node.artifactory_url.value == url
+
+
+def test_9x_gpu_does_not_check_artifactory():
+    http = Http()
+    node = probe_node(make_io(GPU[90], http=http))
+    assert http.calls == []
+    assert node.artifactory_reachable.value is None
+    assert node.artifactory_reachable.source == Source.unknown
+    assert node.artifactory_reachable.detail
+
+
+@pytest.mark.parametrize("value", ["always", "ALWAYS", " always "])
+def test_artifactory_check_always(value):
+    http = Http()
+    node = probe_node(make_io(GPU[90], http=http, env={"ATTNPLAN_ARTIFACTORY_CHECK": value}))
+    assert len(http.calls) == 1
+    assert node.artifactory_reachable.value is True
+
+
+def test_artifactory_check_never():
+    http = Http()
+    node = probe_node(make_io(GPU[100], http=http, env={"ATTNPLAN_ARTIFACTORY_CHECK": "never"}))
+    assert http.calls == []
+    assert node.artifactory_reachable.value is None
+    assert "never" in (node.artifactory_reachable.detail or "")
+    # unknown reachability fails closed: no cubins known -> trtllm-gen is not planned
+    assert policy.plan_for(CFG, node).backends() == ("fa2", "fa2")
+
+
+def test_artifactory_check_bad_value_means_auto():
+    http = Http()
+    probe_node(make_io(GPU[90], http=http, env={"ATTNPLAN_ARTIFACTORY_CHECK": "sometimes"}))
+    assert http.calls == []
+    probe_node(make_io(GPU[100], http=http, env={"ATTNPLAN_ARTIFACTORY_CHECK": "sometimes"}))
+    assert len(http.calls) == 1
+
+
+# -- FLASHINFER_CUBIN_DIR ----------------------------------------------------------------
+def test_cubin_dir_with_cubins(tmp_path):
+    d = tmp_path / "cubins"
+    (d / "fmha" / "sm100").mkdir(parents=True)
+    (d / "fmha" / "sm100" / "kernel_a.cubin").write_bytes(b"\x7fELF")
+    node = probe_node(make_io(GPU[100], http=Http(ok=False), env={"FLASHINFER_CUBIN_DIR": str(d)}))
+    assert node.cubin_dir.value == str(d)
+    assert node.cubin_dir_has_cubins.value is True
+    assert policy.plan_for(CFG, node).backends() == ("trtllm-gen", "trtllm-gen")
+
+
+@pytest.mark.parametrize("contents", [[], ["README.md", "kernel.cubin.txt", "sub/other.so"]])
+def test_cubin_dir_without_cubins(tmp_path, contents):
+    d = tmp_path / "cubins"
+    d.mkdir()
+    for rel in contents:
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text("x")
+    node = probe_node(make_io(GPU[100], http=Http(ok=False), env={"FLASHINFER_CUBIN_DIR": str(d)}))
+    assert node.cubin_dir_has_cubins.value is False
+    assert policy.plan_for(CFG, node).backends() == ("fa2", "fa2")
+
+
+def test_cubin_dir_missing_directory(tmp_path):
+    node = probe_node(make_io(GPU[100], env={"FLASHINFER_CUBIN_DIR": str(tmp_path / "absent")}))
+    assert node.cubin_dir_has_cubins.value is False
+
+
+def test_cubin_dir_unset():
+    node = probe_node(make_io(GPU[100]))
+    assert node.cubin_dir.value is None
+    assert node.cubin_dir_has_cubins.value is False
+
+
+def test_cubin_dir_unreadable_does_not_crash(tmp_path):
+    def denied(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    node = probe_node(make_io(GPU[100], env={"FLASHINFER_CUBIN_DIR": str(tmp_path)}, dir_has_cubins=denied))
+    assert node.cubin_dir_has_cubins.value is False
+    assert "unreadable" in (node.cubin_dir_has_cubins.detail or "")
+
+
+# -- VLLM_BATCH_INVARIANT ----------------------------------------------------------------
+@pytest.mark.parametrize("raw,on", [("1", True), ("true", True), ("0", False), ("", False), (None, False)])
+def test_batch_invariant_env(raw, on):
+    env = {} if raw is None else {"VLLM_BATCH_INVARIANT": raw}
+    node = probe_node(make_io(GPU[100], env=env))
+    assert node.batch_invariant_env.value is on
+    assert node.batch_invariant_env.source == Source.measured
+    a = policy.plan_for(CFG, node)
+    assert a.backends() == (("fa2", "fa2") if on else ("trtllm-gen", "trtllm-gen"))
+    if on:
+        assert any("trtllm.batch-invariant" in n for n in a.notes)
+
+
+# -- the real HTTP reachability check ----------------------------------------------------
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_HEAD(self):  # noqa: N802 - http.server API
+        code = {"/ok/": 200, "/missing/": 404, "/broken/": 503}.get(self.path, 404)
+        self.send_response(code)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+
+@pytest.fixture()
+def local_server(monkeypatch):
+    for var in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_reachable_200(local_server):
+    ok, detail = http_reachable(local_server + "/ok/", 2.0)
+    assert ok is True and "200" in detail
+
+
+def test_http_reachable_404_still_reachable(local_server):
+    ok, detail = http_reachable(local_server + "/missing/", 2.0)
+    assert ok is True and "404" in detail
+
+
+def test_http_reachable_closed_port(monkeypatch):
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()                                  # nothing listens there now
+    ok, detail = http_reachable(f"http://127.0.0.1:{port}/", 0.5)
+    assert ok is False and "unreachable" in detail
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1:1/x", "http://127.0.0.1:0/x"])
+def test_http_reachable_bad_scheme_or_host(url):
+    ok, _ = http_reachable(url, 0.5)
+    assert ok is False
+
+
+@pytest.mark.parametrize("url", ["not a url", "http://[::1/broken"])
+def test_probe_with_malformed_repository_url_does_not_crash(url):
+    io = make_io(GPU[100], env={"FLASHINFER_CUBINS_REPOSITORY": url}, http=http_reachable)
+    node = probe_node(io, artifactory_timeout=0.5)
+    assert node.artifactory_reachable.value is False
+    assert node.artifactory_reachable.detail
+
+
+def test_probe_with_the_real_http_check(local_server):
+    io = make_io(GPU[100], env={"FLASHINFER_CUBINS_REPOSITORY": local_server + "/ok/"}, http=http_reachable)
+    node = probe_node(io, artifactory_timeout=2.0)
+    assert node.artifactory_reachable.value is True
+
+
+# -- NodeCache ---------------------------------------------------------------------------
+def test_node_cache_probes_once_and_refreshes():
+    count = {"n": 0}
+
+    def probe():
+        count["n"] += 1
+        return probe_node(make_io(GPU[100] if count["n"] == 1 else GPU[90]))
+
+    cache = NodeCache(probe)
+    assert cache.peek() is None
+    first = cache.get()
+    assert cache.get() is first and count["n"] == 1
+    assert cache.probed_at is not None and cache.probe_seconds is not None
+    refreshed = cache.get(refresh=True)
+    assert count["n"] == 2 and refreshed.capability.value == 90
+    assert cache.get() is refreshed and cache.peek() is refreshed
+    declared = policy.simulated_node("B300")
+    cache.set(declared)
+    assert cache.get() is declared and count["n"] == 2
+
+
+def test_node_cache_is_thread_safe():
+    count = {"n": 0}
+    gate = threading.Event()
+
+    def probe():
+        gate.wait(1.0)
+        count["n"] += 1
+        return NodeFacts()
+
+    cache = NodeCache(probe)
+    threads = [threading.Thread(target=cache.get) for _ in range(8)]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert count["n"] == 1
+
+
+# -- NodeFacts JSON ----------------------------------------------------------------------
+def test_node_facts_json_round_trip():
+    node = probe_node(make_io(GPU[103], env={"VLLM_BATCH_INVARIANT": "1"}))
+    data = json.loads(json.dumps(node_json(node)))
+    assert data["capability"]["value"] == "10.3"
+    assert data["capability"]["source"] == "measured"
+    back = NodeFacts.model_validate(data)
+    assert back == node
+    assert back.capability.value == 103 and back.capability.source == Source.measured
+    assert back.fingerprint() == node.fingerprint()
+
+
+def test_answer_json_has_capability_as_text():
+    a = policy.plan_for(CFG, policy.simulated_node("GB300"))
+    data = json.loads(json.dumps(a.to_json()))
+    assert data["node"]["capability"]["value"] == "10.3"
+    assert data["node"]["capability"]["source"] == "declared"
+    assert NodeFacts.model_validate(data["node"]) == a.node
+
+
+@pytest.mark.parametrize("text,value", [("10.3", 103), ("9.0", 90), ("12.1", 121), ("8.6", 86)])
+def test_node_facts_parse_capability_text(text, value):
+    node = NodeFacts(capability=Fact.declared(text))
+    assert node.capability.value == value
+    assert NodeFacts.model_validate({"capability": {"value": text, "source": "declared"}}).capability.value == value
+
+
+def test_node_facts_model_json_round_trip():
+    node = policy.simulated_node("B200", flashinfer_version="0.6.7.post2", cubins="missing")
+    assert NodeFacts.model_validate_json(node.model_dump_json()) == node
+
+
+# -- import hygiene ----------------------------------------------------------------------
+def test_import_policy_imports_neither_torch_nor_flashinfer():
+    code = (
+        "import sys, json\n"
+        "import policy\n"
+        "from policy import AttentionConfig, plan_for, simulated_node\n"
+        "a = plan_for(AttentionConfig(head_dim=128, num_qo_heads=8), simulated_node('B200'))\n"
+        "assert a.ok\n"
+        "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'flashinfer')))\n"
+        "print(json.dumps(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

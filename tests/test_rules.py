@@ -1,0 +1,947 @@
+"""Every rule of SPEC §3: one configuration that passes and one that fails.
+
+Expectations come from SPEC.md, not from running the engine: each failing case asserts the
+violation's rule id, phase, backend, observed value and requirement (SPEC §9), and each passing
+case asserts the rule's verdict in the trace (SPEC §5: "every rule evaluated ... with its verdict").
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import policy
+from policy import AttentionConfig, Fact, NodeFacts, simulated_node
+
+SUPPORTED = policy.SUPPORTED_FLASHINFER
+STD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+DEEPSEEK = dict(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, num_qo_heads=128)
+
+
+# -- helpers -----------------------------------------------------------------------------
+def cfg(**kw) -> AttentionConfig:
+    data = dict(STD)
+    data.update(kw)
+    return AttentionConfig(**data)
+
+
+def mla(**kw) -> AttentionConfig:
+    data = dict(DEEPSEEK)
+    data.update(kw)
+    return AttentionConfig(**data)
+
+
+def run(config: AttentionConfig, node: NodeFacts) -> policy.PlanAnswer:
+    return policy.evaluate(config, node)
+
+
+def viols(answer, rule, phase=None, backend="__any__"):
+    return [v for v in answer.violations
+            if v.rule == rule and (phase is None or v.phase == phase)
+            and (backend == "__any__" or v.backend == backend)]
+
+
+def the_violation(answer, rule, phase, backend):
+    found = viols(answer, rule, phase, backend)
+    assert len(found) == 1, (rule, phase, backend, answer.violations)
+    v = found[0]
+    assert v.message, "a violation carries a message"
+    assert v.required, "a violation says what the rule requires"
+    return v
+
+
+def verdicts(answer, rule, phase=None, backend="__any__") -> set[str]:
+    return {e.verdict for e in answer.trace
+            if e.rule == rule and (phase is None or e.phase == phase)
+            and (backend == "__any__" or e.backend == backend)}
+
+
+def assert_passes(answer, rule, phase, backend):
+    """The rule was evaluated for (phase, backend) and did not fail."""
+    got = verdicts(answer, rule, phase, backend)
+    assert got, f"{rule} not evaluated for {phase}/{backend}"
+    assert "fail" not in got, (rule, phase, backend, got)
+    assert not viols(answer, rule, phase, backend)
+
+
+def obs(v) -> str:
+    return str(v.observed)
+
+
+def cubins_missing(dev: str = "B200", **kw) -> NodeFacts:
+    """A 10.x node with no way to get trtllm-gen cubins (no dir, no wheel, artifactory down)."""
+    return simulated_node(dev, **kw).with_fact(
+        cubin_dir=Fact.measured(None), cubin_dir_has_cubins=Fact.measured(False),
+        flashinfer_cubin_version=Fact.measured(None), artifactory_reachable=Fact.measured(False))
+
+
+TRT = "trtllm-gen"
+
+
+# -- device.cuda -------------------------------------------------------------------------
+def test_device_cuda_passes_with_a_device():
+    a = run(cfg(), simulated_node("A100"))
+    assert a.ok
+    assert verdicts(a, "device.cuda", "both", None) == {"pass"}
+
+
+@pytest.mark.parametrize("cap_fact", [Fact.unknown("no GPU"), Fact.measured(None, "NVML")])
+def test_device_cuda_fails_closed_without_a_capability(cap_fact):
+    node = NodeFacts(capability=cap_fact, flashinfer_version=Fact.measured(SUPPORTED))
+    a = run(cfg(), node)
+    assert a.status == "rejected" and a.plan is None
+    v = the_violation(a, "device.cuda", "both", None)
+    assert v.observed in (None, "unknown")
+    assert "capability" in v.required
+
+
+# -- device.capability -------------------------------------------------------------------
+@pytest.mark.parametrize("dev", ["A100", "RTX 3090", "L40S", "H100", "RTX PRO 6000", "DGX Spark", "Jetson Thor"])
+def test_device_capability_passes_between_80_and_121(dev):
+    a = run(cfg(), simulated_node(dev))
+    assert a.ok, a.violations
+    assert_passes(a, "device.capability", "prefill", a.plan.prefill.backend)
+    assert_passes(a, "device.capability", "decode", a.plan.decode.backend)
+
+
+@pytest.mark.parametrize("dev,cap", [("T4", "7.5"), ("V100", "7.0")])
+def test_device_capability_excludes_sm75_and_older(dev, cap):
+    a = run(cfg(), simulated_node(dev))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "device.capability", phase, "fa2")
+        assert obs(v) == cap
+        assert "8.0" in v.required
+
+
+def test_device_capability_upper_bound():
+    a = run(cfg(), simulated_node(capability="13.0"))
+    assert a.status == "rejected"
+    v = the_violation(a, "device.capability", "decode", "fa2")
+    assert obs(v) == "13.0"
+    assert "12.1" in v.required
+
+
+# -- heads.gqa ---------------------------------------------------------------------------
+def test_heads_gqa_passes_when_divisible():
+    a = run(cfg(num_qo_heads=32, num_kv_heads=8), simulated_node("H100"))
+    assert a.ok
+    assert verdicts(a, "heads.gqa", "both", None) == {"pass"}
+
+
+@pytest.mark.parametrize("dev", ["B200", "H100", "A100"])
+def test_heads_gqa_fails_when_not_divisible(dev):
+    a = run(cfg(num_qo_heads=32, num_kv_heads=12), simulated_node(dev))
+    assert a.status == "rejected"
+    v = the_violation(a, "heads.gqa", "both", None)
+    assert "32" in obs(v) or "12" in obs(v)
+    assert "num_kv_heads" in v.required
+
+
+# -- dtype.query -------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
+def test_dtype_query_16bit_passes_everywhere(dtype):
+    for dev in ("A100", "H100", "B200"):
+        a = run(cfg(dtype=dtype), simulated_node(dev))
+        assert a.ok
+        assert_passes(a, "dtype.query", "decode", a.plan.decode.backend)
+
+
+def test_dtype_query_fp32_fails_on_fa2():
+    a = run(cfg(dtype="fp32"), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "dtype.query", "prefill", "fa2")
+    assert obs(v) == "fp32"
+    assert "fp16" in v.required and "bf16" in v.required
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e4m3", "nvfp4"])
+def test_dtype_query_fp8_query_over_quantized_kv_passes_on_trtllm(kv):
+    a = run(cfg(dtype="fp8_e4m3", kv_cache_dtype=kv, attention_backend=TRT), simulated_node("B200"))
+    assert a.ok, a.violations
+    assert_passes(a, "dtype.query", "prefill", TRT)
+    assert a.plan.prefill.query_dtype == "float8_e4m3fn"
+
+
+def test_dtype_query_fp8_query_over_16bit_kv_fails_on_trtllm():
+    a = run(cfg(dtype="fp8_e4m3", kv_cache_dtype="bf16", attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "dtype.query", phase, TRT)
+        assert "fp8_e4m3" in obs(v)
+
+
+def test_dtype_query_fp8_query_fails_on_native():
+    a = run(cfg(dtype="fp8_e4m3", kv_cache_dtype="fp8", attention_backend="fa2"), simulated_node("B200"))
+    assert a.status == "rejected"
+    v = the_violation(a, "dtype.query", "decode", "fa2")
+    assert obs(v) == "fp8_e4m3"
+
+
+# -- head-size ---------------------------------------------------------------------------
+@pytest.mark.parametrize("hd", [64, 128, 256])
+def test_head_size_whitelist_fa2(hd):
+    a = run(cfg(head_dim=hd, attention_backend="fa2"), simulated_node("A100"))
+    assert a.ok
+    assert_passes(a, "head-size", "prefill", "fa2")
+
+
+@pytest.mark.parametrize("hd", [96, 192, 512])
+def test_head_size_outside_fa2_whitelist(hd):
+    a = run(cfg(head_dim=hd), simulated_node("A100"))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "head-size", phase, "fa2")
+        assert str(hd) in obs(v)
+        assert all(str(x) in v.required for x in (64, 128, 256))
+        assert "512" not in v.required
+
+
+def test_head_size_fa2_needs_qk_equal_vo():
+    a = run(cfg(head_dim=128, head_dim_vo=64), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "head-size", "prefill", "fa2")
+    assert obs(v) == "64"
+    assert "head_dim_vo" in v.required
+
+
+def test_head_size_fa3_takes_192_128():
+    a = run(cfg(head_dim=192, head_dim_vo=128), simulated_node("H100"))
+    # fa3 prefill has (192, 128); decode only has fa2 on 9.x, which does not (SPEC §3/§4).
+    assert_passes(a, "head-size", "prefill", "fa3")
+    assert a.status == "rejected"
+    v = the_violation(a, "head-size", "decode", "fa2")
+    assert "192" in obs(v)
+    assert not viols(a, "head-size", "prefill", "fa3")
+
+
+def test_head_size_fa3_rejects_512():
+    a = run(cfg(head_dim=512, attention_backend="fa3"), simulated_node("H100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "head-size", "prefill", "fa3")
+    assert "512" in obs(v)
+
+
+@pytest.mark.parametrize("hd", [64, 128, 256, 512])
+def test_head_size_trtllm_whitelist(hd):
+    a = run(cfg(head_dim=hd, attention_backend=TRT), simulated_node("B200"))
+    assert a.ok, a.violations
+    assert_passes(a, "head-size", "decode", TRT)
+
+
+def test_head_size_trtllm_rejects_96():
+    a = run(cfg(head_dim=96, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    v = the_violation(a, "head-size", "decode", TRT)
+    assert obs(v) == "96"
+    assert "512" in v.required
+
+
+# -- page-size ---------------------------------------------------------------------------
+@pytest.mark.parametrize("page", [16, 32, 64])
+def test_page_size_native_accepts(page):
+    a = run(cfg(page_size=page), simulated_node("A100"))
+    assert a.ok and a.plan.kv_cache.page_size == page
+    assert_passes(a, "page-size", "prefill", "fa2")
+
+
+@pytest.mark.parametrize("page", [8, 128, 256])
+def test_page_size_native_rejects(page):
+    a = run(cfg(page_size=page), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "page-size", "decode", "fa2")
+    assert obs(v) == str(page)
+    assert all(str(x) in v.required for x in (16, 32, 64))
+
+
+def test_page_size_trtllm_accepts_128():
+    a = run(cfg(page_size=128), simulated_node("B200"))
+    assert a.ok
+    assert a.backends() == (TRT, TRT)
+    assert a.plan.kv_cache.page_size == 128
+    assert_passes(a, "page-size", "prefill", TRT)
+
+
+def test_page_size_128_forced_fa2_on_b200_rejected():
+    a = run(cfg(page_size=128, attention_backend="fa2"), simulated_node("B200"))
+    assert a.status == "rejected"
+    v = the_violation(a, "page-size", "prefill", "fa2")
+    assert obs(v) == "128"
+
+
+def test_page_size_trtllm_rejects_256():
+    a = run(cfg(page_size=256), simulated_node("B200"))
+    assert a.status == "rejected"
+    v = the_violation(a, "page-size", "prefill", TRT)
+    assert obs(v) == "256"
+    assert "128" in v.required
+    # fa2 was the next candidate and is listed too (every candidate, every rule).
+    assert the_violation(a, "page-size", "prefill", "fa2")
+
+
+# -- fa3.arch / fa3.dtype ----------------------------------------------------------------
+@pytest.mark.parametrize("dev", ["H100", "H200", "GH200", "H20"])
+def test_fa3_arch_hopper_prefill_runs_fa3(dev):
+    a = run(cfg(), simulated_node(dev))
+    assert a.ok
+    assert a.backends() == ("fa3", "fa2")
+    assert_passes(a, "fa3.arch", "prefill", "fa3")
+
+
+@pytest.mark.parametrize("dev,major", [("B200", "10"), ("A100", "8"), ("RTX PRO 6000", "12")])
+def test_fa3_arch_off_hopper(dev, major):
+    a = run(cfg(attention_backend="fa3"), simulated_node(dev))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "fa3.arch", phase, "fa3")
+        assert obs(v).startswith(major)
+        assert "9" in v.required
+
+
+def test_fa3_arch_fa3_mla_off_hopper():
+    a = run(mla(attention_backend="fa3"), simulated_node("A100"))
+    assert a.status == "rejected"
+    assert the_violation(a, "fa3.arch", "prefill", "fa3")
+    assert the_violation(a, "fa3.arch", "decode", "fa3-mla")
+
+
+def test_fa3_dtype_same_dtype_passes():
+    a = run(cfg(kv_cache_dtype="auto", attention_backend="fa3"), simulated_node("H100"))
+    assert a.ok
+    assert_passes(a, "fa3.dtype", "prefill", "fa3")
+
+
+@pytest.mark.parametrize("kv,seen", [("fp8", "fp8_e4m3"), ("fp8_e5m2", "fp8_e5m2"), ("fp16", "fp16")])
+def test_fa3_dtype_mixed_precision_rejected_when_forced(kv, seen):
+    a = run(cfg(dtype="bf16", kv_cache_dtype=kv, attention_backend="fa3"), simulated_node("H100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "fa3.dtype", "prefill", "fa3")
+    assert obs(v) == seen
+    assert "config.dtype" in v.required
+
+
+def test_fa3_dtype_auto_falls_back_to_fa2_with_note():
+    a = run(cfg(kv_cache_dtype="fp8"), simulated_node("H100"))
+    assert a.ok
+    assert a.backends() == ("fa2", "fa2")
+    assert any("fa3.dtype" in n and n.startswith("prefill") for n in a.notes), a.notes
+
+
+# -- trtllm.family -----------------------------------------------------------------------
+@pytest.mark.parametrize("dev", ["B200", "GB200", "B300", "GB300"])
+def test_trtllm_family_10x_passes(dev):
+    a = run(cfg(attention_backend=TRT), simulated_node(dev))
+    assert a.ok, a.violations
+    assert_passes(a, "trtllm.family", "prefill", TRT)
+    assert_passes(a, "trtllm.family", "decode", TRT)
+
+
+def test_trtllm_family_includes_10_7():
+    # family 10.x is major == 10, not a list of known devices
+    a = run(cfg(attention_backend=TRT), simulated_node(capability="10.7"))
+    assert a.ok, a.violations
+
+
+@pytest.mark.parametrize("dev,cap", [("RTX PRO 6000", "12.0"), ("DGX Spark", "12.1"), ("H100", "9.0"),
+                                     ("Jetson Thor", "11.0"), ("A100", "8.0")])
+def test_trtllm_family_other_families_rejected(dev, cap):
+    a = run(cfg(attention_backend=TRT), simulated_node(dev))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "trtllm.family", phase, TRT)
+        assert obs(v).startswith(cap.split(".")[0])
+        assert "10" in v.required
+
+
+# -- trtllm.cubins -----------------------------------------------------------------------
+def test_trtllm_cubins_missing_rejected_when_forced():
+    a = run(cfg(attention_backend=TRT), cubins_missing())
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "trtllm.cubins", phase, TRT)
+        for fact in ("cubin_dir_has_cubins", "flashinfer_cubin_version", "artifactory_reachable"):
+            assert fact in v.required
+        assert v.observed not in (None, "")
+
+
+def test_trtllm_cubins_simulated_missing():
+    a = run(cfg(attention_backend=TRT), simulated_node("B200", cubins="missing"))
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.cubins", "decode", TRT)
+
+
+def test_trtllm_cubins_missing_auto_falls_back_with_note():
+    a = run(cfg(), cubins_missing())
+    assert a.ok and a.backends() == ("fa2", "fa2")
+    assert any("trtllm.cubins" in n for n in a.notes)
+
+
+def test_trtllm_cubins_from_cubin_dir(tmp_path):
+    node = cubins_missing().with_fact(cubin_dir=Fact.measured(str(tmp_path)),
+                                      cubin_dir_has_cubins=Fact.measured(True))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.ok, a.violations
+    assert_passes(a, "trtllm.cubins", "prefill", TRT)
+
+
+def test_trtllm_cubins_dir_without_cubins_is_not_enough(tmp_path):
+    node = cubins_missing().with_fact(cubin_dir=Fact.measured(str(tmp_path)),
+                                      cubin_dir_has_cubins=Fact.measured(False))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.cubins", "prefill", TRT)
+
+
+@pytest.mark.parametrize("fi", ["0.7.2.post1", "0.6.7.post2"])
+def test_trtllm_cubins_from_wheel_at_exact_version(fi):
+    node = cubins_missing(flashinfer_version=fi).with_fact(flashinfer_cubin_version=Fact.measured(fi))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.ok, a.violations
+    assert_passes(a, "trtllm.cubins", "decode", TRT)
+
+
+@pytest.mark.parametrize("fi,cubin", [("0.7.2.post1", "0.7.2"), ("0.7.2.post1", "0.6.7.post2"), ("0.6.7.post2", "0.7.2.post1")])
+def test_trtllm_cubins_from_wheel_version_mismatch(fi, cubin):
+    node = cubins_missing(flashinfer_version=fi).with_fact(flashinfer_cubin_version=Fact.measured(cubin))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.status == "rejected"
+    v = the_violation(a, "trtllm.cubins", "decode", TRT)
+    assert cubin in obs(v)
+
+
+def test_trtllm_cubins_from_artifactory():
+    node = cubins_missing().with_fact(artifactory_reachable=Fact.measured(True, "HTTP 200"))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.ok, a.violations
+    assert_passes(a, "trtllm.cubins", "prefill", TRT)
+
+
+def test_trtllm_cubins_artifactory_unknown_fails_closed():
+    node = cubins_missing().with_fact(artifactory_reachable=Fact.unknown("not checked"))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.cubins", "prefill", TRT)
+
+
+def test_trtllm_cubins_nothing_installed_is_not_a_version_match():
+    node = cubins_missing().with_fact(flashinfer_version=Fact.measured(None, "flashinfer not installed"),
+                                      flashinfer_cubin_version=Fact.measured(None, "flashinfer-cubin not installed"))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.cubins", "prefill", TRT)
+
+
+def test_trtllm_cubins_apply_to_mla_backends():
+    a = run(mla(attention_backend=TRT), cubins_missing())
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.cubins", "prefill", "trtllm-ragged")
+    assert the_violation(a, "trtllm.cubins", "decode", "trtllm-gen-mla")
+
+
+# -- trtllm.batch-invariant --------------------------------------------------------------
+def test_batch_invariant_off_passes():
+    a = run(cfg(batch_invariant=False, attention_backend=TRT), simulated_node("B200"))
+    assert a.ok
+    assert_passes(a, "trtllm.batch-invariant", "prefill", TRT)
+
+
+def test_batch_invariant_config_field_disables_trtllm():
+    a = run(cfg(batch_invariant=True, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "trtllm.batch-invariant", phase, TRT)
+        assert obs(v) == "true"
+        assert "false" in v.required
+
+
+def test_batch_invariant_auto_falls_back_to_fa2():
+    a = run(cfg(batch_invariant=True), simulated_node("B200"))
+    assert a.ok and a.backends() == ("fa2", "fa2")
+    assert any("trtllm.batch-invariant" in n for n in a.notes)
+
+
+def test_batch_invariant_env_fact_via_node():
+    node = simulated_node("B200").with_fact(batch_invariant_env=Fact.measured(True, "VLLM_BATCH_INVARIANT='1'"))
+    a = run(cfg(attention_backend=TRT), node)          # config leaves batch_invariant unset
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.batch-invariant", "decode", TRT)
+    b = run(cfg(), simulated_node("B200", batch_invariant=True))
+    assert b.ok and b.backends() == ("fa2", "fa2")
+
+
+def test_batch_invariant_explicit_false_wins_over_env():
+    node = simulated_node("B200", batch_invariant=True)
+    a = run(cfg(batch_invariant=False), node)
+    assert a.ok and a.backends() == (TRT, TRT)
+
+
+def test_batch_invariant_env_off_passes():
+    node = simulated_node("B200").with_fact(batch_invariant_env=Fact.measured(False, "unset"))
+    a = run(cfg(), node)
+    assert a.backends() == (TRT, TRT)
+
+
+def test_batch_invariant_disables_trtllm_mla():
+    a = run(mla(batch_invariant=True, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.batch-invariant", "decode", "trtllm-gen-mla")
+
+
+# -- trtllm.sm103-hang -------------------------------------------------------------------
+@pytest.mark.parametrize("fi", ["0.6.7", "0.6.7.post1"])
+@pytest.mark.parametrize("dev", ["B300", "GB300"])
+def test_sm103_hang_bad_versions(dev, fi):
+    a = run(cfg(attention_backend=TRT), simulated_node(dev, flashinfer_version=fi))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "trtllm.sm103-hang", phase, TRT)
+        assert obs(v) == fi
+        assert "0.6.7" in v.required
+
+
+@pytest.mark.parametrize("fi", ["0.6.7.post2", "0.7.2.post1", "0.6.6"])
+def test_sm103_hang_good_versions(fi):
+    a = run(cfg(attention_backend=TRT), simulated_node("B300", flashinfer_version=fi))
+    assert a.ok, a.violations
+    assert_passes(a, "trtllm.sm103-hang", "prefill", TRT)
+
+
+def test_sm103_hang_local_version_label_is_the_same_release():
+    a = run(cfg(attention_backend=TRT), simulated_node("B300", flashinfer_version="0.6.7+cu128"))
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.sm103-hang", "decode", TRT)
+
+
+@pytest.mark.parametrize("fi", ["0.6.7", "0.6.7.post1"])
+def test_sm103_hang_10_0_unaffected(fi):
+    a = run(cfg(attention_backend=TRT), simulated_node("B200", flashinfer_version=fi))
+    assert a.ok, a.violations
+    assert not viols(a, "trtllm.sm103-hang")
+    assert verdicts(a, "trtllm.sm103-hang", "prefill", TRT) <= {"skip", "pass"}
+
+
+def test_sm103_hang_unknown_version_on_10_3_fails_closed():
+    node = simulated_node("B300").with_fact(flashinfer_version=Fact.unknown("could not read"))
+    a = run(cfg(attention_backend=TRT), node)
+    assert a.status == "rejected"
+    assert the_violation(a, "trtllm.sm103-hang", "prefill", TRT)
+
+
+def test_sm103_hang_rule_records_fix_version():
+    rule = policy.default_ruleset().rule("trtllm.sm103-hang")
+    assert rule.fixed_in == "0.6.7.post2"
+
+
+# -- trtllm.kv-dtype ---------------------------------------------------------------------
+@pytest.mark.parametrize("kv", ["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "nvfp4"])
+def test_trtllm_kv_dtype_accepts(kv):
+    a = run(cfg(kv_cache_dtype=kv, attention_backend=TRT), simulated_node("B200"))
+    assert a.ok, a.violations
+    assert_passes(a, "trtllm.kv-dtype", "decode", TRT)
+
+
+def test_trtllm_kv_dtype_rejects_e5m2():
+    a = run(cfg(kv_cache_dtype="fp8_e5m2", attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "trtllm.kv-dtype", phase, TRT)
+        assert obs(v) == "fp8_e5m2"
+        assert "nvfp4" in v.required and "fp8_e5m2" not in v.required
+
+
+def test_trtllm_kv_dtype_e5m2_auto_runs_native():
+    a = run(cfg(kv_cache_dtype="fp8_e5m2"), simulated_node("B200"))
+    assert a.ok and a.backends() == ("fa2", "fa2")
+    assert any("trtllm.kv-dtype" in n for n in a.notes)
+
+
+# -- trtllm.softcap ----------------------------------------------------------------------
+def test_trtllm_softcap_none_passes():
+    a = run(cfg(attention_backend=TRT), simulated_node("B200"))
+    assert_passes(a, "trtllm.softcap", "prefill", TRT)
+
+
+def test_trtllm_softcap_rejected():
+    a = run(cfg(logits_soft_cap=50.0, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "trtllm.softcap", phase, TRT)
+        assert obs(v) == "50.0"
+
+
+def test_trtllm_softcap_auto_runs_native():
+    a = run(cfg(logits_soft_cap=30.0), simulated_node("B300"))
+    assert a.ok and a.backends() == ("fa2", "fa2")
+
+
+# -- kv.dtype ----------------------------------------------------------------------------
+@pytest.mark.parametrize("kv", ["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"])
+def test_kv_dtype_native_accepts(kv):
+    a = run(cfg(kv_cache_dtype=kv), simulated_node("A100"))
+    assert a.ok, a.violations
+    assert_passes(a, "kv.dtype", "prefill", "fa2")
+
+
+def test_kv_dtype_native_rejects_nvfp4():
+    a = run(cfg(kv_cache_dtype="nvfp4", attention_backend="fa2"), simulated_node("B200"))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "kv.dtype", phase, "fa2")
+        assert obs(v) == "nvfp4"
+        assert "nvfp4" not in v.required
+
+
+def test_kv_dtype_fa3_rejects_nvfp4():
+    a = run(cfg(kv_cache_dtype="nvfp4", dtype="fp16", attention_backend="fa3"), simulated_node("H100"))
+    assert a.status == "rejected"
+    assert the_violation(a, "kv.dtype", "prefill", "fa3")
+
+
+# -- kv.nvfp4-sm100f ---------------------------------------------------------------------
+@pytest.mark.parametrize("dev", ["B200", "GB200", "B300", "GB300"])
+def test_nvfp4_on_sm100f_runs_trtllm_both_phases(dev):
+    a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node(dev))
+    assert a.ok, a.violations
+    assert a.backends() == (TRT, TRT)
+    assert verdicts(a, "kv.nvfp4-sm100f", "both", None) == {"pass"}
+
+
+@pytest.mark.parametrize("dev,cap", [("RTX PRO 6000", "12.0"), ("RTX 5090", "12.0"), ("DGX Spark", "12.1"),
+                                     ("H100", "9.0"), ("A100", "8.0")])
+def test_nvfp4_off_sm100f_is_a_violation_by_itself(dev, cap):
+    a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node(dev))
+    assert a.status == "rejected"
+    v = the_violation(a, "kv.nvfp4-sm100f", "both", None)
+    assert obs(v) == cap
+    assert "10.0" in v.required and "10.3" in v.required
+
+
+def test_nvfp4_on_10_7_is_not_sm100f():
+    a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node(capability="10.7"))
+    assert a.status == "rejected"
+    v = the_violation(a, "kv.nvfp4-sm100f", "both", None)
+    assert obs(v) == "10.7"
+
+
+def test_nvfp4_on_sm100f_needs_trtllm_in_both_phases():
+    # 10.3 with the hanging flashinfer: trtllm-gen is out, so fa2 would read nvfp4 -> rejected.
+    a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node("B300", flashinfer_version="0.6.7"))
+    assert a.status == "rejected"
+    assert not viols(a, "kv.nvfp4-sm100f", "both")
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "kv.nvfp4-sm100f", phase, "fa2")
+        assert obs(v) == "fa2"
+        assert TRT in v.required
+
+
+@pytest.mark.parametrize("dev", ["B200", "GB300"])
+def test_nvfp4_on_sm100f_without_cubins_rejected(dev):
+    a = run(cfg(kv_cache_dtype="nvfp4"), cubins_missing(dev))
+    assert a.status == "rejected"
+    assert not viols(a, "kv.nvfp4-sm100f", "both")
+    assert the_violation(a, "trtllm.cubins", "prefill", TRT)
+    for phase in ("prefill", "decode"):
+        assert the_violation(a, "kv.nvfp4-sm100f", phase, "fa2")
+        assert the_violation(a, "kv.dtype", phase, "fa2")
+
+
+def test_nvfp4_forced_fa2_on_b200_rejected():
+    a = run(cfg(kv_cache_dtype="nvfp4", attention_backend="fa2"), simulated_node("B200"))
+    assert a.status == "rejected"
+    assert the_violation(a, "kv.nvfp4-sm100f", "decode", "fa2")
+
+
+# -- sinks -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dev", ["B200", "B300"])
+def test_sinks_on_10x_runs_trtllm(dev):
+    a = run(cfg(sinks=True), simulated_node(dev))
+    assert a.ok and a.backends() == (TRT, TRT)
+    assert verdicts(a, "sinks", "both", None) == {"pass"}
+    assert_passes(a, "sinks", "prefill", TRT)
+
+
+@pytest.mark.parametrize("dev,major", [("H100", "9"), ("RTX PRO 6000", "12"), ("A100", "8")])
+def test_sinks_off_10x_is_a_violation_by_itself(dev, major):
+    a = run(cfg(sinks=True), simulated_node(dev))
+    assert a.status == "rejected"
+    v = the_violation(a, "sinks", "both", None)
+    assert obs(v).startswith(major)
+    assert "10" in v.required
+
+
+def test_sinks_on_10x_without_trtllm_rejected():
+    a = run(cfg(sinks=True), cubins_missing())
+    assert a.status == "rejected"
+    assert not viols(a, "sinks", "both")
+    for phase in ("prefill", "decode"):
+        v = the_violation(a, "sinks", phase, "fa2")
+        assert obs(v) == "fa2"
+        assert TRT in v.required
+
+
+def test_sinks_forced_fa2_rejected():
+    a = run(cfg(sinks=True, attention_backend="fa2"), simulated_node("B200"))
+    assert a.status == "rejected"
+    assert the_violation(a, "sinks", "prefill", "fa2")
+
+
+def test_sinks_off_passes_native():
+    a = run(cfg(sinks=False), simulated_node("H100"))
+    assert a.ok
+    assert verdicts(a, "sinks") <= {"skip", "pass"}
+
+
+# -- mla.* -------------------------------------------------------------------------------
+@pytest.mark.parametrize("dev,expected", [
+    ("B200", ("trtllm-ragged", "trtllm-gen-mla")), ("B300", ("trtllm-ragged", "trtllm-gen-mla")),
+    ("H100", ("fa3", "fa3-mla")), ("A100", ("fa2", "fa2-mla")), ("RTX PRO 6000", ("fa2", "fa2-mla")),
+])
+def test_mla_selection(dev, expected):
+    a = run(mla(), simulated_node(dev))
+    assert a.ok, a.violations
+    assert a.backends() == expected
+    assert a.plan.kv_cache.mla
+
+
+def test_mla_trtllm_page_size_unset_is_32():
+    a = run(mla(), simulated_node("B200"))
+    assert a.plan.kv_cache.page_size == 32
+
+
+def test_mla_native_page_size_unset_is_16():
+    a = run(mla(), simulated_node("A100"))
+    assert a.plan.kv_cache.page_size == 16
+
+
+def test_mla_family_off_10x():
+    a = run(mla(attention_backend=TRT), simulated_node("H100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.family", "prefill", "trtllm-ragged")
+    assert obs(v).startswith("9")
+    assert the_violation(a, "mla.family", "decode", "trtllm-gen-mla")
+
+
+@pytest.mark.parametrize("dev", ["B200", "A100"])
+def test_mla_dims_kv_lora_rank(dev):
+    a = run(mla(kv_lora_rank=256), simulated_node(dev))
+    assert a.status == "rejected"
+    dec = "trtllm-gen-mla" if dev == "B200" else "fa2-mla"
+    v = the_violation(a, "mla.dims", "decode", dec)
+    assert obs(v) == "256"
+    assert "512" in v.required
+
+
+def test_mla_dims_rope():
+    a = run(mla(qk_nope_head_dim=160, qk_rope_head_dim=32), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.dims", "decode", "fa2-mla")
+    assert obs(v) == "32"
+    assert "64" in v.required
+
+
+@pytest.mark.parametrize("page", [32, 64])
+def test_mla_page_size_trtllm_accepts(page):
+    a = run(mla(page_size=page, attention_backend=TRT), simulated_node("B200"))
+    assert a.ok
+    assert_passes(a, "mla.page-size", "decode", "trtllm-gen-mla")
+
+
+@pytest.mark.parametrize("page", [16, 128])
+def test_mla_page_size_trtllm_rejects(page):
+    a = run(mla(page_size=page, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.page-size", "decode", "trtllm-gen-mla")
+    assert obs(v) == str(page)
+    assert "32" in v.required and "64" in v.required
+
+
+def test_mla_page_size_native_rejects_128():
+    a = run(mla(page_size=128), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.page-size", "decode", "fa2-mla")
+    assert obs(v) == "128"
+
+
+def test_mla_page_size_16_trtllm_ragged_not_chosen():
+    # SPEC §3 mla.*: trtllm-ragged needs page 32/64 like trtllm-gen-mla (it reads the same cache),
+    # so page 16 on 10.x falls back to native MLA in both phases.
+    a = run(mla(page_size=16), simulated_node("B200"))
+    assert a.ok
+    assert a.backends() == ("fa2", "fa2-mla")
+    assert a.plan.kv_cache.layout == "NHD"
+    forced = run(mla(page_size=16, attention_backend=TRT), simulated_node("B200"))
+    v = the_violation(forced, "mla.page-size", "prefill", "trtllm-ragged")
+    assert obs(v) == "16"
+
+
+def test_mla_trtllm_ragged_needs_kv_lora_rank_512_and_rope_64():
+    a = run(mla(kv_lora_rank=256, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.dims", "prefill", "trtllm-ragged")
+    assert obs(v) == "256"
+
+
+@pytest.mark.parametrize("kv", ["auto", "bf16", "fp16", "fp8"])
+def test_mla_kv_dtype_trtllm_accepts(kv):
+    a = run(mla(kv_cache_dtype=kv), simulated_node("B200"))
+    assert a.ok and a.backends() == ("trtllm-ragged", "trtllm-gen-mla")
+
+
+@pytest.mark.parametrize("kv", ["fp8_e5m2", "nvfp4"])
+def test_mla_kv_dtype_trtllm_rejects(kv):
+    a = run(mla(kv_cache_dtype=kv, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    for phase, backend in (("decode", "trtllm-gen-mla"), ("prefill", "trtllm-ragged")):
+        v = the_violation(a, "mla.kv-dtype", phase, backend)
+        assert obs(v) == kv
+        assert "fp8_e4m3" in v.required
+
+
+@pytest.mark.parametrize("kv", ["fp8", "fp8_e5m2"])
+def test_mla_kv_dtype_native_16bit_only(kv):
+    a = run(mla(kv_cache_dtype=kv), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.kv-dtype", "decode", "fa2-mla")
+    assert obs(v).startswith("fp8")
+    assert "bf16" in v.required
+
+
+@pytest.mark.parametrize("nope,rope,v", [(128, 64, 128), (192, 64, 256)])
+def test_mla_ragged_dims_accepted(nope, rope, v):
+    a = run(mla(qk_nope_head_dim=nope, qk_rope_head_dim=rope, v_head_dim=v), simulated_node("B200"))
+    assert a.ok, a.violations
+    assert a.plan.prefill.backend == "trtllm-ragged"
+    assert_passes(a, "mla.ragged-dims", "prefill", "trtllm-ragged")
+
+
+def test_mla_ragged_dims_rejected_when_forced():
+    a = run(mla(qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=64, attention_backend=TRT), simulated_node("B200"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.ragged-dims", "prefill", "trtllm-ragged")
+    assert "64" in obs(v)
+
+
+def test_mla_prefill_dims_native():
+    ok = run(mla(), simulated_node("A100"))
+    assert_passes(ok, "mla.prefill-dims", "prefill", "fa2")
+    a = run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.prefill-dims", "prefill", "fa2")
+    assert obs(v) == "256"
+    assert "192" in v.required and "128" in v.required
+
+
+def test_mla_falls_back_to_native_on_10x_when_trtllm_is_out():
+    # batch-invariant mode rules out trtllm-ragged and trtllm-gen-mla; DeepSeek's (192, 128)
+    # prefill and 512/64 latent cache run natively (SPEC §4: first candidate with no violation).
+    a = run(mla(), simulated_node("B200", batch_invariant=True))
+    assert a.ok, a.violations
+    assert a.backends() == ("fa2", "fa2-mla")
+    assert a.plan.kv_cache.layout == "NHD"
+    assert any("trtllm.batch-invariant" in n for n in a.notes)
+
+
+def test_mla_backend_rejects_mla_kernels_for_standard_models():
+    a = run(cfg(attention_backend="fa2-mla"), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = the_violation(a, "mla.backend", "decode", "fa2-mla")
+    assert obs(v) == "false"
+
+
+def test_mla_native_needs_sm80():
+    a = run(mla(), simulated_node("T4"))
+    assert a.status == "rejected"
+    assert the_violation(a, "device.capability", "prefill", "fa2")
+    assert the_violation(a, "device.capability", "decode", "fa2-mla")
+
+
+def test_mla_fa3_mla_on_hopper():
+    # native MLA on 9.x with a 16-bit cache runs fa3 / fa3-mla; fa3-mla needs 9.x (fa3.arch)
+    a = run(mla(), simulated_node("H100"))
+    assert_passes(a, "fa3.arch", "decode", "fa3-mla")
+    assert_passes(a, "mla.kv-dtype", "decode", "fa3-mla")
+
+
+# -- rejections list every violation ------------------------------------------------------
+def test_rejection_lists_every_violated_rule_not_the_first():
+    a = run(cfg(head_dim=512, kv_cache_dtype="nvfp4", page_size=128, attention_backend="fa2"), simulated_node("B200"))
+    assert a.status == "rejected"
+    for phase in ("prefill", "decode"):
+        rules = {v.rule for v in a.violations if v.phase == phase and v.backend == "fa2"}
+        assert {"head-size", "page-size", "kv.dtype", "kv.nvfp4-sm100f"} <= rules, rules
+
+
+def test_rejection_lists_every_candidate():
+    a = run(cfg(head_dim=512), simulated_node("H100"))
+    assert a.status == "rejected"
+    assert {(v.phase, v.backend) for v in a.violations if v.rule == "head-size"} == {
+        ("prefill", "fa3"), ("prefill", "fa2"), ("decode", "fa2")}
+
+
+def test_forced_backend_never_falls_back():
+    a = run(cfg(attention_backend=TRT), simulated_node("H100"))
+    assert a.status == "rejected" and a.plan is None
+    assert {v.backend for v in a.violations if v.backend} == {TRT}
+
+
+# -- suggestions name the rule's way out (SPEC §4), each verified -------------------------
+def suggested(answer) -> dict[tuple[str, object], tuple[str, str]]:
+    return {(s.field, s.value): (s.prefill, s.decode) for s in answer.suggestions}
+
+
+def assert_verified(config, node, answer):
+    for s in answer.suggestions:
+        c2, n2 = policy.apply_suggestion(config, node, s)
+        again = policy.evaluate(c2, n2)
+        assert again.ok and again.backends() == (s.prefill, s.decode), s
+
+
+def test_suggestion_batch_invariant_off_from_config():
+    config, node = cfg(batch_invariant=True, attention_backend=TRT), simulated_node("B200")
+    a = run(config, node)
+    got = suggested(a)
+    assert got[("batch_invariant", False)] == (TRT, TRT)
+    assert got[("attention_backend", "auto")] == ("fa2", "fa2")
+    assert_verified(config, node, a)
+
+
+def test_suggestion_batch_invariant_off_from_env():
+    # sinks need trtllm-gen; VLLM_BATCH_INVARIANT=1 on the node rules it out
+    config, node = cfg(sinks=True), simulated_node("B200", batch_invariant=True)
+    a = run(config, node)
+    assert a.status == "rejected"
+    assert suggested(a)[("batch_invariant", False)] == (TRT, TRT)
+    assert_verified(config, node, a)
+
+
+def test_suggestion_page_size_for_forced_native():
+    config, node = cfg(page_size=128, attention_backend="fa2"), simulated_node("B200")
+    a = run(config, node)
+    got = suggested(a)
+    for page in (16, 32, 64):
+        assert got[("page_size", page)] == ("fa2", "fa2")
+    assert ("page_size", 256) not in got
+    assert got[("attention_backend", "auto")] == (TRT, TRT)
+    assert_verified(config, node, a)
+
+
+def test_suggestion_kv_dtype_for_forced_trtllm_e5m2():
+    config, node = cfg(kv_cache_dtype="fp8_e5m2", attention_backend=TRT), simulated_node("B200")
+    a = run(config, node)
+    kv = {s.value for s in a.suggestions if s.field == "kv_cache_dtype"}
+    assert "fp8" in kv or "fp8_e4m3" in kv
+    assert "fp8_e5m2" not in kv
+    assert_verified(config, node, a)
+
+
+def test_suggestion_install_flashinfer_cubin():
+    config, node = cfg(attention_backend=TRT), cubins_missing()
+    a = run(config, node)
+    s = [s for s in a.suggestions if s.field == "flashinfer_cubin"]
+    assert len(s) == 1 and s[0].value == SUPPORTED and s[0].target == "node"
+    assert (s[0].prefill, s[0].decode) == (TRT, TRT)
+    assert_verified(config, node, a)
+
+
+def test_no_suggestion_when_nothing_helps():
+    a = run(cfg(), simulated_node("T4"))
+    assert a.status == "rejected" and a.suggestions == ()

@@ -1,0 +1,333 @@
+"""One scenario per seed (the vLLM PR reports in shared/seeds/), checked against SPEC.md."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+import policy
+from policy import (AttentionConfig, Fact, UnsupportedConfigurationError, apply_suggestion, plan_for,
+                    require_plan, simulated_node)
+from policy.rulepack import load_ruleset
+from rules import BACKENDS_FILE, PACKS_DIR
+
+STD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+TRT = "trtllm-gen"
+HANG = {Version("0.6.7"), Version("0.6.7.post1")}
+
+
+def cfg(**kw) -> AttentionConfig:
+    data = dict(STD)
+    data.update(kw)
+    return AttentionConfig(**data)
+
+
+def rule_ids(answer) -> set[str]:
+    return {v.rule for v in answer.violations}
+
+
+def check_suggestions_verified(config, node, answer):
+    """SPEC §4: each suggestion alone makes the config valid here, with the backends it names."""
+    assert answer.suggestions
+    for s in answer.suggestions:
+        c2, n2 = apply_suggestion(config, node, s)
+        again = policy.evaluate(c2, n2)
+        assert again.ok, (s, again.violations)
+        assert again.backends() == (s.prefill, s.decode), s
+
+
+# -- seed 000: TRTLLM on the SM10x family; the SM103 hang is a versioned rule ------------
+@pytest.mark.parametrize("cap", ["10.0", "10.3"])
+def test_seed000_family_10x_accepted_for_trtllm(cap):
+    a = plan_for(cfg(attention_backend=TRT), simulated_node(capability=cap))
+    assert a.ok, a.violations
+    assert a.backends() == (TRT, TRT)
+    auto = plan_for(cfg(), simulated_node(capability=cap))
+    assert auto.backends() == (TRT, TRT)
+
+
+@pytest.mark.parametrize("cap", ["12.0", "9.0"])
+def test_seed000_other_families_not(cap):
+    a = plan_for(cfg(attention_backend=TRT), simulated_node(capability=cap))
+    assert a.status == "rejected"
+    assert "trtllm.family" in rule_ids(a)
+    auto = plan_for(cfg(), simulated_node(capability=cap))
+    assert auto.ok and TRT not in auto.backends()
+
+
+def test_seed000_flashinfer_067_on_10_3_falls_back_with_reason():
+    a = plan_for(cfg(), simulated_node("GB300", flashinfer_version="0.6.7"))
+    assert a.ok
+    assert a.backends() == ("fa2", "fa2")
+    for phase in ("prefill", "decode"):
+        notes = [n for n in a.notes if n.startswith(phase) and TRT in n]
+        assert notes, a.notes
+        assert any("trtllm.sm103-hang" in n for n in notes), notes
+    assert a.plan.kv_cache.layout == "NHD"
+
+
+def test_seed000_forcing_trtllm_is_a_rejection_with_verified_version_suggestion():
+    config = cfg(attention_backend=TRT)
+    node = simulated_node("B300", flashinfer_version="0.6.7")
+    a = plan_for(config, node)
+    assert a.status == "rejected" and a.plan is None         # never a silent fallback
+    assert {(v.rule, v.phase, v.backend) for v in a.violations} == {
+        ("trtllm.sm103-hang", "prefill", TRT), ("trtllm.sm103-hang", "decode", TRT)}
+    versions = [s for s in a.suggestions if s.field == "flashinfer_version"]
+    assert versions, a.suggestions
+    for s in versions:
+        assert s.target == "node"
+        assert Version(str(s.value)) >= Version("0.6.7.post2")
+        assert Version(str(s.value)) not in HANG
+        assert (s.prefill, s.decode) == (TRT, TRT)
+    assert any(Version(str(s.value)) == Version("0.6.7.post2") for s in versions)  # the rule's fixed_in
+    check_suggestions_verified(config, node, a)
+    with pytest.raises(UnsupportedConfigurationError):
+        require_plan(config, node)
+
+
+@pytest.mark.parametrize("fi", ["0.6.7", "0.6.7.post1"])
+def test_seed000_no_suggestion_names_a_hanging_version(fi):
+    a = plan_for(cfg(attention_backend=TRT), simulated_node("B300", flashinfer_version=fi))
+    for s in a.suggestions:
+        if s.field == "flashinfer_version":
+            assert Version(str(s.value)) not in HANG
+
+
+def test_seed000_trtllm_needs_artifactory_or_cubins_and_batch_invariance_off():
+    base = simulated_node("B300", cubins="missing")
+    assert plan_for(cfg(), base).backends() == ("fa2", "fa2")
+    reach = base.with_fact(artifactory_reachable=Fact.measured(True, "HTTP 200"))
+    assert plan_for(cfg(), reach).backends() == (TRT, TRT)
+    bi = reach.with_fact(batch_invariant_env=Fact.measured(True, "VLLM_BATCH_INVARIANT='1'"))
+    assert plan_for(cfg(), bi).backends() == ("fa2", "fa2")
+
+
+def test_seed000_lifting_the_bug_is_a_data_change(tmp_path):
+    """A fixed upstream bug is a one-line change of rule data, and the revision records it."""
+    packs = tmp_path / "packs"
+    shutil.copytree(PACKS_DIR, packs)
+    text = (packs / "trtllm.yaml").read_text()
+    line = 'version: "!=0.6.7, !=0.6.7.post1"'
+    assert line in text
+    (packs / "trtllm.yaml").write_text(text.replace(line, 'version: "!=0.6.7"'))
+    shipped = policy.default_ruleset()
+    edited = load_ruleset(sorted(packs.glob("*.yaml")), BACKENDS_FILE)
+    assert edited.revision != shipped.revision
+    node = simulated_node("B300", flashinfer_version="0.6.7.post1")
+    assert policy.evaluate(cfg(), node, shipped).backends() == ("fa2", "fa2")
+    assert policy.evaluate(cfg(), node, edited).backends() == (TRT, TRT)
+    node0 = simulated_node("B300", flashinfer_version="0.6.7")
+    assert policy.evaluate(cfg(), node0, edited).backends() == ("fa2", "fa2")
+
+
+# -- seed 001: metadata needs per batch kind ---------------------------------------------
+def expected_meta(prefill_trt: bool, decode_trt: bool, dcp: int, cascade: bool):
+    """SPEC §5 formulas, batch kind -> (all_uses_trtllm, needs_host_seq_lens, needs_paged_kv_indices)."""
+    out = {}
+    for kind, (has_p, has_d) in {"prefill_only": (True, False), "decode_only": (False, True),
+                                 "mixed": (True, True)}.items():
+        all_trt = (not has_p or prefill_trt) and (not has_d or decode_trt)
+        out[kind] = (all_trt, dcp > 1 or cascade or not all_trt, cascade or not all_trt)
+    return out
+
+
+def meta_tuple(plan):
+    m = plan.metadata
+    return {k: (getattr(m, k).all_uses_trtllm, getattr(m, k).needs_host_seq_lens, getattr(m, k).needs_paged_kv_indices)
+            for k in ("prefill_only", "decode_only", "mixed")}
+
+
+def assert_indptr(plan):
+    m = plan.metadata
+    assert m.prefill_only.prefill_kv_indptr == "device_cumsum"
+    assert m.mixed.prefill_kv_indptr == "device_cumsum"
+    assert m.decode_only.prefill_kv_indptr is None
+
+
+@pytest.mark.parametrize("dcp,cascade", [(1, False), (2, False), (1, True), (4, True)])
+def test_seed001_b200_all_trtllm(dcp, cascade):
+    a = require_plan(cfg(dcp_world_size=dcp, cascade=cascade, num_speculative_tokens=3), simulated_node("B200"))
+    assert a.backends() == (TRT, TRT)
+    got = meta_tuple(a.plan)
+    assert got == expected_meta(True, True, dcp, cascade)
+    # no dcp and no cascade: a pure-trtllm step needs neither host seq_lens nor paged indices
+    if dcp == 1 and not cascade:
+        assert all(v == (True, False, False) for v in got.values())
+    if dcp > 1 and not cascade:
+        assert got["mixed"] == (True, True, False)
+    assert_indptr(a.plan)
+
+
+@pytest.mark.parametrize("dcp,cascade", [(1, False), (2, False), (1, True)])
+def test_seed001_h100_native(dcp, cascade):
+    a = require_plan(cfg(dcp_world_size=dcp, cascade=cascade), simulated_node("H100"))
+    assert a.backends() == ("fa3", "fa2")
+    got = meta_tuple(a.plan)
+    assert got == expected_meta(False, False, dcp, cascade)
+    assert all(v == (False, True, True) for v in got.values())
+    assert_indptr(a.plan)
+
+
+_MIXED_PACK = """
+pack: test-mixed
+rules:
+  - id: test.no-trtllm-{phase}
+    title: test rule keeping trtllm-gen out of one phase
+    reason: a test-only rule that makes a mixed plan
+    source: tests
+    backends: [trtllm-gen]
+    phases: [{phase}]
+    require: {{fact: config.dcp_world_size, min: 1000}}
+"""
+
+
+def ruleset_without_trtllm_in(tmp_path: Path, phase: str):
+    packs = tmp_path / "packs"
+    shutil.copytree(PACKS_DIR, packs)
+    (packs / "zz_test.yaml").write_text(_MIXED_PACK.format(phase=phase))
+    return load_ruleset(sorted(packs.glob("*.yaml")), BACKENDS_FILE)
+
+
+@pytest.mark.parametrize("dcp,cascade", [(1, False), (2, False), (1, True)])
+@pytest.mark.parametrize("native_phase", ["decode", "prefill"])
+def test_seed001_mixed_trtllm_and_native(tmp_path, native_phase, dcp, cascade):
+    rs = ruleset_without_trtllm_in(tmp_path, native_phase)
+    a = policy.evaluate(cfg(dcp_world_size=dcp, cascade=cascade, num_speculative_tokens=2), simulated_node("B200"), rs)
+    assert a.ok, a.violations
+    p_trt, d_trt = native_phase == "decode", native_phase == "prefill"
+    assert a.backends() == (TRT if p_trt else "fa2", TRT if d_trt else "fa2")
+    got = meta_tuple(a.plan)
+    assert got == expected_meta(p_trt, d_trt, dcp, cascade)
+    assert got["mixed"][0] is False                    # a mixed batch is never all-trtllm here
+    assert got["mixed"][1] and got["mixed"][2]
+    assert a.plan.kv_cache.layout == "HND"             # one phase runs trtllm-gen
+    assert_indptr(a.plan)
+    if native_phase == "decode":
+        # speculative decode on the native backend runs the prefill kernel over 1+k tokens
+        assert a.plan.decode.q_len_per_req == 3 and a.plan.decode.runs_on_prefill_kernel
+
+
+@pytest.mark.parametrize("p_trt,d_trt,dcp,cascade",
+                         list(itertools.product([False, True], [False, True], [1, 2], [False, True])))
+def test_seed001_metadata_truth_table(p_trt, d_trt, dcp, cascade):
+    from policy.plan import metadata_needs
+
+    m = metadata_needs(cfg(dcp_world_size=dcp, cascade=cascade), p_trt, d_trt)
+    got = {k: (getattr(m, k).all_uses_trtllm, getattr(m, k).needs_host_seq_lens, getattr(m, k).needs_paged_kv_indices)
+           for k in ("prefill_only", "decode_only", "mixed")}
+    assert got == expected_meta(p_trt, d_trt, dcp, cascade)
+
+
+def test_seed001_spec_decode_on_blackwell_stays_on_trtllm():
+    a = require_plan(cfg(num_speculative_tokens=3), simulated_node("GB200"))
+    assert a.plan.decode.backend == TRT
+    assert a.plan.decode.q_len_per_req == 4
+    assert not a.plan.decode.runs_on_prefill_kernel
+
+
+# -- seed 002: head_dim 512 only through trtllm-gen; fp8 views are float8 -----------------
+@pytest.mark.parametrize("dev", ["B200", "GB200", "B300", "GB300"])
+def test_seed002_head_dim_512_runs_trtllm_on_10x(dev):
+    a = require_plan(cfg(head_dim=512, num_qo_heads=8, num_kv_heads=1), simulated_node(dev))
+    assert a.backends() == (TRT, TRT)
+    assert a.plan.kv_cache.head_dim_k == 512 and a.plan.kv_cache.head_dim_v == 512
+
+
+@pytest.mark.parametrize("dev,cands", [("H100", {("prefill", "fa3"), ("prefill", "fa2"), ("decode", "fa2")}),
+                                       ("RTX PRO 6000", {("prefill", "fa2"), ("decode", "fa2")})])
+def test_seed002_head_dim_512_rejected_off_10x(dev, cands):
+    a = plan_for(cfg(head_dim=512), simulated_node(dev))
+    assert a.status == "rejected"
+    assert {(v.phase, v.backend) for v in a.violations if v.rule == "head-size"} == cands
+    assert not a.suggestions      # no single-field change gives 512 a kernel here: nothing guessed
+
+
+def test_seed002_forced_fa2_with_512_on_b200_rejected():
+    a = plan_for(cfg(head_dim=512, attention_backend="fa2"), simulated_node("B200"))
+    assert a.status == "rejected"
+    assert {(v.rule, v.phase, v.backend) for v in a.violations} >= {
+        ("head-size", "prefill", "fa2"), ("head-size", "decode", "fa2")}
+    s = [s for s in a.suggestions if s.field == "attention_backend"]
+    assert s and s[0].value == "auto" and (s[0].prefill, s[0].decode) == (TRT, TRT)
+
+
+@pytest.mark.parametrize("dev", ["B200", "H100", "A100", "RTX PRO 6000"])
+@pytest.mark.parametrize("kv,view", [("fp8", "float8_e4m3fn"), ("fp8_e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")])
+def test_seed002_fp8_views_are_float8_never_nvfp4(dev, kv, view):
+    a = require_plan(cfg(kv_cache_dtype=kv), simulated_node(dev))
+    plan = a.plan
+    assert plan.kv_cache.storage_dtype == "uint8"
+    assert plan.kv_cache.view_dtype == view
+    assert plan.kv_cache.nvfp4_scale_dtype is None and plan.kv_cache.nvfp4_block_size is None
+    for ph in (plan.prefill, plan.decode):
+        assert ph.kv_storage_dtype == "uint8"
+        assert ph.kv_view_dtype == view
+        assert "nvfp4" not in ph.kv_view_dtype
+        assert ph.query_dtype == "bfloat16"           # only nvfp4 quantizes the query
+        for m in ph.modules:
+            assert m.params["dtype_kv"] == view
+
+
+@pytest.mark.parametrize("dtype,torch_name", [("bf16", "bfloat16"), ("fp16", "float16")])
+def test_seed002_auto_kv_is_query_dtype(dtype, torch_name):
+    plan = require_plan(cfg(dtype=dtype), simulated_node("B200")).plan
+    assert plan.kv_cache.storage_dtype == plan.kv_cache.view_dtype == torch_name
+
+
+def test_seed002_nvfp4_is_explicit_packed_uint8_with_fp8_scales():
+    plan = require_plan(cfg(kv_cache_dtype="nvfp4"), simulated_node("B200")).plan
+    assert plan.kv_cache.storage_dtype == "uint8"
+    assert plan.kv_cache.nvfp4_scale_dtype == "float8_e4m3fn"
+    assert plan.kv_cache.nvfp4_block_size
+    assert plan.prefill.query_dtype == plan.decode.query_dtype == "float8_e4m3fn"
+
+
+# -- seed 003: nvfp4 off sm100f fails at startup with a verified alternative --------------
+def test_seed003_nvfp4_on_sm120_raises_at_require_plan():
+    config = cfg(kv_cache_dtype="nvfp4")
+    node = simulated_node("RTX PRO 6000")
+    with pytest.raises(ValueError) as info:                   # a ValueError, as vLLM raises
+        require_plan(config, node)
+    exc = info.value
+    assert isinstance(exc, UnsupportedConfigurationError)
+    assert exc.answer.status == "rejected"
+    assert any(v.rule == "kv.nvfp4-sm100f" and v.phase == "both" for v in exc.violations)
+    text = str(exc)
+    assert len(exc.violations) >= 3                            # the pair rule + each phase's fa2
+    for v in exc.violations:
+        assert f"[{v.rule}]" in text
+        assert v.message in text
+    kv = [s for s in exc.suggestions if s.field == "kv_cache_dtype"]
+    assert kv, exc.suggestions
+    assert all(s.value != "nvfp4" for s in kv)
+    assert "kv_cache_dtype=" in text
+    for s in kv:
+        c2, n2 = apply_suggestion(config, node, s)
+        assert n2 == node
+        ok = require_plan(c2, n2)                              # the suggestion itself passes
+        assert ok.backends() == (s.prefill, s.decode)
+
+
+def test_seed003_plan_for_does_not_raise():
+    a = plan_for(cfg(kv_cache_dtype="nvfp4"), simulated_node("RTX 5090"))
+    assert a.status == "rejected" and a.plan is None
+
+
+@pytest.mark.parametrize("dev", ["B200", "B300"])
+def test_seed003_nvfp4_on_sm100f_plans(dev):
+    a = require_plan(cfg(kv_cache_dtype="nvfp4"), simulated_node(dev))
+    assert a.backends() == (TRT, TRT)
+
+
+# -- seed 004 (policy side): ragged MLA prefill for DeepSeek shapes on 10.x ---------------
+@pytest.mark.parametrize("nope,v", [(128, 128), (192, 256)])
+def test_seed004_trtllm_ragged_prefill_on_10x(nope, v):
+    a = require_plan(AttentionConfig(kv_lora_rank=512, qk_nope_head_dim=nope, qk_rope_head_dim=64, v_head_dim=v,
+                                     num_qo_heads=128), simulated_node("B200"))
+    assert a.backends() == ("trtllm-ragged", "trtllm-gen-mla")
+    assert a.plan.kv_cache.layout == "HND"
