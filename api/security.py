@@ -1,0 +1,129 @@
+"""Who may call the service and how much they may send: bearer token and body limit (ASGI).
+
+Both run before routing, so an unauthenticated or oversized request never reaches a handler
+(nor a JSON parser). The token is compared in constant time and never logged or echoed.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from typing import Iterable, Mapping, Optional
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+MAX_BODY_BYTES = 64 * 1024
+
+# Open without a token: the Docker HEALTHCHECK and orchestrators' probes, and the status page's
+# static shell and the API schema, which hold no node data (the page asks for the token and
+# sends it with every data call). Everything else needs the token when one is set.
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
+OPEN_PREFIXES = ("/static/",)
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and 'localhost'; any other name or address may be reachable from outside."""
+    h = host.strip().strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def resolve_token(flag: Optional[str], env: Mapping[str, str]) -> Optional[str]:
+    """--token wins over ATTNPLAN_TOKEN; an empty value means no token."""
+    token = flag if flag else env.get("ATTNPLAN_TOKEN", "")
+    return token or None
+
+
+async def send_json(send: Send, status: int, detail: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps({"detail": detail}, separators=(",", ":")).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BearerAuth:
+    def __init__(self, app: ASGIApp, token: str):
+        self.app = app
+        self._expected = token.encode("utf-8")
+
+    def _allowed(self, scope: Scope) -> bool:
+        header = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value
+                break
+        scheme, _, given = header.partition(b" ")
+        if scheme.lower() != b"bearer":
+            given = b""
+        # compare_digest's time depends on the expected token's length only, never on where
+        # the given one differs.
+        return hmac.compare_digest(given.strip(), self._expected)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES) or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        await send_json(send, 401, "missing or invalid bearer token", [(b"www-authenticate", b'Bearer realm="attnplan"')])
+
+
+class BodyLimit:
+    """413 past ``limit`` bytes: from Content-Length up front, else by counting a streamed body."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared: Optional[bytes] = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+                break
+        if declared is not None:
+            # The server already enforces Content-Length framing, so the declared size is the size.
+            if not declared.isdigit():
+                await send_json(send, 400, "invalid Content-Length")
+                return
+            if int(declared) > self.limit:
+                await send_json(send, 413, f"request body over {self.limit} bytes", [(b"connection", b"close")])
+                return
+            await self.app(scope, receive, send)
+            return
+        # No Content-Length (chunked): read at most limit bytes, then hand the body on whole.
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            total += len(chunk)
+            if total > self.limit:
+                await send_json(send, 413, f"request body over {self.limit} bytes", [(b"connection", b"close")])
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
