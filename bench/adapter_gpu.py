@@ -1,0 +1,277 @@
+"""Adapter benchmark on a GPU (Llama-3.1-8B attention: 32 q heads, 8 KV heads, head_dim 128).
+
+    python3 bench/adapter_gpu.py --phase warmup --out DIR   # warm-up, cold then warm JIT cache
+    python3 bench/adapter_gpu.py --phase sweep --out DIR    # decode and prefill sweeps
+
+Ceilings measured here, not taken from a datasheet: device-to-device copy bandwidth (bytes read
+plus written) and a bf16 8192^3 matmul. Decode: batch 1-256, context 1k-32k; adapter time per
+layer vs the FlashInfer wrapper called directly with the same plan and vs torch SDPA on dense K/V;
+achieved KV bandwidth = KV bytes read / time. Prefill: one causal request of 1k-16k tokens,
+TFLOP/s = 2 GEMMs x 2 flops x heads x dim x L(L+1)/2 / time. Host time per step: plan_step (metadata
++ every wrapper's plan) vs the direct wrapper plan. Times: triton do_bench medians (L2 flushed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+DECODE_BATCHES = (1, 16, 64, 128, 256)
+DECODE_CONTEXTS = (1024, 4096, 16384, 32768)
+PREFILL_LENS = (1024, 2048, 4096, 8192, 16384)
+MAX_CACHE_TOKENS = 8 * 1024 * 1024          # 32 GiB of bf16 K+V at this shape
+SDPA_MAX_TOKENS = 1024 * 1024
+
+
+def do_bench(fn, rep=200):
+    from triton.testing import do_bench as tdb
+
+    return tdb(fn, warmup=25, rep=rep, return_mode="median") * 1e-3      # seconds
+
+
+def host_median(fn, n=20):
+    import torch
+
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def ceilings():
+    import torch
+
+    n = 1 << 30                                   # 2 GiB of bf16 each way
+    src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    t = do_bench(lambda: dst.copy_(src), rep=100)
+    copy_bw = 2 * n * 2 / t
+    del src, dst
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    t = do_bench(lambda: a @ b, rep=200)
+    return copy_bw, 2 * 8192 ** 3 / t
+
+
+def executor():
+    from policy import AttentionConfig, require_plan
+
+    from kernels_adapter import AttentionExecutor
+
+    return AttentionExecutor(require_plan(AttentionConfig(**LLAMA)), device="cuda")
+
+
+def phase_warmup(out: Path, limit_s: float = 400.0) -> dict:
+    """Warm-up in a fresh process, first with an empty JIT cache (compiles), then again (loads).
+    The child runs in its own process group so a time-out takes its compilers down with it."""
+    import signal
+
+    results = {}
+    cache_dir = os.environ.get("FLASHINFER_WORKSPACE_BASE") or tempfile.mkdtemp(prefix="fi-")
+    env = dict(os.environ, FLASHINFER_WORKSPACE_BASE=cache_dir)
+    for label in ("cold", "warm"):
+        report = out / f"warmup-{label}.json"
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, __file__, "--phase", "warmup-child", "--out", str(report)],
+                                env=env, start_new_session=True)
+        try:
+            proc.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise SystemExit(f"warm-up ({label}) exceeded {limit_s:.0f}s")
+        wall = time.perf_counter() - t0
+        if proc.returncode or not report.exists():
+            raise SystemExit(f"warm-up child failed ({label}, rc {proc.returncode})")
+        rep = json.loads(report.read_text())
+        rep["process_wall_s"] = wall
+        results[label] = rep
+        print(f"warm-up {label}: {rep['summary']} (process {wall:.1f}s)")
+    (out / "warmup.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
+def phase_warmup_child(report_path: Path) -> None:
+    import faulthandler
+
+    import torch
+
+    faulthandler.dump_traceback_later(60, repeat=True)      # where it is, should a step stall
+
+    t0 = time.perf_counter()
+    ex = executor()                                   # includes the startup check (live probe)
+    t_check = time.perf_counter() - t0
+    report = ex.warmup(progress=lambda e: print(f"  [{time.perf_counter() - t0:6.1f}s] {e}", flush=True))
+    torch.cuda.synchronize()
+    report_path.write_text(json.dumps(dict(
+        summary=report.summary(), seconds=report.seconds, build_seconds=report.build_seconds,
+        startup_check_s=t_check, batch_kinds=report.batch_kinds, modules=[m.__dict__ for m in report.modules],
+        compiled_late=report.compiled_during_exercise)))
+
+
+def phase_smoke() -> None:
+    """One step of each batch kind, timed, printing the stack every 40 s if anything stalls."""
+    import faulthandler
+
+    import torch
+
+    from kernels_adapter.warmup import exercise
+
+    faulthandler.dump_traceback_later(40, repeat=True)
+    t0 = time.perf_counter()
+    ex = executor()
+    print(f"[{time.perf_counter() - t0:6.1f}s] executor built; plan {ex.answer.backends()}", flush=True)
+    for kind in ("prefill_only", "decode_only", "mixed"):
+        exercise(ex, kind)
+        torch.cuda.synchronize()
+        print(f"[{time.perf_counter() - t0:6.1f}s] {kind} step done", flush=True)
+    faulthandler.cancel_dump_traceback_later()
+
+
+def phase_sweep(out: Path) -> dict:
+    import flashinfer
+    import torch
+    import torch.nn.functional as F
+
+    from kernels_adapter import StepInput
+
+    dev_name = torch.cuda.get_device_name()
+    copy_bw, mm_rate = ceilings()
+    print(f"{dev_name}: copy {copy_bw / 1e12:.2f} TB/s (read+write), bf16 matmul {mm_rate / 1e12:.0f} TFLOP/s")
+    ex = executor()
+    ex.warmup()
+    plan, p = ex.plan, ex.params
+    page = plan.kv_cache.page_size
+    n_pages = MAX_CACHE_TOKENS // page
+    cache = ex.allocate_kv_cache(n_pages)
+    cache.data.normal_()
+    ws = torch.zeros(plan.decode.workspace_bytes, dtype=torch.uint8, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    perm = torch.randperm(n_pages, device="cuda", generator=gen).int()
+    rows = []
+
+    for ctx in DECODE_CONTEXTS:
+        for bs in DECODE_BATCHES:
+            if bs * ctx > MAX_CACHE_TOKENS:
+                continue
+            per = ctx // page
+            table = perm[: bs * per].view(bs, per)
+            seq = torch.full((bs,), ctx, dtype=torch.int32)
+            inp = StepInput([1] * bs, seq.cuda(), table, bs, seq_lens_cpu=seq)
+            q = torch.randn(bs, 32, 128, device="cuda", dtype=torch.bfloat16)
+            o = torch.empty_like(q)
+            step = ex.plan_step(inp)
+            t_host = host_median(lambda: ex.plan_step(inp))
+            t_adapter = do_bench(lambda: ex.forward(step, q, cache, o))
+            # FlashInfer called directly: the same wrapper kind the plan names, planned by hand.
+            direct = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=bool(plan.decode.use_tensor_cores),
+                                                                   backend=plan.decode.backend)
+            b = step.decode
+            kw = dict(q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16, non_blocking=True)
+            do_plan = lambda: direct.plan(b.kv_page_indptr_cpu, b.kv_indices, b.last_page_len_cpu, 32, 8, 128, page, **kw)  # noqa: E731
+            do_plan()
+            t_host_direct = host_median(do_plan)
+            t_direct = do_bench(lambda: direct.run(q, cache.kernel_view(), out=o))
+            kv_bytes = bs * ctx * 8 * 128 * 2 * 2
+            row = dict(kind="decode", batch=bs, context=ctx, adapter_us=t_adapter * 1e6, direct_us=t_direct * 1e6,
+                       adapter_over_direct=t_direct / t_adapter, kv_bw_TBs=kv_bytes / t_adapter / 1e12,
+                       bw_over_copy=kv_bytes / t_adapter / copy_bw, host_step_us=t_host * 1e6,
+                       host_direct_plan_us=t_host_direct * 1e6)
+            if bs * ctx <= SDPA_MAX_TOKENS:
+                k = torch.randn(bs, 8, ctx, 128, device="cuda", dtype=torch.bfloat16)
+                v = torch.randn_like(k)
+                qs = q.view(bs, 32, 1, 128)
+                t_sdpa = do_bench(lambda: F.scaled_dot_product_attention(qs, k, v, enable_gqa=True))
+                row["sdpa_us"] = t_sdpa * 1e6
+                row["adapter_over_sdpa"] = t_sdpa / t_adapter
+                del k, v
+            rows.append(row)
+            print(json.dumps(row))
+
+    del cache
+    torch.cuda.empty_cache()
+    for L in PREFILL_LENS:
+        per = (L + page - 1) // page
+        cache = ex.allocate_kv_cache(per)
+        cache.data.normal_()
+        table = torch.randperm(per, device="cuda", generator=gen).int().view(1, per)
+        seq = torch.tensor([L], dtype=torch.int32)
+        inp = StepInput([L], seq.cuda(), table, 0, seq_lens_cpu=seq)
+        q = torch.randn(L, 32, 128, device="cuda", dtype=torch.bfloat16)
+        o = torch.empty_like(q)
+        step = ex.plan_step(inp)
+        t_host = host_median(lambda: ex.plan_step(inp))
+        t_adapter = do_bench(lambda: ex.forward(step, q, cache, o), rep=300)
+        direct = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=plan.prefill.backend)
+        b = step.prefill
+        direct.plan(b.qo_indptr_cpu, b.kv_page_indptr_cpu, b.kv_indices, b.last_page_len_cpu, 32, 8, 128, page,
+                    causal=True, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+        t_direct = do_bench(lambda: direct.run(q, cache.kernel_view(), out=o), rep=300)
+        kv = cache.kernel_view()
+        k = kv[table[0].long(), 0].reshape(-1, 8, 128)[:L].transpose(0, 1).unsqueeze(0).contiguous()
+        v = kv[table[0].long(), 1].reshape(-1, 8, 128)[:L].transpose(0, 1).unsqueeze(0).contiguous()
+        qs = q.transpose(0, 1).unsqueeze(0)
+        t_sdpa = do_bench(lambda: F.scaled_dot_product_attention(qs, k, v, is_causal=True, enable_gqa=True), rep=300)
+        flops = 2 * 2 * 32 * 128 * L * (L + 1) / 2
+        row = dict(kind="prefill", tokens=L, adapter_us=t_adapter * 1e6, direct_us=t_direct * 1e6,
+                   adapter_over_direct=t_direct / t_adapter, sdpa_us=t_sdpa * 1e6, adapter_over_sdpa=t_sdpa / t_adapter,
+                   tflops=flops / t_adapter / 1e12, over_matmul=flops / t_adapter / mm_rate, host_step_us=t_host * 1e6)
+        rows.append(row)
+        print(json.dumps(row))
+        del cache, k, v
+    result = dict(device=dev_name, copy_bw_TBs=copy_bw / 1e12, matmul_TFLOPs=mm_rate / 1e12,
+                  plan=dict(prefill=plan.prefill.backend, decode=plan.decode.backend,
+                            decode_use_tensor_cores=plan.decode.use_tensor_cores, page_size=page),
+                  flashinfer=flashinfer.__version__, torch=torch.__version__, rows=rows)
+    (out / "adapter_bench.json").write_text(json.dumps(result, indent=1))
+    print_tables(result)
+    return result
+
+
+def print_tables(r: dict) -> None:
+    print(f"\n{r['device']} | copy {r['copy_bw_TBs']:.2f} TB/s | matmul {r['matmul_TFLOPs']:.0f} TFLOP/s | plan {r['plan']}")
+    print("| batch | ctx | adapter us | direct us | adapter/direct | KV TB/s | /copy | SDPA us | adapter/SDPA | host step us | direct plan us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for x in r["rows"]:
+        if x["kind"] == "decode":
+            sd = f"{x['sdpa_us']:.1f} | {x['adapter_over_sdpa']:.2f}" if "sdpa_us" in x else "- | -"
+            print(f"| {x['batch']} | {x['context']} | {x['adapter_us']:.1f} | {x['direct_us']:.1f} | {x['adapter_over_direct']:.3f} | "
+                  f"{x['kv_bw_TBs']:.2f} | {x['bw_over_copy']:.2f} | {sd} | {x['host_step_us']:.0f} | {x['host_direct_plan_us']:.0f} |")
+    print("\n| tokens | adapter us | direct us | adapter/direct | TFLOP/s | /matmul | SDPA us | adapter/SDPA | host step us |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for x in r["rows"]:
+        if x["kind"] == "prefill":
+            print(f"| {x['tokens']} | {x['adapter_us']:.1f} | {x['direct_us']:.1f} | {x['adapter_over_direct']:.3f} | {x['tflops']:.0f} | "
+                  f"{x['over_matmul']:.2f} | {x['sdpa_us']:.1f} | {x['adapter_over_sdpa']:.2f} | {x['host_step_us']:.0f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--phase", choices=("warmup", "warmup-child", "smoke", "sweep"), required=True)
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    a = ap.parse_args()
+    out = Path(a.out)
+    if a.phase != "warmup-child":
+        out.mkdir(parents=True, exist_ok=True)
+    if a.phase == "warmup":
+        phase_warmup(out)
+    elif a.phase == "warmup-child":
+        phase_warmup_child(Path(a.out))
+    elif a.phase == "smoke":
+        phase_smoke()
+    else:
+        phase_sweep(out)
+
+
+if __name__ == "__main__":
+    main()

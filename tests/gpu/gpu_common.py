@@ -1,0 +1,124 @@
+"""Shared pieces of the GPU tests: plans on the live node, random paged batches, the float32
+reference over the K/V the test keeps, and one parallel build of every module a test file needs."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from typing import Any
+
+import torch
+
+from policy import AttentionConfig, plan_for
+
+from kernels_adapter import AttentionExecutor, StepInput, attention_ref
+from kernels_adapter import kv_cache as kvc
+
+# Fresh inputs every run; the seed is printed so a failure can be replayed.
+SEED = int.from_bytes(os.urandom(4), "little")
+print(f"[gpu tests] random seed {SEED}")
+TOL = 1e-2
+
+
+def answer(**cfg: Any):
+    a = plan_for(AttentionConfig(**cfg))          # this machine's probed facts
+    assert a.ok, a.violations
+    return a
+
+
+def executor(**cfg: Any) -> AttentionExecutor:
+    return AttentionExecutor(answer(**cfg), device="cuda")
+
+
+def prebuild(*answers: Any) -> None:
+    """Compile every module these plans need in one ninja run before the first test."""
+    from kernels_adapter.warmup import plan_modules, prebuild as build
+
+    mods = {m.name: m for a in answers for m in plan_modules(a.plan)}
+    t0 = time.perf_counter()
+    build(list(mods.values()))
+    print(f"[gpu tests] prebuilt {len(mods)} modules in {time.perf_counter() - t0:.1f}s: {sorted(mods)}")
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    assert not out.isnan().any(), "output has NaN (unwritten rows?)"
+    return ((out.float() - ref.float()).norm() / ref.float().norm()).item()
+
+
+class Batch:
+    """A random paged batch: history already in the cache, this step's tokens appended by the
+    executor; ``ks``/``vs`` keep every token's K/V for the reference."""
+
+    def __init__(self, ex: AttentionExecutor, q_lens: list[int], seq: list[int], nd: int, *,
+                 k_scale: float = 1.0, gen: torch.Generator | None = None, host: bool = True,
+                 reuse: "Batch | None" = None):
+        self.ex, self.q_lens, self.seq, self.nd = ex, q_lens, seq, nd
+        self.gen = gen or torch.Generator(device="cuda").manual_seed(SEED + sum(seq))
+        p, page = ex.params, ex.plan.kv_cache.page_size
+        if reuse is not None:
+            # Same pages and cache as an earlier batch (a captured graph's addresses), new lengths.
+            assert max(seq) <= reuse.table.shape[1] * page and len(seq) == len(reuse.seq)
+            self.table, self.cache = reuse.table.flip(0).contiguous(), reuse.cache
+        else:
+            width = max((s + page - 1) // page for s in seq)
+            n_pages = len(seq) * width
+            self.table = torch.randperm(n_pages, device="cuda", generator=self.gen).view(len(seq), width).int()
+            self.cache = ex.allocate_kv_cache(n_pages)
+            # Poison the whole cache: a kernel reading a slot nobody wrote would show NaN.
+            self.cache.data.fill_(0x7F if self.cache.data.dtype == torch.uint8 else float("nan"))
+        self.k_scale = k_scale
+        self.ks = [self.rand(s, p.num_kv_heads, p.head_dim_qk) for s in seq]
+        self.vs = [self.rand(s, p.num_kv_heads, p.head_dim_vo) for s in seq]
+        for r, (s, n) in enumerate(zip(seq, q_lens)):
+            if s > n:
+                pos = torch.arange(s - n, device="cuda")
+                slots = self.table[r, pos // page].long() * page + pos % page
+                kvc.append(self.cache, slots, self.ks[r][: s - n], self.vs[r][: s - n], k_scale=k_scale, v_scale=k_scale)
+        seq_t = torch.tensor(seq, dtype=torch.int32)
+        self.input = StepInput(query_lens=q_lens, seq_lens=seq_t.cuda(), block_table=self.table, num_decodes=nd,
+                               seq_lens_cpu=seq_t if host else None)
+        self.q = self.rand(sum(q_lens), p.num_qo_heads, p.head_dim_qk)
+
+    def rand(self, *shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", generator=self.gen).to(torch.bfloat16)
+
+    def new_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        k = torch.cat([k[s - n:] for k, s, n in zip(self.ks, self.seq, self.q_lens)])
+        v = torch.cat([v[s - n:] for v, s, n in zip(self.vs, self.seq, self.q_lens)])
+        return k, v
+
+    def run(self) -> torch.Tensor:
+        ex = self.ex
+        step = ex.plan_step(self.input)
+        ex.append_kv(step, self.cache, *self.new_kv(), k_scale=self.k_scale, v_scale=self.k_scale)
+        out = torch.full((step.num_tokens, ex.params.num_qo_heads, ex.params.head_dim_vo), float("nan"),
+                         dtype=torch.bfloat16, device="cuda")
+        ex.forward(step, self.q, self.cache, out, k_scale=self.k_scale, v_scale=self.k_scale)
+        torch.cuda.synchronize()
+        return out
+
+    def reference(self) -> torch.Tensor:
+        p = self.ex.params
+        view = self.ex.plan.kv_cache.view_dtype
+        s = self.k_scale
+
+        def stored(x: torch.Tensor) -> torch.Tensor:     # what the cache holds, dequantized
+            if "float8" in view:
+                return (x.float() / s).to(getattr(torch, view)).float() * s
+            return x.float()
+
+        outs, t = [], 0
+        for r, (L, n) in enumerate(zip(self.seq, self.q_lens)):
+            o, _ = attention_ref(self.q[t:t + n], stored(self.ks[r]), stored(self.vs[r]), sm_scale=p.sm_scale,
+                                 causal=True, window_left=p.window_left, soft_cap=p.soft_cap)
+            outs.append(o)
+            t += n
+        return torch.cat(outs)
+
+
+LENS = random.Random(SEED)
+
+
+def random_lens(n: int, lo: int, hi: int) -> list[int]:
+    return [LENS.randint(lo, hi) for _ in range(n)]

@@ -1,0 +1,168 @@
+"""MLA through the adapter on a real GPU: paged latent decode (BatchMLAPagedAttentionWrapper) and
+ragged prefill with (qk, vo) = (192, 128), on the plan the rules choose here and on fa2 forced,
+vs the float32 reference; chunked-context prefill with the seed-004 merge (flashinfer.merge_state)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from gpu_common import TOL, answer, executor, prebuild, random_lens, rel_err  # noqa: E402
+
+from policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
+
+from kernels_adapter import AttentionExecutor, StepInput, attention_ref  # noqa: E402
+from kernels_adapter import kv_cache as kvc  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+AUTO, FA2, MTP = MLA, dict(MLA, attention_backend="fa2"), dict(MLA, num_speculative_tokens=1)
+CASES = {"auto": AUTO, "fa2": FA2}
+GEN = torch.Generator(device="cuda").manual_seed(int.from_bytes(__import__("os").urandom(4), "little"))
+
+
+def rnd(*shape):
+    return torch.randn(*shape, device="cuda", generator=GEN).to(torch.bfloat16)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    prebuild(*(answer(**c) for c in (AUTO, FA2, MTP)))
+
+
+def paged(ex, seq, new):
+    """Random latent history in shuffled pages; returns (table, cache, latents, StepInput)."""
+    page = ex.plan.kv_cache.page_size
+    width = max((s + page - 1) // page for s in seq)
+    table = torch.randperm(len(seq) * width, device="cuda", generator=GEN).view(len(seq), width).int()
+    cache = ex.allocate_kv_cache(len(seq) * width)
+    cache.data.fill_(float("nan"))
+    lat = [rnd(s, 576) for s in seq]
+    for r, (s, n) in enumerate(zip(seq, new)):
+        if s > n:
+            pos = torch.arange(s - n, device="cuda")
+            kvc.append(cache, table[r, pos // page].long() * page + pos % page, lat[r][: s - n])
+    seq_t = torch.tensor(seq, dtype=torch.int32)
+    return table, cache, lat, StepInput(new, seq_t.cuda(), table, 0, seq_lens_cpu=seq_t)
+
+
+@pytest.mark.parametrize("name", ["auto", "fa2", "mtp"])
+def test_mla_decode(name):
+    ex = executor(**{"auto": AUTO, "fa2": FA2, "mtp": MTP}[name])
+    qd = ex.plan.decode.q_len_per_req
+    seq = random_lens(12, qd, 3000)
+    table, cache, lat, inp = paged(ex, seq, [qd] * 12)
+    inp.num_decodes = 12
+    step = ex.plan_step(inp)
+    ex.append_latent(step, cache, torch.cat([x[s - qd:] for x, s in zip(lat, seq)]))
+    q_nope, q_pe = rnd(12 * qd, 16, 512), rnd(12 * qd, 16, 64)
+    out = torch.full((12 * qd, 16, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ex.mla_decode(step, q_nope, q_pe, cache, out)
+    q = torch.cat([q_nope, q_pe], -1)
+    ref = torch.cat([attention_ref(q[r * qd:(r + 1) * qd], lat[r].unsqueeze(1), lat[r][:, :512].unsqueeze(1),
+                                   sm_scale=ex.params.sm_scale)[0] for r in range(12)])
+    err = rel_err(out, ref)
+    print(f"MLA decode {ex.plan.decode.kernel} q_len={qd}: rel err {err:.2e}")
+    assert err <= TOL
+
+
+def up_projection():
+    w_k, w_v = rnd(512, 16, 128).float() / 20, rnd(512, 16, 128).float() / 20
+
+    def up(latent):
+        ckv = latent[:, :512].float()
+        k = torch.cat([torch.einsum("tc,chd->thd", ckv, w_k), latent[:, 512:].float().unsqueeze(1).expand(-1, 16, -1)], -1)
+        return k.bfloat16(), torch.einsum("tc,chd->thd", ckv, w_v).bfloat16()
+    return up
+
+
+@pytest.mark.parametrize("name", ["auto", "fa2"])
+def test_mla_chunked_prefill_with_merge(name):
+    ex = executor(**CASES[name])
+    new = random_lens(4, 1, 600)
+    ctx = [0, random_lens(1, 1, 2000)[0], 0, random_lens(1, 1, 2000)[0]]
+    seq = [a + b for a, b in zip(new, ctx)]
+    table, cache, lat, inp = paged(ex, seq, new)
+    step = ex.plan_step(inp)
+    ex.append_latent(step, cache, torch.cat([x[s - n:] for x, s, n in zip(lat, seq, new)]))
+    latent_ctx = ex.gather_context(step, cache)
+    assert torch.equal(latent_ctx, torch.cat([x[:c] for x, c in zip(lat, ctx)]))
+    up = up_projection()
+    k_ctx, v_ctx = up(latent_ctx)
+    t = sum(new)
+    q, k_new, v_new = rnd(t, 16, 192), rnd(t, 16, 192), rnd(t, 16, 128)
+    # Capture the new-token result just before the merge, and poison the context rows of tokens
+    # without context (the kernel may leave them unwritten): neither may reach the output.
+    seen = {}
+    inner_ragged, inner_merge = ex.backend.run_ragged, ex.backend.merge
+
+    def run_ragged(step_, key, *a):
+        inner_ragged(step_, key, *a)
+        if key == "context":
+            a[3][~step_.extra["has_context"]] = float("nan")
+    def merge(out, lse, v, s, has):
+        seen["before"] = out.clone()
+        inner_merge(out, lse, v, s, has)
+    ex.backend.run_ragged, ex.backend.merge = run_ragged, merge
+    out = torch.full((t, 16, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+    ex.mla_prefill(step, q, k_new, v_new, out, context=(k_ctx, v_ctx))
+    torch.cuda.synchronize()
+    refs, o, c0 = [], 0, 0
+    for n, c in zip(new, ctx):
+        k = torch.cat([k_ctx[c0:c0 + c], k_new[o:o + n]])
+        v = torch.cat([v_ctx[c0:c0 + c], v_new[o:o + n]])
+        refs.append(attention_ref(q[o:o + n], k, v, sm_scale=ex.params.sm_scale)[0])
+        o, c0 = o + n, c0 + c
+    err = rel_err(out, torch.cat(refs))
+    no_ctx = ~step.extra["has_context"]
+    print(f"MLA chunked prefill {ex.answer.backends()} new={new} ctx={ctx}: rel err {err:.2e}")
+    assert err <= TOL
+    assert torch.equal(out[no_ctx], seen["before"][no_ctx]), "tokens without context pass unchanged"
+
+
+def test_mla_steps_do_no_device_to_host_sync():
+    ex = executor(**AUTO)
+    new = [1, 1, 40, 7]
+    seq = [300, 900, 40, 500]
+    table, cache, lat, inp = paged(ex, seq, new)
+    inp.num_decodes = 2
+    up = up_projection()
+
+    def one_step():
+        step = ex.plan_step(inp)
+        ex.append_latent(step, cache, torch.cat([x[s - n:] for x, s, n in zip(lat, seq, new)]))
+        ex.mla_decode(step, rnd(2, 16, 512), rnd(2, 16, 64), cache)
+        k_ctx, v_ctx = up(ex.gather_context(step, cache))
+        return ex.mla_prefill(step, rnd(47, 16, 192), rnd(47, 16, 192), rnd(47, 16, 128), context=(k_ctx, v_ctx))
+
+    one_step()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = one_step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    assert not out.isnan().any()
+
+
+def test_trtllm_mla_plan_refused_here():
+    b200 = plan_for(AttentionConfig(**MLA), simulated_node("B200", cubins="available"))
+    assert b200.backends() == ("trtllm-ragged", "trtllm-gen-mla")
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(PlanMismatchError) as err:
+        AttentionExecutor(b200)
+    rules = {v.rule for v in err.value.violations}
+    print("refused:", sorted(rules))
+    assert "mla.family" in rules and torch.cuda.memory_allocated() == before
+
+
+def test_mla_warmup_covers_every_kernel():
+    ex = executor(**AUTO)
+    report = ex.warmup()
+    print(report.summary())
+    assert report.compiled_during_exercise == []

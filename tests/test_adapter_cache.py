@@ -1,0 +1,169 @@
+"""Paged KV cache and step metadata built from the plan (seed 001, seed 002), on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy import AttentionConfig, plan_for, simulated_node
+
+torch = pytest.importorskip("torch")
+
+from kernels_adapter import AttentionExecutor, StepInput, allocate, build_step  # noqa: E402
+from kernels_adapter import kv_cache as kvc  # noqa: E402
+
+LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+
+
+def plan(node="H100", **kw):
+    answer = plan_for(AttentionConfig(**kw), simulated_node(node, cubins="available") if node.startswith(("B", "GB")) else simulated_node(node))
+    assert answer.ok, answer.violations
+    return answer.plan
+
+
+@pytest.mark.parametrize("node, kw, storage, view, layout", [
+    ("H100", dict(LLAMA), torch.bfloat16, torch.bfloat16, "NHD"),
+    ("H100", dict(LLAMA, kv_cache_dtype="fp8"), torch.uint8, torch.float8_e4m3fn, "NHD"),
+    ("H100", dict(LLAMA, kv_cache_dtype="fp8_e5m2"), torch.uint8, torch.float8_e5m2, "NHD"),
+    ("B200", dict(LLAMA, kv_cache_dtype="fp8"), torch.uint8, torch.float8_e4m3fn, "HND"),
+])
+def test_cache_dtypes_and_layout_come_from_the_plan(node, kw, storage, view, layout):
+    p = plan(node, **kw)
+    cache = allocate(p.kv_cache, 5, "cpu")
+    assert cache.data.dtype == storage and cache.kernel_view().dtype == view
+    assert p.kv_cache.layout == layout
+    inner = (p.kv_cache.page_size, 8) if layout == "NHD" else (8, p.kv_cache.page_size)
+    assert tuple(cache.data.shape) == (5, 2, *inner, 128)
+
+
+def test_uint8_is_never_read_as_nvfp4():
+    """Seed 002: the same uint8 bytes are fp8 under an fp8 plan and packed fp4 only under an nvfp4
+    plan; the tensor's dtype decides nothing."""
+    fp8 = plan("B200", **LLAMA, kv_cache_dtype="fp8").kv_cache
+    fp4 = plan("B200", head_dim=128, num_qo_heads=32, num_kv_heads=8, kv_cache_dtype="nvfp4").kv_cache
+    a, b = allocate(fp8, 3, "cpu"), allocate(fp4, 3, "cpu")
+    assert a.data.dtype == b.data.dtype == torch.uint8
+    assert a.kernel_view().dtype == torch.float8_e4m3fn and a.scales is None
+    assert b.kernel_view().dtype == torch.uint8 and b.data.shape[-1] == 64          # two e2m1 per byte
+    assert b.scales.dtype == torch.float8_e4m3fn and b.scales.shape[-1] == 128 // 16
+
+
+def test_mla_latent_cache():
+    p = plan("H100", **MLA)
+    cache = allocate(p.kv_cache, 4, "cpu")
+    assert tuple(cache.data.shape) == (4, p.kv_cache.page_size, 576)
+    assert cache.ckv().shape[-1] == 512 and cache.kpe().shape[-1] == 64
+
+
+def _step_input(p, q_lens, seq, nd, *, host=True, width=None):
+    page = p.kv_cache.page_size
+    width = width or max((s + page - 1) // page for s in seq)
+    gen = torch.Generator().manual_seed(len(seq))
+    table = torch.randperm(len(seq) * width + 7, generator=gen)[: len(seq) * width].view(len(seq), width).int()
+    seq_t = torch.tensor(seq, dtype=torch.int32)
+    return StepInput(query_lens=q_lens, seq_lens=seq_t, block_table=table, num_decodes=nd,
+                     seq_lens_cpu=seq_t.clone() if host else None)
+
+
+def test_indptr_indices_slots_follow_the_step():
+    p = plan("H100", **LLAMA)
+    page = p.kv_cache.page_size
+    inp = _step_input(p, [1, 1, 7, 40], [9, 33, 7, 70], 2)
+    step = build_step(p, inp)
+    assert step.kind == "mixed"
+    dec, pre = step.decode, step.prefill
+    assert dec.kv_page_indptr.tolist() == [0, 1, 4]
+    assert pre.kv_page_indptr.tolist() == [0, 1, 6]
+    assert pre.kv_page_indptr_cpu.tolist() == pre.kv_page_indptr.tolist()
+    assert pre.kv_indices.tolist() == inp.block_table[2, :1].tolist() + inp.block_table[3, :5].tolist()
+    assert pre.last_page_len.tolist() == [7, 70 - 4 * page]
+    assert (pre.tok.start, pre.tok.stop) == (2, 49)
+    # The last new token of request 3 sits at position 69.
+    assert step.slots[-1].item() == inp.block_table[3, 69 // page].item() * page + 69 % page
+    assert step.slots.shape[0] == 49 and len(set(step.slots.tolist())) == 49
+
+
+def test_prefill_indptr_is_fresh_each_step():
+    """Seed 001: the device KV indptr is recomputed from this step's lengths, never reused."""
+    p = plan("H100", **LLAMA)
+    a = build_step(p, _step_input(p, [4, 4], [4, 40], 0, width=4))
+    b = build_step(p, _step_input(p, [4, 4], [20, 4], 0, width=4))
+    assert a.prefill.kv_page_indptr.tolist() == [0, 1, 4]
+    assert b.prefill.kv_page_indptr.tolist() == [0, 2, 3]
+    assert a.prefill.kv_page_indptr.data_ptr() != b.prefill.kv_page_indptr.data_ptr()
+
+
+def test_native_plan_needs_host_seq_lens_and_trtllm_plan_does_not():
+    native = plan("H100", **LLAMA)
+    with pytest.raises(ValueError, match="needs host seq lens"):
+        build_step(native, _step_input(native, [1, 1], [5, 9], 2, host=False))
+    trt = plan("B200", **LLAMA)
+    assert trt.metadata.mixed.all_uses_trtllm and not trt.metadata.mixed.needs_host_seq_lens
+    step = build_step(trt, _step_input(trt, [1, 5], [5, 9], 1, host=False))
+    for b in (step.decode, step.prefill):
+        assert b.kv_indices is None and b.seq_lens_cpu is None and b.kv_page_indptr_cpu is None
+    assert step.prefill.kv_page_indptr.tolist() == [0, 1]
+
+
+def test_decode_requests_take_the_plans_query_length():
+    p = plan("H100", **LLAMA, num_speculative_tokens=2)
+    assert p.decode.q_len_per_req == 3 and p.decode.runs_on_prefill_kernel
+    with pytest.raises(ValueError, match="q_len_per_req"):
+        build_step(p, _step_input(p, [1, 3], [5, 9], 2))
+    assert build_step(p, _step_input(p, [3, 3], [5, 9], 2)).decode.num_tokens == 6
+
+
+@pytest.mark.parametrize("kw", [dict(LLAMA), dict(LLAMA, kv_cache_dtype="fp8"), dict(LLAMA, kv_cache_dtype="fp8_e5m2")])
+@pytest.mark.parametrize("node", ["H100", "B200"])
+def test_append_then_gather_round_trips(kw, node):
+    p = plan(node, **kw)
+    inp = _step_input(p, [3, 20], [3, 37], 0)
+    step = build_step(p, inp)
+    cache = allocate(p.kv_cache, int(inp.block_table.max()) + 1, "cpu")
+    cache.data.fill_(0xFF if cache.data.dtype == torch.uint8 else float("nan"))
+    k = torch.randn(step.num_tokens, 8, 128).bfloat16()
+    v = torch.randn(step.num_tokens, 8, 128).bfloat16()
+    kvc.append(cache, step.slots, k, v, k_scale=0.5, v_scale=2.0)
+    page = p.kv_cache.page_size
+    got_k, got_v = kvc.gather(cache, inp.block_table[1, : (37 + page - 1) // page].long(), 37, k_scale=0.5, v_scale=2.0)
+    tol = 0 if "kv_cache_dtype" not in kw else 0.13
+    assert torch.allclose(got_k[17:], k[3:].float(), rtol=tol, atol=tol)
+    assert torch.allclose(got_v[17:], v[3:].float(), rtol=tol, atol=tol * 2)
+
+
+def test_nvfp4_append_round_trips_within_fp4_error():
+    p = plan("B200", head_dim=128, num_qo_heads=32, num_kv_heads=8, kv_cache_dtype="nvfp4")
+    inp = _step_input(p, [16], [16], 0)
+    step = build_step(p, inp)
+    cache = allocate(p.kv_cache, int(inp.block_table.max()) + 1, "cpu")
+    k, v = torch.randn(16, 8, 128), torch.randn(16, 8, 128)
+    kvc.append(cache, step.slots, k, v)
+    got_k, _ = kvc.gather(cache, inp.block_table[0, :1].long(), 16)
+    rel = (got_k - k).norm() / k.norm()
+    assert 0 < rel < 0.2
+
+
+def test_executor_allocates_from_the_plan():
+    answer = plan_for(AttentionConfig(**LLAMA, kv_cache_dtype="fp8_e5m2"), simulated_node("H100"))
+    ex = AttentionExecutor(answer, device="cpu", backend="reference")
+    cache = ex.allocate_kv_cache(3)
+    assert cache.kernel_view().dtype == torch.float8_e5m2
+
+
+def test_warmup_module_arguments_match_the_wrappers():
+    """The getter arguments warm-up passes are the ones FlashInfer's wrappers pass at plan time
+    (their memo key), so the wrappers reuse what warm-up built."""
+    from kernels_adapter.warmup import MERGE, _module_args, plan_modules
+
+    p = plan("H100", **LLAMA)
+    (pre,), (dec,) = p.prefill.modules, p.decode.modules
+    assert _module_args(pre) == ("prefill", "fa3", (torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32,
+                                                    128, 128, 0, False, False, False))
+    assert _module_args(dec)[:2] == ("prefill", "fa2")            # tensor-core decode = prefill module
+    mha = plan("H100", head_dim=128, num_qo_heads=8, num_kv_heads=8, kv_cache_dtype="fp8_e5m2", sliding_window=9)
+    assert _module_args(mha.decode.modules[0]) == ("decode", "fa2", (torch.bfloat16, torch.float8_e5m2, torch.bfloat16,
+                                                                    torch.int32, 128, 128, 0, True, False))
+    mla = plan("H100", **MLA)
+    assert _module_args(mla.decode.modules[0]) == ("mla", "fa3", (torch.bfloat16,) * 3 + (torch.int32, 512, 64, False))
+    assert _module_args(mla.prefill.modules[0])[2][4:6] == (192, 128)
+    assert plan_modules(mla)[-1] is MERGE and MERGE not in plan_modules(p)
