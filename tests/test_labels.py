@@ -1,0 +1,200 @@
+"""Kubernetes labels (NFD local feature file): derived from the rules, valid label syntax,
+written atomically; the deploy/ examples agree with what is produced."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from cli.main import main as cli_main
+from policy import Fact, NodeFacts, default_ruleset, simulated_node
+from preflight.labels import node_labels, render_feature_file, sanitize_value, write_atomic
+
+ROOT = Path(__file__).resolve().parents[1]
+NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
+# Kubernetes' own syntax (apimachinery validation), written out independently of the module.
+NAME = re.compile(r"^attnplan\.io/(?=.{1,63}$)[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$")
+VALUE = re.compile(r"^(?=.{0,63}$)(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def assert_valid(labels: dict[str, str]) -> None:
+    assert labels
+    for k, v in labels.items():
+        assert NAME.match(k), k
+        assert VALUE.match(v), (k, v)
+
+
+def test_b200_labels():
+    lab = node_labels(simulated_node("B200"))
+    assert_valid(lab)
+    assert lab["attnplan.io/trtllm-gen"] == "true"
+    assert lab["attnplan.io/nvfp4-kv"] == "true"
+    assert lab["attnplan.io/fa3"] == "false"
+    assert lab["attnplan.io/fa2"] == "true"
+    assert lab["attnplan.io/sinks"] == "true"
+    assert lab["attnplan.io/max-head-dim"] == "512"
+    assert (lab["attnplan.io/capability-major"], lab["attnplan.io/capability-minor"]) == ("10", "0")
+    assert lab["attnplan.io/rules-revision"] == default_ruleset().revision
+
+
+def test_h100_labels():
+    lab = node_labels(simulated_node("H100"))
+    assert_valid(lab)
+    assert lab["attnplan.io/fa3"] == "true" and lab["attnplan.io/trtllm-gen"] == "false"
+    assert lab["attnplan.io/nvfp4-kv"] == "false" and lab["attnplan.io/sinks"] == "false"
+    assert lab["attnplan.io/max-head-dim"] == "256"
+    assert (lab["attnplan.io/capability-major"], lab["attnplan.io/capability-minor"]) == ("9", "0")
+
+
+def test_labels_follow_the_rules_not_the_device_name():
+    # Same silicon family, different software facts: the rules, not a device table, decide.
+    hang = node_labels(simulated_node("GB300", flashinfer_version="0.6.7"))  # trtllm.sm103-hang
+    assert hang["attnplan.io/trtllm-gen"] == "false" and hang["attnplan.io/max-head-dim"] == "256"
+    assert node_labels(simulated_node("GB300"))["attnplan.io/trtllm-gen"] == "true"
+    assert node_labels(simulated_node("B200", cubins="missing"))["attnplan.io/trtllm-gen"] == "false"
+    bi = node_labels(simulated_node("B200", batch_invariant=True))
+    assert bi["attnplan.io/trtllm-gen"] == "false" and bi["attnplan.io/batch-invariant"] == "true"
+    # 12.x is "blackwell" to GPU feature discovery, but not family 10.x
+    rtx = node_labels(simulated_node("RTX PRO 6000"))
+    assert rtx["attnplan.io/trtllm-gen"] == "false" and rtx["attnplan.io/nvfp4-kv"] == "false"
+    assert rtx["attnplan.io/capability-major"] == "12"
+
+
+def test_no_gpu_node():
+    node = NodeFacts(gpu_count=Fact.measured(0, "NVML"), capability=Fact.unknown("no GPU"),
+                     torch_version=Fact.measured("2.9.0+cu128"), driver_version=Fact.unknown())
+    lab = node_labels(node)
+    assert_valid(lab)
+    assert lab["attnplan.io/cuda"] == "false" and lab["attnplan.io/max-head-dim"] == "0"
+    assert "attnplan.io/capability-major" not in lab
+    assert all(lab[f"attnplan.io/{b}"] == "false" for b in default_ruleset().backends)
+    assert lab["attnplan.io/torch-version"] == "2.9.0-cu128"  # '+' is not a label character
+    assert "attnplan.io/driver-version" not in lab  # unknown: left out, not 'None'
+
+
+@pytest.mark.parametrize("raw, want", [
+    ("2.9.0+cu128", "2.9.0-cu128"), ("0.7.2.post1", "0.7.2.post1"), (True, "true"), (10, "10"),
+    ("NVIDIA B200", "NVIDIA-B200"), ("+++", None), (None, None), ("-x-", "x"), ("a" * 80, "a" * 63),
+    ("é", None),
+])
+def test_sanitize(raw, want):
+    got = sanitize_value(raw)
+    assert got == want
+    if got is not None:
+        assert VALUE.match(got)
+
+
+def test_hostile_fact_values_never_break_the_file():
+    node = simulated_node("B200").with_fact(
+        gpu_name=Fact.declared("evil\nattnplan.io/fa3=true"), flashinfer_version=Fact.declared("0.7.2.post1"))
+    lab = node_labels(node)
+    assert_valid(lab)
+    text = render_feature_file(lab, node)
+    lines = [ln for ln in text.splitlines() if not ln.startswith("#")]
+    assert "attnplan.io/fa3=false" in lines and "attnplan.io/fa3=true" not in lines
+
+
+def test_cli_labels_stdout_feature_file_format(capsys):
+    rc = cli_main(["labels", "--device", "B200"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    body = [ln for ln in out.splitlines() if ln and not ln.startswith("#")]
+    pairs = dict(ln.split("=", 1) for ln in body)
+    assert_valid(pairs)
+    assert pairs["attnplan.io/trtllm-gen"] == "true" and pairs["attnplan.io/max-head-dim"] == "512"
+    rc = cli_main(["labels", "--device", "H100", "--json"])
+    assert json.loads(capsys.readouterr().out)["attnplan.io/fa3"] == "true"
+
+
+def test_cli_labels_output_is_atomic(tmp_path, capsys):
+    target = tmp_path / "attnplan"
+    target.write_text("old")
+    assert cli_main(["labels", "--device", "GB300", "--output", str(target)]) == 0
+    text = target.read_text()
+    assert "attnplan.io/capability-minor=3" in text
+    assert len(text.encode()) < 64 * 1024
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["attnplan"]  # no dotfile left behind
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "attnplan"
+    target.write_text("attnplan.io/fa2=true\n")
+
+    def boom(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError):
+        write_atomic(target, "attnplan.io/fa2=false\n")
+    assert target.read_text() == "attnplan.io/fa2=true\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["attnplan"]
+
+
+def test_cli_labels_bad_output(capsys, tmp_path):
+    assert cli_main(["labels", "--device", "B200", "--output", str(tmp_path / "nope" / "attnplan")]) == 2
+    assert "no such directory" in capsys.readouterr().err
+    assert cli_main(["labels", "--device", "B200", "--output", str(tmp_path / ".hidden")]) == 2
+    assert "dotfiles" in capsys.readouterr().err
+
+
+def test_cli_labels_local_node_without_gpu(capsys, monkeypatch):
+    # This machine (no GPU in CI): probed, reported as cuda=false, never crashing.
+    monkeypatch.setenv("ATTNPLAN_ARTIFACTORY_CHECK", "never")
+    from policy import probe
+
+    monkeypatch.setattr(probe, "LOCAL", probe.NodeCache(lambda: NodeFacts(
+        gpu_count=Fact.measured(0, "NVML"), capability=Fact.unknown("no GPU"))))
+    assert cli_main(["labels"]) == 0
+    assert "attnplan.io/cuda=false" in capsys.readouterr().out
+
+
+def test_daemonset_writes_into_nfd_features_d():
+    docs = list(yaml.safe_load_all((ROOT / "deploy" / "daemonset-labels.yaml").read_text()))
+    ds = docs[0]
+    assert ds["kind"] == "DaemonSet"
+    spec = ds["spec"]["template"]["spec"]
+    c = spec["containers"][0]
+    script = " ".join(c["command"] + c["args"])
+    assert f"attnplan labels --output {NFD_DIR}/attnplan" in script
+    assert any(m["mountPath"] == NFD_DIR for m in c["volumeMounts"])
+    vol = next(v for v in spec["volumes"] if v["name"] == c["volumeMounts"][0]["name"])
+    assert vol["hostPath"]["path"] == NFD_DIR
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_affinity_example_matches_produced_labels():
+    dep = yaml.safe_load((ROOT / "deploy" / "node-affinity-example.yaml").read_text())
+    aff = dep["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    required = aff["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    exprs = [e for term in required for e in term["matchExpressions"]]
+    exprs += [e for p in aff.get("preferredDuringSchedulingIgnoredDuringExecution", [])
+              for e in p["preference"]["matchExpressions"]]
+
+    def matches(labels: dict[str, str], es) -> bool:
+        for e in es:
+            v = labels.get(e["key"])
+            op = e["operator"]
+            if op == "In" and v not in e["values"]:
+                return False
+            if op in ("Gt", "Lt"):
+                if v is None or not v.lstrip("-").isdigit():
+                    return False
+                if (op == "Gt" and not int(v) > int(e["values"][0])) or (op == "Lt" and not int(v) < int(e["values"][0])):
+                    return False
+        return True
+
+    req = [e for term in required for e in term["matchExpressions"]]
+    every = set(node_labels(simulated_node("B200")))
+    assert {e["key"] for e in exprs} <= every  # no key the labeler does not produce
+    # GPT-OSS + nvfp4 KV: family 10.x only - not Hopper, not the 12.x "Blackwell" parts
+    assert matches(node_labels(simulated_node("B200")), req)
+    assert matches(node_labels(simulated_node("GB300")), req)
+    for dev in ("H100", "RTX PRO 6000", "DGX Spark", "A100"):
+        assert not matches(node_labels(simulated_node(dev)), req), dev
+    assert not matches(node_labels(simulated_node("B200", cubins="missing")), req)

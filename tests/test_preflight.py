@@ -1,0 +1,311 @@
+"""Preflight without a network: --simulate, the report (verdicts, groups, heterogeneity, exit
+codes, JSON shape, text), --configs files and bad input (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from cli.main import main as cli_main
+from policy import PlanAnswer, default_ruleset, make_config, plan_for, simulated_node
+from preflight.configs import load_configs
+from preflight.model import NamedConfig, Outcome, PreflightReport
+from preflight.report import build_report, compact_names, render_text
+from preflight.simulate import parse_spec, simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+LLAMA = ["--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8"]
+LLAMA_CFG = {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli_main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def named(**fields) -> list[NamedConfig]:
+    return [NamedConfig("c", make_config({**LLAMA_CFG, **fields}))]
+
+
+# -- simulate --------------------------------------------------------------------------------
+def test_parse_spec():
+    assert parse_spec("B200=8, GB300=4,H100") == [("B200", 8), ("GB300", 4), ("H100", 1)]
+    assert parse_spec("RTX PRO 6000=2") == [("RTX PRO 6000", 2)]
+    for bad in ("", "B200=x", "B200=0", "=3", ",,"):
+        with pytest.raises(Exception) as e:
+            parse_spec(bad)
+        assert "simulate" in str(e.value)
+
+
+def test_simulate_plans_each_device_once_and_names_nodes():
+    out = simulate("B200=3,H100=2,b200=1", named())
+    assert [o.name for o in out] == ["b200-0", "b200-1", "b200-2", "h100-0", "h100-1", "b200-3"]
+    assert out[0].answers[0] is out[2].answers[0]  # shared facts: planned once per entry
+    assert out[0].answers[0].plan.prefill.backend == "trtllm-gen"
+    assert out[3].answers[0].plan.prefill.backend == "fa3"
+
+
+def test_simulate_cli_text_report(capsys):
+    rc, out, _ = run(capsys, "preflight", "--simulate", "B200=8,GB300=4,H100=16",
+                     "--model-config", str(EXAMPLES / "qwen3-32b.json"))
+    assert rc == 0
+    lines = out.strip().splitlines()
+    assert lines[-1].startswith("28 nodes: 28 ok, 0 rejected, 0 unreachable; heterogeneous: prefill fa3 on 16 nodes vs "
+                                "trtllm-gen on 12")
+    assert "h100-[0-15]" in out and "b200-[0-7]" in out and "gb300-[0-3]" in out
+    assert "would mix kernels" in out
+    assert "qwen3-32b" in lines[1]
+    # grouped: three groups, not 28 rows
+    assert len([ln for ln in lines if re.match(r"^\d+\s+\d+\s+", ln)]) == 3
+
+
+def test_simulate_rejection_exit_1_and_details(capsys):
+    rc, out, _ = run(capsys, "preflight", "--simulate", "B200=2,RTX PRO 6000=3", *LLAMA, "--kv-cache-dtype", "nvfp4")
+    assert rc == 1
+    assert "REJECTED" in out and "kv.nvfp4-sm100f" in out
+    assert "rejects config" in out and "suggestions: kv_cache_dtype=" in out
+    assert out.strip().splitlines()[-1].startswith("5 nodes: 2 ok, 3 rejected, 0 unreachable")
+
+
+def test_simulate_declared_software_facts(capsys):
+    # GB300 on flashinfer 0.6.7 (trtllm.sm103-hang): planned on fa2, with the note
+    rc, out, _ = run(capsys, "preflight", "--simulate", "GB300=2", *LLAMA, "--flashinfer-version", "0.6.7", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["nodes"][0]["results"][0]["prefill"] == "fa2"
+    assert any("trtllm.sm103-hang" in n for n in data["groups"][0]["results"][0]["notes"])
+    rc, out, _ = run(capsys, "preflight", "--simulate", "B200=2,GB300=2", *LLAMA, "--flashinfer-version", "0.6.7")
+    assert rc == 0 and "group 2 (2 x GB300) falls back on config:" in out and "[trtllm.sm103-hang]" in out
+    assert "prefill trtllm-gen on 2 nodes vs fa2 on 2" in out
+    rc, out, _ = run(capsys, "preflight", "--simulate", "B200=1", *LLAMA, "--attention-backend", "trtllm-gen",
+                     "--cubins", "missing", "--json")
+    assert rc == 1 and "trtllm.cubins" in json.loads(out)["nodes"][0]["results"][0]["violations"]
+
+
+def test_json_contract_shape(capsys):
+    rc, out, _ = run(capsys, "preflight", "--simulate", "B200=2,H100=1", *LLAMA, "--json")
+    data = json.loads(out)
+    assert list(data) == ["schema_version", "rules_revision", "query", "summary", "nodes", "groups", "warnings",
+                          "generated_at"]
+    assert data["schema_version"] == "1" and data["rules_revision"] == default_ruleset().revision
+    assert data["query"] == {"source": "simulate", "targets": ["B200=2,H100=1"], "options": {},
+                             "configs": [{"name": "config", "config": make_config(LLAMA_CFG).model_dump(mode="json")}]}
+    PreflightReport.model_validate(data)  # round-trips through its own schema
+    for n in data["nodes"]:
+        assert n["verdict"] in ("pass", "fail", "warn", "error", "skip")
+        assert re.fullmatch(r"[0-9a-f]{16}", n["fingerprint"])
+        assert {"config", "verdict", "prefill", "decode", "kv_layout", "page_size", "violations"} <= set(n["results"][0])
+    assert sum(g["count"] for g in data["groups"]) == len(data["nodes"]) == 3
+    assert data["summary"]["exit_code"] == rc == 0
+
+
+# -- report semantics -------------------------------------------------------------------------
+def _answer(device: str, **fields) -> PlanAnswer:
+    return plan_for({**LLAMA_CFG, **fields}, simulated_node(device))
+
+
+def test_unprobed_node_is_never_pass():
+    from policy import Fact, NodeFacts
+
+    no_gpu = NodeFacts(gpu_count=Fact.measured(0, "NVML"), capability=Fact.unknown("no GPU"))
+    outs = [Outcome(name="gpu", answers=[_answer("B200")]),
+            Outcome(name="cpu", answers=[plan_for(LLAMA_CFG, no_gpu)]),
+            Outcome(name="gone", kind="unreachable", reason="connection refused"),
+            Outcome(name="junk", kind="error", reason="malformed JSON: x")]
+    r = build_report(source="hosts", targets=[], configs=named(), outcomes=outs)
+    by = {n.name: n for n in r.nodes}
+    assert by["gpu"].verdict == "pass"
+    assert by["cpu"].status == "no-gpu" and by["cpu"].verdict == "skip" and by["cpu"].reason == "no GPU on this node"
+    assert by["gone"].verdict == "error" and by["junk"].verdict == "error"
+    assert all(n.results[0].verdict != "pass" for n in r.nodes if n.name != "gpu")
+    assert r.summary.exit_code == 3
+
+
+def test_exit_codes():
+    def code(*outs: Outcome) -> int:
+        return build_report(source="hosts", targets=[], configs=named(), outcomes=list(outs)).summary.exit_code
+
+    ok = Outcome(name="a", answers=[_answer("B200")])
+    rej = Outcome(name="b", answers=[_answer("H100", attention_backend="trtllm-gen")])
+    gone = Outcome(name="c", kind="unreachable", reason="x")
+    assert code(ok) == 0
+    assert code(ok, rej) == 1
+    assert code(ok, rej, gone) == 3
+    assert code(ok, gone) == 3
+    from policy import Fact, NodeFacts
+
+    cpu = Outcome(name="d", answers=[plan_for(LLAMA_CFG, NodeFacts(gpu_count=Fact.measured(0)))])
+    assert code(ok, cpu) == 0  # a GPU-less head node does not fail the cluster...
+    assert code(cpu) == 1  # ...but a cluster where nothing can run it is not ok
+
+
+def test_heterogeneity_warns_minority_and_names_fields():
+    outs = [Outcome(name=f"b{i}", answers=[_answer("B200")]) for i in range(3)]
+    outs.append(Outcome(name="h0", answers=[_answer("H100")]))
+    r = build_report(source="hosts", targets=[], configs=named(), outcomes=outs)
+    assert r.summary.heterogeneous
+    assert [n.verdict for n in r.nodes] == ["pass", "pass", "pass", "warn"]
+    assert "unlike 3 of 4 nodes" in r.nodes[3].results[0].reason
+    w = {w.field: w for w in r.warnings if w.kind == "heterogeneous"}
+    assert set(w) == {"prefill", "decode", "kv_layout"}
+    assert w["prefill"].values == {"trtllm-gen": 3, "fa3": 1}
+    assert "prefill trtllm-gen on 3 nodes vs fa3 on 1" in r.summary.line
+    # a homogeneous cluster says so and warns nothing
+    same = build_report(source="hosts", targets=[], configs=named(), outcomes=outs[:3])
+    assert not same.summary.heterogeneous and not same.warnings and same.summary.line.endswith("; homogeneous")
+
+
+def test_page_size_disagreement_is_heterogeneous():
+    # MLA on B200 needs page 32 (trtllm-gen-mla), on H100 the native MLA takes 16: a shared pool would differ
+    mla = {"num_qo_heads": 128, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128}
+    cfg = [NamedConfig("mla", make_config(mla))]
+    outs = [Outcome(name="b", answers=[plan_for(mla, simulated_node("B200"))]),
+            Outcome(name="h", answers=[plan_for(mla, simulated_node("H100"))])]
+    r = build_report(source="hosts", targets=[], configs=cfg, outcomes=outs)
+    assert [n.results[0].page_size for n in r.nodes] == [32, 16]
+    w = {w.field: w.values for w in r.warnings if w.kind == "heterogeneous"}
+    assert w["page_size"] == {"32": 1, "16": 1} and w["decode"] == {"trtllm-gen-mla": 1, "fa3-mla": 1}
+
+
+def test_rules_revision_skew_is_warned():
+    a = _answer("B200")
+    other = a.model_copy(update={"rules_revision": "000000000000"})
+    r = build_report(source="hosts", targets=[], configs=named(),
+                     outcomes=[Outcome(name="x", answers=[a]), Outcome(name="y", answers=[other])])
+    assert any(w.kind == "rules-revision" and "000000000000" in w.message for w in r.warnings)
+    assert r.nodes[0].group != r.nodes[1].group
+
+
+def test_groups_collapse_thousands_of_nodes_quickly():
+    t0 = time.perf_counter()
+    outs = simulate("B200=600,GB300=200,H100=200", named())
+    r = build_report(source="simulate", targets=[], configs=named(), outcomes=outs)
+    text = render_text(r)
+    assert time.perf_counter() - t0 < 5
+    assert len(r.groups) == 3 and r.summary.nodes == 1000
+    assert len(text.splitlines()) < 25 and "b200-[0-599]" in text
+
+
+def test_compact_names():
+    assert compact_names(["n1", "n2", "n3", "n5", "x"]) == "n[1-3,5], x"
+    assert compact_names(["10.0.0.1:8000", "10.0.0.2:8000"]) == "10.0.0.[1-2]:8000"
+    assert compact_names(["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9004"]) == "127.0.0.1:[9001-9002,9004]"
+    assert compact_names(["gpu007", "gpu008"]) == "gpu[007-008]"
+    many = compact_names([f"127.0.0.1:{p}" for p in range(30000, 31000, 3)], max_chars=40)
+    assert many.startswith("127.0.0.1:[30000,30003,") and many.endswith("]") and len(many) <= 50
+    shown = many[many.index("[") + 1:many.index(",...")].split(",")
+    assert many.endswith(f",...+{334 - len(shown)}]")  # every name accounted for
+    long = compact_names([f"host-{c}" for c in "abcdefghijklmnopqrstuvwxyz"], max_chars=30)
+    assert long.endswith("more)") and len(long) < 50
+
+
+# -- configs and bad input -------------------------------------------------------------------
+def test_configs_file(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text(f"""
+- name: llama
+  model_config: {EXAMPLES / 'llama-3.1-8b.json'}
+  kv_cache_dtype: fp8
+- model_config: ../{tmp_path.name}/gemma.json
+- {{head_dim: 128, num_qo_heads: 32, num_kv_heads: 8}}
+- {{name: llama, head_dim: 64, num_qo_heads: 8}}
+""")
+    (tmp_path / "gemma.json").write_text((EXAMPLES / "gemma-2-9b.json").read_text())
+    cfgs = load_configs(f)
+    assert [c.name for c in cfgs] == ["llama", "gemma", "config-3", "llama#2"]
+    assert cfgs[0].config.kv_cache_dtype == "fp8" and cfgs[0].config.num_kv_heads == 8
+    assert cfgs[1].config.logits_soft_cap == 50.0  # relative model_config path, read from the file
+
+
+@pytest.mark.parametrize("text, words", [
+    ("- {head_dim: 128, num_qo_heads: 32, bogus: 1}", "entry 1: bogus"),
+    ("- {head_dim: 128, num_qo_heads: 32}\n- {name: bad, head_dim: 128, num_qo_heads: 32, kv_cache_dtype: fp5}",
+     "entry 2 (bad): kv_cache_dtype"),
+    ("- {name: m, model_config: nope.json}", "entry 1 (m): model_config"),
+    ("- 3", "entry 1"),
+    ("[]", "non-empty"),
+    ("- {head_dim: 128, num_qo_heads: [", "not valid YAML"),
+])
+def test_bad_configs_file_exit_2_one_line(capsys, tmp_path, text, words):
+    f = tmp_path / "c.yaml"
+    f.write_text(text)
+    rc, out, err = run(capsys, "preflight", "--simulate", "B200=1", "--configs", str(f))
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert words in err, err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--simulate", "B200=1"], "num_qo_heads"),
+    (["--simulate", "B2000=1", *LLAMA], "simulate: 'B2000'"),
+    (["--simulate", "B200=0", *LLAMA], "at least 1"),
+    (["--hosts", "h1:99999", *LLAMA], "hosts"),
+    (["--hosts", "ftp://h1:80", *LLAMA], "scheme"),
+    (["--hosts", "h1:8000", *LLAMA, "--concurrency", "0"], "concurrency"),
+    (["--hosts", "h1:8000", *LLAMA, "--flashinfer-version", "0.6.7"], "--simulate"),
+    (["--hosts-file", "/nonexistent/hosts.txt", *LLAMA], "no such file"),
+    (["--simulate", "B200=1", "--head-dim", "x", "--num-heads", "8"], "head_dim"),
+])
+def test_bad_input_exit_2(capsys, argv, words):
+    rc, out, err = run(capsys, "preflight", *argv)
+    assert rc == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_nodes_source_is_required(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["preflight", *LLAMA])
+    assert e.value.code == 2
+    assert "one of the arguments" in capsys.readouterr().err
+
+
+def test_hosts_parsing(tmp_path):
+    from preflight.http import parse_hosts, read_hosts_file
+
+    hs = parse_hosts(["h1:8000, h2", "http://[::1]:9000/", "https://h3", "h1:8000"])
+    assert [(h.name, h.url) for h in hs] == [
+        ("h1:8000", "http://h1:8000"), ("h2:8000", "http://h2:8000"), ("[::1]:9000", "http://[::1]:9000"),
+        ("h3:443", "https://h3:443")]
+    f = tmp_path / "hosts.txt"
+    f.write_text("# the rack\nn1:8000\n\nn2:8000  # spare\n")
+    assert [h.name for h in read_hosts_file(str(f))] == ["n1:8000", "n2:8000"]
+
+
+def test_ray_unreachable_cluster_is_exit_3_not_a_new_cluster(capsys, monkeypatch):
+    ray = pytest.importorskip("ray")
+    calls = {}
+
+    def fake_init(*a, **kw):  # never start or join anything here: record and refuse
+        calls.update(kw)
+        raise ConnectionError("Could not find any running Ray instance")
+
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    rc, out, err = run(capsys, "preflight", "--ray", *LLAMA)
+    assert rc == 3 and "cannot connect to the Ray cluster at 'auto'" in err
+    assert calls["address"] == "auto"  # never address=None, which would start a local cluster
+
+
+def test_html_written_and_self_contained(capsys, tmp_path):
+    f = tmp_path / "r.html"
+    rc, out, err = run(capsys, "preflight", "--simulate", "B200=2,H100=1,T4=1", *LLAMA, "--html", str(f))
+    assert rc == 1 and f"wrote {f}" in err
+    page = f.read_text()
+    assert "<script src" not in page and "<link" not in page and "http://" not in page and "https://" not in page
+    assert "Content-Security-Policy" in page and "default-src 'none'" in page
+    assert page.count('class="cell v-pass"') == 1 + 2  # group row + two B200 node rows
+
+
+def test_html_escapes_hostile_names():
+    from preflight.html import render_html
+
+    evil = '<img src=x onerror=alert(1)></script><script>alert(2)</script>'
+    r = build_report(source="hosts", targets=[evil], configs=named(),
+                     outcomes=[Outcome(name=evil, kind="error", reason=evil)])
+    page = render_html(r)
+    assert "<img src=x" not in page and "<script>alert(2)" not in page

@@ -1,0 +1,375 @@
+"""Preflight over HTTP against real node services (uvicorn + api.create_app, declared devices)
+and hand-written faulty servers, all on 127.0.0.1.
+
+Faults: refused connection, a node that never answers, one that hangs mid-response, one that
+closes the connection, garbage JSON, schema-invalid JSON, 500, 401, a 503 that recovers, a
+node that starts listening only after the first attempts. Each must become that node's row,
+never abort the run. Ctrl-C (SIGINT to a real subprocess) prints what was gathered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from api.app import create_app
+from api.server import BackgroundServer
+from cli.main import main as cli_main
+from policy import plan_for, simulated_node
+from preflight.http import HttpOptions, parse_hosts, query_hosts
+from preflight.model import NamedConfig
+from preflight.report import build_report
+
+ROOT = Path(__file__).resolve().parents[1]
+LLAMA = ["--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8"]
+LLAMA_CFG = {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}
+TOKEN = "pf-t0ken-never-printed"
+
+
+# -- tiny faulty servers -----------------------------------------------------------------------
+class RawServer:
+    """An asyncio TCP server on 127.0.0.1:0 in a thread; ``handler(reader, writer, n)`` decides
+    what the 'node' does with its n-th connection."""
+
+    def __init__(self, handler: Callable):
+        self.handler = handler
+        self.connections = 0
+        self.requested = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+
+        async def on_conn(reader, writer):
+            self.connections += 1
+            n = self.connections
+            try:
+                await read_request(reader)
+                self.requested.set()
+                await self.handler(reader, writer, n, self._stop)
+            except (ConnectionError, asyncio.IncompleteReadError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        async with server:
+            await self._stop.wait()
+
+    def _run(self) -> None:
+        self.loop.run_until_complete(self._serve())
+
+    def __enter__(self) -> "RawServer":
+        self.thread.start()
+        assert self._ready.wait(10)
+        self.host = f"127.0.0.1:{self.port}"
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self.thread.join(5)
+
+
+async def read_request(reader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return await reader.readexactly(length) if length else b""
+
+
+def respond(status: int, body: bytes, ctype: bytes = b"application/json") -> bytes:
+    return (b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % (status, ctype, len(body)) + body)
+
+
+async def hang(reader, writer, n, stop):
+    await stop.wait()  # accept, read the request, never answer
+
+
+async def midway(reader, writer, n, stop):
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
+                 + b'{"status": "ok", "node": {')
+    await writer.drain()
+    await stop.wait()  # half an answer, then silence
+
+
+async def close_early(reader, writer, n, stop):
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 900\r\n\r\n{\"sta")
+    await writer.drain()  # then the handler returns and the connection closes mid-body
+
+
+async def garbage(reader, writer, n, stop):
+    writer.write(respond(200, b"<html>this is not json{"))
+    await writer.drain()
+
+
+async def schema_invalid(reader, writer, n, stop):
+    body = plan_for(LLAMA_CFG, simulated_node("B200")).to_json(trace=False)
+    body["status"] = "maybe"
+    del body["config"]
+    writer.write(respond(200, json.dumps(body).encode()))
+    await writer.drain()
+
+
+async def server_error(reader, writer, n, stop):
+    writer.write(respond(500, b'{"detail": "internal server error"}'))
+    await writer.drain()
+
+
+def recovering(device: str):
+    answer = json.dumps(plan_for(LLAMA_CFG, simulated_node(device)).to_json(trace=False)).encode()
+
+    async def handler(reader, writer, n, stop):
+        if n == 1:
+            writer.write(respond(503, b'{"detail": "node facts not ready: probing"}'))
+        else:
+            writer.write(respond(200, answer))
+        await writer.drain()
+
+    return handler
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+# -- fixtures ----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def services():
+    """Real node services: two B200, one H100, one GB300 with flashinfer 0.6.7 (the SM103 hang
+    rule), one B200 that needs a token."""
+    nodes = {
+        "b200a": (simulated_node("B200"), None),
+        "b200b": (simulated_node("B200"), None),
+        "h100": (simulated_node("H100"), None),
+        "gb300": (simulated_node("GB300", flashinfer_version="0.6.7"), None),
+        "secure": (simulated_node("B200"), TOKEN),
+    }
+    servers = {k: BackgroundServer(create_app(node=n, token=t)) for k, (n, t) in nodes.items()}
+    for s in servers.values():
+        s.__enter__()
+    yield {k: f"127.0.0.1:{s.port}" for k, s in servers.items()}
+    for s in servers.values():
+        s.__exit__(None, None, None)
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = cli_main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def by_name(report: dict) -> dict[str, dict]:
+    return {n["name"]: n for n in report["nodes"]}
+
+
+# -- tests -------------------------------------------------------------------------------------
+def test_good_nodes_ok_grouped_and_heterogeneity(services, capsys, monkeypatch):
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    hosts = ",".join(services[k] for k in ("b200a", "b200b", "h100"))
+    rc, out, _ = run_cli(capsys, "preflight", "--hosts", hosts, *LLAMA, "--json")
+    data = json.loads(out)
+    assert rc == 0, out
+    assert data["schema_version"] == "1" and data["rules_revision"]
+    assert data["query"]["source"] == "hosts" and len(data["query"]["configs"]) == 1
+    nodes = by_name(data)
+    b = nodes[services["b200a"]]
+    assert b["status"] == "ok" and b["device"] == "B200" and b["capability"] == "10.0"
+    assert (b["results"][0]["prefill"], b["results"][0]["decode"], b["results"][0]["kv_layout"]) == \
+        ("trtllm-gen", "trtllm-gen", "HND")
+    h = nodes[services["h100"]]
+    assert (h["results"][0]["prefill"], h["results"][0]["decode"], h["results"][0]["kv_layout"]) == ("fa3", "fa2", "NHD")
+    # the two B200 are one group (same fingerprint, same result), the H100 another
+    assert b["group"] == nodes[services["b200b"]]["group"] != h["group"]
+    assert b["fingerprint"] == nodes[services["b200b"]]["fingerprint"] != h["fingerprint"]
+    assert len(data["groups"]) == 2 and sorted(g["count"] for g in data["groups"]) == [1, 2]
+    # heterogeneous: the minority (H100) is 'warn', never 'pass' silently
+    assert data["summary"]["heterogeneous"] is True
+    fields = {w["field"] for w in data["warnings"] if w["kind"] == "heterogeneous"}
+    assert fields == {"prefill", "decode", "kv_layout"}
+    assert h["verdict"] == "warn" and b["verdict"] == "pass"
+    assert "prefill trtllm-gen on 2 nodes vs fa3 on 1" in data["summary"]["line"]
+
+
+def test_text_report_groups_and_summary(services, capsys, monkeypatch):
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    hosts = ",".join(services[k] for k in ("b200a", "b200b", "h100", "gb300"))
+    rc, out, _ = run_cli(capsys, "preflight", "--hosts", hosts, *LLAMA)
+    assert rc == 0
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("4 nodes: 4 ok, 0 rejected, 0 unreachable; heterogeneous:")
+    # the GB300 on flashinfer 0.6.7 falls back to fa2 (trtllm.sm103-hang): a third plan
+    assert "fa2" in out and "trtllm-gen" in out and "GB300" in out
+    assert "would mix kernels" in out
+
+
+def test_rejection_lists_rules_and_exit_1(services, capsys, monkeypatch):
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    hosts = ",".join(services[k] for k in ("b200a", "h100"))
+    rc, out, _ = run_cli(capsys, "preflight", "--hosts", hosts, *LLAMA, "--kv-cache-dtype", "nvfp4", "--json")
+    assert rc == 1
+    data = json.loads(out)
+    nodes = by_name(data)
+    assert nodes[services["b200a"]]["status"] == "ok"
+    h = nodes[services["h100"]]
+    assert h["status"] == "rejected" and h["verdict"] == "fail"
+    assert "kv.nvfp4-sm100f" in h["results"][0]["violations"]
+    g = next(g for g in data["groups"] if g["id"] == h["group"])
+    assert any(v["rule"] == "kv.nvfp4-sm100f" and v["observed"] == "9.0" for v in g["results"][0]["details"])
+    assert any(s["field"] == "kv_cache_dtype" for s in g["results"][0]["suggestions"])
+    assert any(w["kind"] == "mixed" for w in data["warnings"])
+
+
+def test_faults_become_rows_never_abort(services, capsys, monkeypatch):
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    refused = f"127.0.0.1:{free_port()}"
+    with RawServer(hang) as hung, RawServer(midway) as mid, RawServer(garbage) as junk, \
+            RawServer(schema_invalid) as bad, RawServer(server_error) as err, RawServer(close_early) as closer:
+        hosts = [services["b200a"], refused, hung.host, mid.host, junk.host, bad.host, err.host, closer.host,
+                 services["secure"]]
+        t0 = time.monotonic()
+        rc, out, _ = run_cli(capsys, "preflight", "--hosts", ",".join(hosts), *LLAMA, "--json",
+                             "--timeout", "1.5", "--retries", "1")
+        took = time.monotonic() - t0
+    data = json.loads(out)
+    assert rc == 3, data["summary"]
+    assert took < 8, took  # concurrent: the slow nodes cost one timeout, not one each
+    n = by_name(data)
+    assert n[services["b200a"]]["status"] == "ok"
+    expect = {
+        refused: ("unreachable", "connection refused"),
+        hung.host: ("unreachable", "no answer within 1.5s"),
+        mid.host: ("unreachable", "hung mid-response"),
+        junk.host: ("error", "malformed JSON"),
+        bad.host: ("error", "schema-invalid answer"),
+        err.host: ("error", "HTTP 500"),
+        closer.host: ("unreachable", "closed"),
+        services["secure"]: ("error", "HTTP 401"),
+    }
+    for host, (status, words) in expect.items():
+        row = n[host]
+        assert row["status"] == status, (host, row)
+        assert row["verdict"] == "error" and words in row["reason"], (host, row["reason"])
+        assert row["results"][0]["verdict"] == "error"  # never a pass
+    assert "ATTNPLAN_TOKEN" in n[services["secure"]]["reason"]
+    s = data["summary"]
+    assert (s["nodes"], s["ok"], s["unreachable"], s["error"]) == (9, 1, 4, 4)
+    assert s["line"].startswith("9 nodes: 1 ok, 0 rejected, 4 unreachable, 4 errors")
+
+
+def test_bearer_token_from_env_and_never_printed(services, capsys, monkeypatch):
+    monkeypatch.setenv("ATTNPLAN_TOKEN", TOKEN)
+    rc, out, err = run_cli(capsys, "preflight", "--hosts", services["secure"], *LLAMA, "--json")
+    assert rc == 0
+    assert TOKEN not in out and TOKEN not in err
+    assert json.loads(out)["query"]["options"]["token"] is True
+    monkeypatch.setenv("ATTNPLAN_TOKEN", "wrong")
+    rc, out, _ = run_cli(capsys, "preflight", "--hosts", services["secure"], *LLAMA, "--json")
+    assert rc == 3 and "was refused" in json.loads(out)["nodes"][0]["reason"]
+
+
+def test_retries_on_503_and_on_connect_errors(capsys, monkeypatch):
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    port = free_port()
+    started = {}
+
+    def late_start():
+        time.sleep(0.4)  # refused for the first attempt(s)
+        started["srv"] = BackgroundServer(create_app(node=simulated_node("H100")), port=port).__enter__()
+
+    t = threading.Thread(target=late_start)
+    with RawServer(recovering("B200")) as flaky:
+        t.start()
+        configs = [NamedConfig("llama", plan_for(LLAMA_CFG, simulated_node("B200")).config)]
+        sink: dict = {}
+        opts = HttpOptions(timeout=8, retries=4, backoff=0.25)
+        asyncio.run(query_hosts(parse_hosts([f"{flaky.host},127.0.0.1:{port}"]), configs, opts, sink))
+        t.join()
+        assert flaky.connections == 2  # 503, then the answer
+    try:
+        assert sink[0].kind == "answered" and sink[0].answers[0].node.gpu_name.value == "B200"
+        assert sink[1].kind == "answered", sink[1].reason
+        assert sink[1].answers[0].node.gpu_name.value == "H100"
+    finally:
+        started["srv"].__exit__(None, None, None)
+    # and without retries the same late node is a row, not an exception
+    sink = {}
+    asyncio.run(query_hosts(parse_hosts([f"127.0.0.1:{free_port()}"]), configs, HttpOptions(retries=0), sink))
+    assert sink[0].kind == "unreachable" and sink[0].reason == "connection refused"
+
+
+def test_several_configs_from_yaml(services, capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    (tmp_path / "m.yaml").write_text(
+        "- name: llama\n  model_config: " + str(ROOT / "examples" / "llama-3.1-8b.json") + "\n"
+        "- {name: gemma, model_config: " + str(ROOT / "examples" / "gemma-2-9b.json") + "}\n"
+        "- {name: nvfp4, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, kv_cache_dtype: nvfp4}\n")
+    hosts = ",".join(services[k] for k in ("b200a", "h100"))
+    rc, out, _ = run_cli(capsys, "preflight", "--hosts", hosts, "--configs", str(tmp_path / "m.yaml"), "--json")
+    data = json.loads(out)
+    assert [c["name"] for c in data["query"]["configs"]] == ["llama", "gemma", "nvfp4"]
+    h = by_name(data)[services["h100"]]
+    assert [c["status"] for c in h["results"]] == ["ok", "ok", "rejected"]
+    assert rc == 1
+    # gemma's soft-cap keeps B200 off trtllm-gen (trtllm.softcap): checked by the node, reported here
+    b = by_name(data)[services["b200a"]]
+    assert b["results"][1]["prefill"] != "trtllm-gen"
+
+
+def test_report_builder_marks_interrupted_nodes_skip_not_pass():
+    cfg = [NamedConfig("c", plan_for(LLAMA_CFG, simulated_node("B200")).config)]
+    from preflight.model import Outcome
+
+    outs = [Outcome(name="a", answers=[plan_for(LLAMA_CFG, simulated_node("B200"))]),
+            Outcome(name="b", kind="skipped", reason="interrupted")]
+    r = build_report(source="hosts", targets=["a", "b"], configs=cfg, outcomes=outs, interrupted=True)
+    assert r.summary.exit_code == 130 and r.summary.interrupted
+    assert r.nodes[1].verdict == "skip" and r.nodes[1].results[0].verdict == "skip"
+    assert "1 skipped (interrupted)" in r.summary.line
+
+
+def test_ctrl_c_prints_partial_report(services):
+    with RawServer(hang) as hung:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("ATTNPLAN_TOKEN", None)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cli", "preflight", "--hosts", f"{services['b200a']},{hung.host}", *LLAMA,
+             "--json", "--timeout", "60"],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert hung.requested.wait(30), "preflight never reached the hanging node"
+            time.sleep(0.5)  # the good node answers in milliseconds
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err
+    data = json.loads(out)
+    n = by_name(data)
+    assert n[services["b200a"]]["status"] == "ok"
+    assert n[hung.host]["status"] == "skipped" and n[hung.host]["reason"] == "interrupted"
+    assert data["summary"]["interrupted"] is True and data["summary"]["exit_code"] == 130
