@@ -21,6 +21,7 @@ from policy import Plan
 
 from . import trtllm
 from .dtypes import NVFP4, torch_dtype
+from .merge import fold_heads
 from .metadata import PhaseBatch, StepMetadata
 from .params import AttentionParams
 
@@ -163,4 +164,11 @@ class FlashInferBackend:
 
     def merge(self, out: Any, lse: Any, v_ctx: Any, s_ctx: Any, has_context: Any) -> None:
         # The kernel merges only rows whose mask is set and leaves the others untouched (seed 004).
-        flashinfer.merge_state_in_place(out, lse, v_ctx, s_ctx, mask=has_context.to(torch.uint8))
+        t, h, d = out.shape
+        f = fold_heads(h, d, out.element_size())
+        mask = has_context.to(torch.uint8)
+        if f > 1:
+            out, v_ctx = out.view(t * f, h // f, d), v_ctx.reshape(t * f, h // f, d)
+            lse, s_ctx = lse.view(t * f, h // f), s_ctx.reshape(t * f, h // f)
+            mask = mask.repeat_interleave(f)
+        flashinfer.merge_state_in_place(out, lse, v_ctx, s_ctx, mask=mask)

@@ -37,3 +37,18 @@ def merge_context_into(out: Any, lse: Any, v_ctx: Any, s_ctx: Any, has_context: 
     keep = has_context.view(-1, *([1] * (out.dim() - 1)))
     out.copy_(torch.where(keep, merged_v, out))
     lse.copy_(torch.where(has_context.view(-1, 1), merged_s, lse))
+
+
+def fold_heads(num_heads: int, head_dim: int, elem_bytes: int, max_threads: int = 1024) -> int:
+    """How many row groups to split each token's heads into so FlashInfer's merge kernel fits
+    in one block. ``MergeStateInPlace`` (0.7.2) launches ``head_dim / vec`` x ``num_heads``
+    threads per token, vec = max(16 / elem_bytes, head_dim / 32): 128 heads of 128 in bf16 is
+    2,048 threads, an "invalid argument" launch (DeepSeek-V3 prefill at TP 1, seen on the H100).
+    The kernel indexes rows as ``(pos * num_heads + head) * head_dim``, so a contiguous
+    [T, H, D] state viewed as [T * f, H / f, D] (mask repeated f times) merges the same values."""
+    vec = max(16 // elem_bytes, head_dim // 32)
+    per_head = max(1, head_dim // vec)
+    for f in range(1, num_heads + 1):
+        if num_heads % f == 0 and (num_heads // f) * per_head <= max_threads:
+            return f
+    raise ValueError(f"no head split fits {max_threads} threads for head_dim {head_dim}")

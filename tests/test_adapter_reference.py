@@ -250,3 +250,45 @@ def test_warmup_runs_every_batch_kind(cfg):
     report = ex.warmup(progress=events.append)
     assert list(report.batch_kinds) == ["prefill_only", "decode_only", "mixed"]
     assert events[-1]["event"] == "done" and not report.compiled_during_exercise
+
+
+@pytest.mark.parametrize("heads,head_dim,elem,expect", [(64, 128, 2, 1), (128, 128, 2, 2), (128, 512, 2, 4),
+                                                         (16, 128, 4, 1), (128, 128, 4, 4), (3, 64, 2, 1)])
+def test_fold_heads_fits_flashinfer_merge_block(heads, head_dim, elem, expect):
+    from kernels_adapter.merge import fold_heads
+
+    f = fold_heads(heads, head_dim, elem)
+    assert f == expect
+    vec = max(16 // elem, head_dim // 32)
+    assert heads % f == 0 and (heads // f) * (head_dim // vec) <= 1024
+
+
+def test_merge_over_folded_heads_equals_unfolded():
+    """The view the FlashInfer backend hands the merge kernel for 128 heads ([T*f, H/f, D], the
+    mask repeated f times) merges exactly what the unfolded state would."""
+    from kernels_adapter.merge import fold_heads, merge_context_into
+
+    gen = torch.Generator().manual_seed(11)
+    t, h, d = 6, 128, 128
+    out, ctx = torch.randn(t, h, d, generator=gen), torch.randn(t, h, d, generator=gen)
+    lse, s_ctx = torch.randn(t, h, generator=gen), torch.randn(t, h, generator=gen)
+    mask = torch.tensor([True, False, True, True, False, True])
+    plain_out, plain_lse = out.clone(), lse.clone()
+    merge_context_into(plain_out, plain_lse, ctx, s_ctx, mask)
+    f = fold_heads(h, d, 2)
+    assert f == 2
+    folded_out, folded_lse = out.clone(), lse.clone()
+    merge_context_into(folded_out.view(t * f, h // f, d), folded_lse.view(t * f, h // f),
+                       ctx.reshape(t * f, h // f, d), s_ctx.reshape(t * f, h // f), mask.repeat_interleave(f))
+    assert torch.equal(folded_out, plain_out) and torch.equal(folded_lse, plain_lse)
+    assert torch.equal(folded_out[1], out[1]) and not torch.equal(folded_out[0], out[0])
+
+
+@pytest.mark.parametrize("sources,cores,expect", [([10, 2, 2, 2], 16, [10, 2, 2, 2]), ([1], 16, [16]),
+                                                  ([30, 30], 16, [8, 8]), ([40, 1, 0], 8, [8, 1, 1])])
+def test_build_jobs_share_the_cores_by_translation_units(sources, cores, expect):
+    from kernels_adapter.warmup import build_jobs
+
+    jobs = build_jobs(sources, cores)
+    assert jobs == expect and all(j >= 1 for j in jobs)
+    assert sum(jobs) <= cores + len(sources)        # never far past one compiler a core

@@ -367,3 +367,15 @@ def test_simulated_node_capability_contradiction():
     with pytest.raises(policy.InvalidInputError) as info:
         policy.simulated_node("B200", capability="10.3")
     assert info.value.field == "capability"
+
+
+def test_shipped_rule_texts_are_whole():
+    """An unquoted `` #`` in YAML starts a comment: ``source: seed 002 (vLLM #38822)`` once loaded
+    as ``seed 002 (vLLM``. Every shipped title, reason and source keeps its brackets balanced."""
+    ruleset = policy.default_ruleset()
+    for r in ruleset.rules:
+        for text in (r.title, r.reason, r.source, r.fix or ""):
+            assert text.count("(") == text.count(")"), (r.id, text)
+    by_id = {r.id: r for r in ruleset.rules}
+    assert "#38822" in by_id["head-size"].source and "#43669" in by_id["kv.nvfp4-sm100f"].source
+    assert "#2939" in by_id["trtllm.sm103-hang"].source and "#40153" in by_id["sinks"].source

@@ -32,7 +32,7 @@ def executor(**cfg: Any) -> AttentionExecutor:
 
 
 def prebuild(*answers: Any) -> None:
-    """Compile every module these plans need in one ninja run before the first test."""
+    """Compile every module these plans need (warm-up's prebuild, all cores) before the first test."""
     from kernels_adapter.warmup import plan_modules, prebuild as build
 
     mods = {m.name: m for a in answers for m in plan_modules(a.plan)}

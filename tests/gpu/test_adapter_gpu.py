@@ -185,7 +185,9 @@ def test_warmup_then_first_request_compiles_nothing():
 
     ex = executor(**LLAMA)
     events = []
+    prebuilt = _built(_jit_dir())        # the module fixture built these modules already
     report = ex.warmup(progress=events.append)
+    assert _built(_jit_dir()) == prebuilt, "warm-up rebuilt a module that was already built"
     print(report.summary())
     assert [m.name for m in report.modules] == [m.name for m in (*ex.plan.prefill.modules, *ex.plan.decode.modules)]
     assert list(report.batch_kinds) == ["prefill_only", "decode_only", "mixed"]
