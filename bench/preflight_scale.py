@@ -1,7 +1,7 @@
 """Cluster preflight at scale: 1,000 node endpoints on loopback, and Ray on a local cluster.
 
     .venv/bin/python bench/preflight_scale.py [--nodes 1000] [--servers 4] [--concurrency 64] \
-        [--runs 3] [--no-ray] [--markdown bench/RESULTS-preflight.md]
+        [--runs 3] [--no-ray] [--markdown FILE]   # a section of bench/RESULTS.md
 
 HTTP part: ``--servers`` processes each run the real node service (``api.create_app`` with a
 declared device: B200, GB300, H100, A100 in turn) under one uvicorn server that listens on

@@ -1,6 +1,6 @@
 """REST load: plans/s, latency and server memory of one `attnplan serve` under concurrent clients.
 
-    .venv/bin/python bench/rest_load.py [--seconds 30] [--clients 16] [--write bench/RESULTS-rest.md]
+    .venv/bin/python bench/rest_load.py [--seconds 30] [--clients 16] [--write FILE]   # a section of bench/RESULTS.md
 
 The server runs as a subprocess (one uvicorn worker, 127.0.0.1, a free port); the load
 generator is this process: N keep-alive HTTP/1.1 connections on raw asyncio sockets, each
