@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 import anyio
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
@@ -50,12 +50,22 @@ def not_ready(exc: NotReady) -> HTTPException:
     return HTTPException(503, detail=f"node facts not ready: {exc.reason}", headers={"Retry-After": "1"})
 
 
+def json_body(request: Request) -> None:
+    """The body is JSON by its content type, whatever FastAPI's own release tolerates (older
+    ones parsed a ``text/plain`` body as JSON, newer ones refuse it with a 422)."""
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if ctype != JSON and not (ctype.startswith("application/") and ctype.endswith("+json")):
+        raise HTTPException(415, f"the body must be JSON sent as 'content-type: {JSON}'; got {ctype or 'none'!r}")
+
+
 @router.post(
     "/v1/plan", response_class=JSONResponse, summary="The backend plan (or rejection) for an attention config",
     responses={200: {"model": PlanOut, "description": "the plan answer (SPEC §8): status ok or rejected"},
                400: {"model": ErrorOut, "description": "a body that cannot be decoded"},
                413: {"model": ErrorOut, "description": "body over 64 KiB"},
+               415: {"model": ErrorOut, "description": "a body not sent as application/json"},
                **UNAUTHORIZED, **INVALID, **NOT_READY},
+    dependencies=[Depends(json_body)],
 )
 async def plan(body: PlanRequest, request: Request,
                trace: bool = Query(True, description="include the per-rule trace")) -> Response:
