@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import html
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from policy import AttentionConfig
 
 from .configs import describe
+from .files import replace_atomically
 from .model import PreflightReport
 from .report import compact_names
 
@@ -181,19 +180,4 @@ def render_html(report: PreflightReport) -> str:
 
 
 def write_html(report: PreflightReport, path: str | Path) -> Path:
-    target = Path(path)
-    text = render_html(report)
-    directory = target.parent if str(target.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return target
+    return replace_atomically(Path(path), render_html(report))

@@ -17,13 +17,13 @@ files over 64 KiB: the file is written as a dotfile, then renamed atomically.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
 from policy import AttnplanError, NodeFacts, default_ruleset, plan_for
+
+from .files import replace_atomically
 
 PREFIX = "attnplan.io/"
 MAX_FILE_BYTES = 64 * 1024
@@ -135,18 +135,4 @@ def write_atomic(path: str | Path, text: str) -> Path:
         raise InvalidInputError("output", f"{target.name}: NFD ignores dotfiles; choose a name without a leading dot")
     if not directory.is_dir():
         raise InvalidInputError("output", f"{directory}: no such directory")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    return target
+    return replace_atomically(target, text)
