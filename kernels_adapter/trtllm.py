@@ -36,19 +36,27 @@ def _kv_and_scales(plan: Plan, cache: Any) -> tuple[Any, Optional[tuple[Any, Any
     return cache.kernel_view(), None
 
 
-def decode_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q: Any, cache: Any, workspace: Any,
-                  out: Any, *, q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0,
-                  sinks: Optional[Any] = None) -> dict[str, Any]:
-    """``trtllm_batch_decode_with_kv_cache`` for the decode phase (q_len_per_req from the plan)."""
+def _paged_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q: Any, cache: Any, workspace: Any,
+                  out: Any, q_scale: float, k_scale: float, v_scale: float, sinks: Optional[Any]) -> dict[str, Any]:
+    """What the paged decode and context entry points take alike."""
     bmm1, bmm2 = _scales(params, q_scale, k_scale, v_scale)
     kv, kv_sf = _kv_and_scales(plan, cache)
     return dict(
         query=q, kv_cache=kv, workspace_buffer=workspace, block_tables=batch.block_table,
-        seq_lens=batch.seq_lens, max_seq_len=batch.max_kv_len, bmm1_scale=bmm1, bmm2_scale=bmm2,
-        window_left=params.window_left, out=out, sinks=[sinks] if sinks is not None else None,
-        kv_layout=plan.kv_cache.layout,
+        seq_lens=batch.seq_lens, bmm1_scale=bmm1, bmm2_scale=bmm2, window_left=params.window_left, out=out,
+        sinks=[sinks] if sinks is not None else None, kv_layout=plan.kv_cache.layout, kv_cache_sf=kv_sf,
+    )
+
+
+def decode_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q: Any, cache: Any, workspace: Any,
+                  out: Any, *, q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0,
+                  sinks: Optional[Any] = None) -> dict[str, Any]:
+    """``trtllm_batch_decode_with_kv_cache`` for the decode phase (q_len_per_req from the plan)."""
+    return dict(
+        _paged_kwargs(plan, params, batch, q, cache, workspace, out, q_scale, k_scale, v_scale, sinks),
+        max_seq_len=batch.max_kv_len,
         # "auto" would pick xqa off 10.x; the plan says trtllm-gen, so name it.
-        backend="trtllm-gen", q_len_per_req=plan.decode.q_len_per_req, kv_cache_sf=kv_sf,
+        backend="trtllm-gen", q_len_per_req=plan.decode.q_len_per_req,
     )
 
 
@@ -56,17 +64,13 @@ def context_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q: An
                    out: Any, *, q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0,
                    sinks: Optional[Any] = None) -> dict[str, Any]:
     """``trtllm_batch_context_with_kv_cache`` for the prefill phase (paged, causal)."""
-    bmm1, bmm2 = _scales(params, q_scale, k_scale, v_scale)
-    kv, kv_sf = _kv_and_scales(plan, cache)
     return dict(
-        query=q, kv_cache=kv, workspace_buffer=workspace, block_tables=batch.block_table,
-        seq_lens=batch.seq_lens, max_q_len=batch.max_q_len, max_kv_len=batch.max_kv_len,
-        bmm1_scale=bmm1, bmm2_scale=bmm2, batch_size=batch.num_reqs, cum_seq_lens_q=batch.qo_indptr,
+        _paged_kwargs(plan, params, batch, q, cache, workspace, out, q_scale, k_scale, v_scale, sinks),
+        max_q_len=batch.max_q_len, max_kv_len=batch.max_kv_len, batch_size=batch.num_reqs,
+        cum_seq_lens_q=batch.qo_indptr,
         # Seed 001: the paged context kernel takes the KV *page* indptr here (FlashInfer's own
         # wrapper passes its paged_kv_indptr), computed on the device this step - never stale.
-        cum_seq_lens_kv=batch.kv_page_indptr,
-        window_left=params.window_left, out=out, kv_layout=plan.kv_cache.layout,
-        sinks=[sinks] if sinks is not None else None, kv_cache_sf=kv_sf, causal=True,
+        cum_seq_lens_kv=batch.kv_page_indptr, causal=True,
     )
 
 
