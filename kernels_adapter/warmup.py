@@ -1,8 +1,9 @@
 """Warm-up (SPEC §6): compile or load exactly the kernels the plan lists, before any request.
 
 Two passes. First every JIT module of ``plan.prefill.modules`` / ``plan.decode.modules`` is
-compiled, all at once sharing the cores, each in its own build directory, then loaded through FlashInfer's own module getters -
-the ones the wrappers call at plan time, memoised there, so the wrappers reuse them. Then one tiny
+compiled, all at once sharing the cores, each in its own build directory, then loaded through
+FlashInfer's own module getters - the ones the wrappers call at plan time, memoised there, so
+the wrappers reuse them. Then one tiny
 step of each batch kind - prefill-only, decode-only, mixed - runs end to end through the executor, which loads
 cubins (trtllm-gen) and anything a wrapper loads lazily. The report says how long each took and
 whether the second pass still compiled something (which would mean the plan's module list
