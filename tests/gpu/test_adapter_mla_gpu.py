@@ -131,7 +131,7 @@ def test_mla_steps_do_no_device_to_host_sync():
     seq = [300, 900, 40, 500]
     table, cache, lat, inp = paged(ex, seq, new)
     inp.num_decodes = 2
-    up = up_projection()
+    up = up_projection(16)
 
     def one_step():
         step = ex.plan_step(inp)
