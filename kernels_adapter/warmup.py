@@ -1,13 +1,13 @@
 """Warm-up (SPEC §6): compile or load exactly the kernels the plan lists, before any request.
 
 Two passes. First every JIT module of ``plan.prefill.modules`` / ``plan.decode.modules`` is
-compiled, all at once sharing the cores, each in its own build directory, then loaded through
-FlashInfer's own module getters - the ones the wrappers call at plan time, memoised there, so
-the wrappers reuse them. Then one tiny
-step of each batch kind - prefill-only, decode-only, mixed - runs end to end through the executor, which loads
-cubins (trtllm-gen) and anything a wrapper loads lazily. The report says how long each took and
-whether the second pass still compiled something (which would mean the plan's module list
-missed a kernel the first request would have compiled).
+compiled by one ninja over all of them, each module's directory then left as its own build
+would leave it (``ninja_builds.py``), then loaded through FlashInfer's own module getters - the
+ones the wrappers call at plan time, memoised there, so the wrappers reuse them. Then one tiny
+step of each batch kind - prefill-only, decode-only, mixed - runs end to end through the
+executor, which loads cubins (trtllm-gen) and anything a wrapper loads lazily. The report says
+how long each took and whether the second pass still compiled something (which would mean the
+plan's module list missed a kernel the first request would have compiled).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 from policy import JitModule
 
 from .dtypes import NVFP4, torch_dtype
+from .ninja_builds import NinjaBuild, build_together
 from .metadata import StepInput
 
 
@@ -122,53 +123,33 @@ def plan_modules(plan: Any) -> list[JitModule]:
     return mods
 
 
-def build_jobs(sources_per_module: list[int], cores: Optional[int] = None) -> list[int]:
-    """Ninja jobs for each module when all build at once: the cores shared in proportion to
-    each module's translation units, so together they keep about one compiler a core busy, as
-    one global ninja would (a module with 2 sources gets little, FA3's many get most)."""
-    import os
-
-    if cores is None:
-        env = os.environ.get("MAX_JOBS", "")
-        cores = int(env) if env.isdigit() and int(env) > 0 else (os.cpu_count() or 1)
-    counts = [max(1, n) for n in sources_per_module]
-    total = sum(counts)
-    return [max(1, round(cores * n / total)) for n in counts]
-
-
-def _build_spec(spec: Any, jobs: int) -> None:
-    """Build one module in its own build directory, as its getter's ``build()`` would.
-
-    Not ``flashinfer.jit.build_jit_specs``: that runs one ninja from the JIT root, so the
-    build log lands there, and the getter's ninja (run later from the module's own directory,
-    with its own log) finds no record of the outputs and compiles everything again - measured on
-    the H100 as a second full build at the first request."""
-    from filelock import FileLock
-    from flashinfer.jit.cpp_ext import run_ninja
-
-    with FileLock(spec.lock_path, thread_local=False):
-        spec.write_ninja()
-        run_ninja(spec.build_dir, spec.ninja_path, False, max_jobs=jobs)
-
-
 def prebuild(modules: list[JitModule], progress: Optional[Callable[[dict], None]] = None) -> float:
-    """Compile every JIT module, all at once, sharing the cores; seconds."""
+    """Compile every JIT module that needs it with one ninja of ``MAX_JOBS`` jobs, leaving each
+    module's directory as its getter's own build would (``ninja_builds.py`` says why); seconds."""
+    from contextlib import ExitStack
+
+    from filelock import FileLock
+
     specs = {}
     for mod in modules:
         if mod.kind == "jit":
             spec = _module_spec(mod)
-            specs[spec.name] = spec
+            aot = getattr(spec, "aot_path", None)
+            if aot is None or not Path(aot).exists():      # an AOT build loads as is, as the getter's does
+                specs[spec.name] = spec
     t0 = time.perf_counter()
     if progress:
         progress({"event": "build-start", "modules": sorted(specs)})
-    todo = list(specs.values())
-    jobs = build_jobs([len(getattr(spec, "sources", ()) or ()) for spec in todo])
-    if todo:
-        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
-            list(pool.map(_build_spec, todo, jobs))
+    with ExitStack() as locks:
+        builds = []
+        for spec in sorted(specs.values(), key=lambda sp: sp.name):     # one lock order for every process
+            locks.enter_context(FileLock(spec.lock_path, thread_local=False))
+            spec.write_ninja()
+            builds.append(NinjaBuild(spec.build_dir, spec.ninja_path, len(getattr(spec, "sources", ()) or ())))
+        built = build_together(builds)
     seconds = time.perf_counter() - t0
     if progress:
-        progress({"event": "build-done", "seconds": seconds})
+        progress({"event": "build-done", "seconds": seconds, "built": [b.workdir.name for b in built]})
     return seconds
 
 

@@ -282,13 +282,3 @@ def test_merge_over_folded_heads_equals_unfolded():
                        ctx.reshape(t * f, h // f, d), s_ctx.reshape(t * f, h // f), mask.repeat_interleave(f))
     assert torch.equal(folded_out, plain_out) and torch.equal(folded_lse, plain_lse)
     assert torch.equal(folded_out[1], out[1]) and not torch.equal(folded_out[0], out[0])
-
-
-@pytest.mark.parametrize("sources,cores,expect", [([10, 2, 2, 2], 16, [10, 2, 2, 2]), ([1], 16, [16]),
-                                                  ([30, 30], 16, [8, 8]), ([40, 1, 0], 8, [8, 1, 1])])
-def test_build_jobs_share_the_cores_by_translation_units(sources, cores, expect):
-    from kernels_adapter.warmup import build_jobs
-
-    jobs = build_jobs(sources, cores)
-    assert jobs == expect and all(j >= 1 for j in jobs)
-    assert sum(jobs) <= cores + len(sources)        # never far past one compiler a core
