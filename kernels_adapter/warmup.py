@@ -21,8 +21,8 @@ from typing import Any, Callable, Optional
 from policy import JitModule
 
 from .dtypes import NVFP4, torch_dtype
-from .ninja_builds import NinjaBuild, build_together
 from .metadata import StepInput
+from .ninja_builds import NinjaBuild, build_together
 
 
 @dataclass
