@@ -59,16 +59,10 @@ def ninja_edges(log: Path, outputs: set[str] | None = None) -> list[tuple[str, f
     return sorted(last.items(), key=lambda kv: -kv[1])
 
 
-def pending(spec) -> int:
-    """Edges the module's own ninja (the getter's, run from its build dir) would still run."""
-    r = subprocess.run(["ninja", "-n", "-C", str(spec.build_dir), "-f", str(spec.ninja_path)],
-                       capture_output=True, text=True)
-    return sum(1 for line in r.stdout.splitlines() if line.startswith("["))
-
-
 def child(model: str, strategy: str, out: Path) -> None:
     from flashinfer.jit import env
 
+    from kernels_adapter.ninja_builds import NinjaBuild, pending_edges
     from kernels_adapter.warmup import _module_loader, prebuild
 
     mods, specs = plan_specs(model)
@@ -93,7 +87,7 @@ def child(model: str, strategy: str, out: Path) -> None:
     res = dict(model=model, strategy=strategy, wall_s=round(wall, 1), modules=[s.name for s in specs],
                sources=[len(s.sources) for s in specs], edges=len(edges),
                cpu_s=round(sum(s for _, s in edges), 1), longest=edges[:3],
-               left_for_first_request={s.name: pending(s) for s in specs},
+               left_for_first_request={s.name: pending_edges(NinjaBuild(s.build_dir, s.ninja_path)) for s in specs},
                max_jobs=os.environ.get("MAX_JOBS"), cpus=os.cpu_count())
     out.write_text(json.dumps(res, indent=1))
 

@@ -70,11 +70,18 @@ def find_ninja(ninja: Optional[str] = None) -> str:
     return found
 
 
-def has_work(build: NinjaBuild, ninja: Optional[str] = None) -> bool:
-    """Whether the project's own ninja, run from its directory, would run anything."""
+def pending_edges(build: NinjaBuild, ninja: Optional[str] = None) -> Optional[int]:
+    """Edges the project's own ninja, run from its directory, would run (``ninja -n``); None
+    when that dry run fails (no ninja file yet, a broken one)."""
     r = subprocess.run([find_ninja(ninja), "-n", "-C", str(build.workdir), "-f", str(build.ninja_file)],
                        capture_output=True, text=True)
-    return r.returncode != 0 or "no work to do" not in r.stdout
+    if r.returncode != 0:
+        return None
+    return sum(1 for line in r.stdout.splitlines() if line.startswith("["))
+
+
+def has_work(build: NinjaBuild, ninja: Optional[str] = None) -> bool:
+    return pending_edges(build, ninja) != 0
 
 
 def build_together(builds: Sequence[NinjaBuild], slots: Optional[int] = None, *,

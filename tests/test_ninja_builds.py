@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels_adapter.ninja_builds import BuildError, NinjaBuild, build_together, has_work
+from kernels_adapter.ninja_builds import BuildError, NinjaBuild, build_together, has_work, pending_edges
 
 ninja_pkg = pytest.importorskip("ninja")
 NINJA = str(Path(ninja_pkg.BIN_DIR) / "ninja")
@@ -113,6 +113,7 @@ def test_a_failed_build_names_its_project_and_keeps_what_compiled(tmp_path):
     # only its link is left for its own ninja.
     dry = subprocess.run([NINJA, "-n", "-C", str(good.workdir)], capture_output=True, text=True).stdout
     assert "[1/1]" in dry and "good.so" in dry
+    assert pending_edges(good, NINJA) == 1 and pending_edges(NinjaBuild(tmp_path, tmp_path / "none.ninja"), NINJA) is None
 
 
 def test_missing_ninja_is_a_clear_error(tmp_path, monkeypatch):
