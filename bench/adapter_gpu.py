@@ -3,6 +3,7 @@
     python3 bench/adapter_gpu.py --phase warmup --out DIR   # warm-up, cold then warm JIT cache
     python3 bench/adapter_gpu.py --phase sweep --out DIR    # decode and prefill sweeps
     python3 bench/adapter_gpu.py --phase pairs --out DIR    # small decode shapes, adapter/direct alternated
+    python3 bench/adapter_gpu.py --phase host --out DIR     # host time and launches of a step's metadata
 
 Ceilings measured here, not taken from a datasheet: device-to-device copy bandwidth (bytes read
 plus written) and a bf16 8192^3 matmul. Decode: batch 1-256, context 1k-32k; adapter time per
@@ -214,12 +215,60 @@ def phase_pairs(out: Path, rounds: int = 7) -> dict:
     return result
 
 
+HOST_SHAPES = ((1, 4096, 0, 0), (64, 4096, 0, 0), (256, 4096, 0, 0), (256, 32768, 0, 0), (64, 4096, 4, 512),
+               (0, 0, 1, 8192), (0, 0, 8, 1024))
+
+
+def phase_host(out: Path, rounds: int = 5) -> dict:
+    """Host cost of a step's metadata (build_step), no kernels compiled: the median of `rounds`
+    medians of 100 calls each, and the CUDA launches and copies one step issues (counted by the
+    profiler; unlike host times on a shared host, the count does not drift between runs)."""
+    import statistics
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernels_adapter import StepInput, build_step
+    from policy import AttentionConfig, require_plan
+
+    plan = require_plan(AttentionConfig(**LLAMA)).plan
+    page = plan.kv_cache.page_size
+    rows = []
+    for bs, ctx, npre, plen in HOST_SHAPES:
+        n, per = bs + npre, (max(ctx, plen) + page - 1) // page
+        table = torch.randperm(n * per + 5, dtype=torch.int32, device="cuda")[: n * per].view(n, per)
+        seq = torch.tensor([ctx] * bs + [plen] * npre, dtype=torch.int32)
+        inp = StepInput([1] * bs + [plen] * npre, seq.cuda(), table, bs, seq_lens_cpu=seq)
+        for _ in range(30):
+            build_step(plan, inp)
+        times = [host_median(lambda: build_step(plan, inp), n=100) * 1e6 for _ in range(rounds)]
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            build_step(plan, inp)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events()]
+        launches = sum(x.startswith(("cudaLaunchKernel", "cuLaunchKernel")) for x in names)
+        copies = sum(x.startswith("cudaMemcpyAsync") for x in names)
+        row = dict(batch=bs, context=ctx, prefill_reqs=npre, prefill_tokens=plen, metadata_us=statistics.median(times),
+                   metadata_us_min=min(times), metadata_us_max=max(times), launches=launches, copies=copies)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = dict(device=torch.cuda.get_device_name(), rows=rows)
+    (out / "adapter_host.json").write_text(json.dumps(result, indent=1))
+    print("| decode batch x ctx | prefill reqs x tokens | build_step us (median of 5) | range | launches | H2D copies |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batch']} x {r['context']} | {r['prefill_reqs']} x {r['prefill_tokens']} | {r['metadata_us']:.0f} | "
+              f"{r['metadata_us_min']:.0f}-{r['metadata_us_max']:.0f} | {r['launches']} | {r['copies']} |")
+    return result
+
+
 def phase_sweep(out: Path) -> dict:
     import flashinfer
     import torch
     import torch.nn.functional as F
 
-    from kernels_adapter import StepInput
+    from kernels_adapter import StepInput, build_step
 
     dev_name = torch.cuda.get_device_name()
     copy_bw, mm_rate = ceilings()
@@ -241,7 +290,8 @@ def phase_sweep(out: Path) -> dict:
             if bs * ctx > MAX_CACHE_TOKENS:
                 continue
             d = DecodeCase(ex, cache, perm, ws, bs, ctx)
-            t_host = host_median(lambda: ex.plan_step(d.inp))
+            t_host = host_median(lambda: ex.plan_step(d.inp), n=50)
+            t_meta = host_median(lambda: build_step(ex.plan, d.inp), n=50)
             t_adapter, t_direct = d.adapter(), d.direct()
             t_host_direct = host_median(d.plan_direct)
             q = d.q
@@ -249,7 +299,7 @@ def phase_sweep(out: Path) -> dict:
             row = dict(kind="decode", batch=bs, context=ctx, adapter_us=t_adapter * 1e6, direct_us=t_direct * 1e6,
                        adapter_over_direct=t_direct / t_adapter, kv_bw_TBs=kv_bytes / t_adapter / 1e12,
                        bw_over_copy=kv_bytes / t_adapter / copy_bw, host_step_us=t_host * 1e6,
-                       host_direct_plan_us=t_host_direct * 1e6)
+                       host_metadata_us=t_meta * 1e6, host_direct_plan_us=t_host_direct * 1e6)
             if bs * ctx <= SDPA_MAX_TOKENS:
                 k = torch.randn(bs, 8, ctx, 128, device="cuda", dtype=torch.bfloat16)
                 v = torch.randn_like(k)
@@ -273,7 +323,8 @@ def phase_sweep(out: Path) -> dict:
         q = torch.randn(L, 32, 128, device="cuda", dtype=torch.bfloat16)
         o = torch.empty_like(q)
         step = ex.plan_step(inp)
-        t_host = host_median(lambda: ex.plan_step(inp))
+        t_host = host_median(lambda: ex.plan_step(inp), n=50)
+        t_meta = host_median(lambda: build_step(ex.plan, inp), n=50)
         t_adapter = do_bench(lambda: ex.forward(step, q, cache, o), rep=300)
         direct = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=plan.prefill.backend)
         b = step.prefill
@@ -288,7 +339,8 @@ def phase_sweep(out: Path) -> dict:
         flops = 2 * 2 * 32 * 128 * L * (L + 1) / 2
         row = dict(kind="prefill", tokens=L, adapter_us=t_adapter * 1e6, direct_us=t_direct * 1e6,
                    adapter_over_direct=t_direct / t_adapter, sdpa_us=t_sdpa * 1e6, adapter_over_sdpa=t_sdpa / t_adapter,
-                   tflops=flops / t_adapter / 1e12, over_matmul=flops / t_adapter / mm_rate, host_step_us=t_host * 1e6)
+                   tflops=flops / t_adapter / 1e12, over_matmul=flops / t_adapter / mm_rate, host_step_us=t_host * 1e6,
+                   host_metadata_us=t_meta * 1e6)
         rows.append(row)
         print(json.dumps(row))
         del cache, k, v
@@ -303,24 +355,24 @@ def phase_sweep(out: Path) -> dict:
 
 def print_tables(r: dict) -> None:
     print(f"\n{r['device']} | copy {r['copy_bw_TBs']:.2f} TB/s | matmul {r['matmul_TFLOPs']:.0f} TFLOP/s | plan {r['plan']}")
-    print("| batch | ctx | adapter us | direct us | adapter/direct | KV TB/s | /copy | SDPA us | adapter/SDPA | host step us | direct plan us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| batch | ctx | adapter us | direct us | adapter/direct | KV TB/s | /copy | SDPA us | adapter/SDPA | host step us | of which metadata | direct plan us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for x in r["rows"]:
         if x["kind"] == "decode":
             sd = f"{x['sdpa_us']:.1f} | {x['adapter_over_sdpa']:.2f}" if "sdpa_us" in x else "- | -"
             print(f"| {x['batch']} | {x['context']} | {x['adapter_us']:.1f} | {x['direct_us']:.1f} | {x['adapter_over_direct']:.3f} | "
-                  f"{x['kv_bw_TBs']:.2f} | {x['bw_over_copy']:.2f} | {sd} | {x['host_step_us']:.0f} | {x['host_direct_plan_us']:.0f} |")
-    print("\n| tokens | adapter us | direct us | adapter/direct | TFLOP/s | /matmul | SDPA us | adapter/SDPA | host step us |")
-    print("|---|---|---|---|---|---|---|---|---|")
+                  f"{x['kv_bw_TBs']:.2f} | {x['bw_over_copy']:.2f} | {sd} | {x['host_step_us']:.0f} | {x['host_metadata_us']:.0f} | {x['host_direct_plan_us']:.0f} |")
+    print("\n| tokens | adapter us | direct us | adapter/direct | TFLOP/s | /matmul | SDPA us | adapter/SDPA | host step us | of which metadata |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for x in r["rows"]:
         if x["kind"] == "prefill":
             print(f"| {x['tokens']} | {x['adapter_us']:.1f} | {x['direct_us']:.1f} | {x['adapter_over_direct']:.3f} | {x['tflops']:.0f} | "
-                  f"{x['over_matmul']:.2f} | {x['sdpa_us']:.1f} | {x['adapter_over_sdpa']:.2f} | {x['host_step_us']:.0f} |")
+                  f"{x['over_matmul']:.2f} | {x['sdpa_us']:.1f} | {x['adapter_over_sdpa']:.2f} | {x['host_step_us']:.0f} | {x['host_metadata_us']:.0f} |")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=("warmup", "warmup-child", "smoke", "sweep", "pairs"), required=True)
+    ap.add_argument("--phase", choices=("warmup", "warmup-child", "smoke", "sweep", "pairs", "host"), required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     a = ap.parse_args()
     out = Path(a.out)
@@ -334,6 +386,8 @@ def main() -> None:
         phase_smoke()
     elif a.phase == "pairs":
         phase_pairs(out)
+    elif a.phase == "host":
+        phase_host(out)
     else:
         phase_sweep(out)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from policy import AttentionConfig, plan_for, simulated_node
@@ -111,6 +113,70 @@ def test_decode_requests_take_the_plans_query_length():
     with pytest.raises(ValueError, match="q_len_per_req"):
         build_step(p, _step_input(p, [1, 3], [5, 9], 2))
     assert build_step(p, _step_input(p, [3, 3], [5, 9], 2)).decode.num_tokens == 6
+
+
+def _random_step(p, seed, *, spare_columns=3):
+    """A random mixed batch over a block table that is a column slice of a wider one (as an
+    engine's persistent table is), so gathers must honour the row stride."""
+    gen = torch.Generator().manual_seed(seed)
+    page, q_dec = p.kv_cache.page_size, p.decode.q_len_per_req
+    nd = int(torch.randint(0, 6, (1,), generator=gen))
+    npre = int(torch.randint(0 if nd else 1, 5, (1,), generator=gen))
+    q = [q_dec] * nd + torch.randint(1, 300, (npre,), generator=gen).tolist()
+    seq = [x + int(torch.randint(0, 900, (1,), generator=gen)) for x in q]
+    width = max((s + page - 1) // page for s in seq)
+    wide = torch.randperm(len(q) * (width + spare_columns) * 2, generator=gen)[: len(q) * (width + spare_columns)]
+    table = wide.view(len(q), width + spare_columns).int()[:, :width]
+    assert not table.is_contiguous()
+    seq_t = torch.tensor(seq, dtype=torch.int32)
+    return q, seq, nd, table, seq_t
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_host_and_device_metadata_agree(seed):
+    """Host lengths take the host path, device-only lengths the device path (TRTLLM-gen plans
+    accept both): the same step must come out of either."""
+    p = plan("B200", **LLAMA, num_speculative_tokens=seed % 3)
+    q, _, nd, table, seq_t = _random_step(p, seed)
+    host = build_step(p, StepInput(q, seq_t, table, nd, seq_lens_cpu=seq_t.clone()))
+    dev = build_step(p, StepInput(q, seq_t, table, nd))
+    assert host.kind == dev.kind and torch.equal(host.slots, dev.slots)
+    for phase in ("decode", "prefill"):
+        a, b = getattr(host, phase), getattr(dev, phase)
+        assert (a is None) == (b is None)
+        if a is None:
+            continue
+        assert (a.tok, a.num_tokens, a.max_q_len, a.query_lens) == (b.tok, b.num_tokens, b.max_q_len, b.query_lens)
+        for name in ("qo_indptr", "kv_page_indptr", "last_page_len", "seq_lens", "block_table", "qo_indptr_cpu"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), (phase, name)
+        assert a.max_kv_len == int(a.seq_lens.max()) <= b.max_kv_len      # exact on the host, a bound without
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_slots_and_page_indices_follow_a_naive_walk(seed):
+    p = plan("H100", **LLAMA, num_speculative_tokens=seed % 2)
+    page = p.kv_cache.page_size
+    q, seq, nd, table, seq_t = _random_step(p, 100 + seed)
+    step = build_step(p, StepInput(q, seq_t, table, nd, seq_lens_cpu=seq_t.clone()))
+    slots = [int(table[r, pos // page]) * page + pos % page for r in range(len(q)) for pos in range(seq[r] - q[r], seq[r])]
+    assert step.slots.tolist() == slots
+    for b in (step.decode, step.prefill):
+        if b is None:
+            continue
+        rows = range(b.req.start, b.req.stop)
+        assert b.kv_indices.tolist() == [int(table[r, j]) for r in rows for j in range((seq[r] + page - 1) // page)]
+        assert b.kv_page_indptr_cpu.tolist() == b.kv_page_indptr.tolist()
+        assert b.last_page_len_cpu.tolist() == [(seq[r] - 1) % page + 1 for r in rows]
+        assert b.qo_indptr_cpu.tolist() == b.qo_indptr.tolist() == [0, *itertools.accumulate(q[r] for r in rows)]
+
+
+def test_short_kv_is_refused_naming_the_phase():
+    p = plan("H100", **LLAMA)
+    with pytest.raises(ValueError, match="^prefill: a request's KV length is shorter"):
+        build_step(p, _step_input(p, [1, 9], [4, 8], 1))
+    with pytest.raises(ValueError, match="^decode: "):
+        build_step(p, StepInput([1], torch.tensor([0], dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32), 1,
+                                seq_lens_cpu=torch.tensor([0], dtype=torch.int32)))
 
 
 @pytest.mark.parametrize("kw", [dict(LLAMA), dict(LLAMA, kv_cache_dtype="fp8"), dict(LLAMA, kv_cache_dtype="fp8_e5m2")])

@@ -3,6 +3,7 @@ reference over the K/V the test keeps, and one parallel build of every module a 
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import time
@@ -39,6 +40,15 @@ def prebuild(*answers: Any) -> None:
     t0 = time.perf_counter()
     build(list(mods.values()))
     print(f"[gpu tests] prebuilt {len(mods)} modules in {time.perf_counter() - t0:.1f}s: {sorted(mods)}")
+
+
+def settled_memory() -> tuple[int, int]:
+    """CUDA memory allocated and reserved once earlier tests' garbage is collected, so that a
+    collection inside the code under test cannot make memory move (it freed 350 MB once). Take
+    it before the code under test only; read memory after it without collecting."""
+    gc.collect()
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, Batch, answer, executor, prebuild, random_lens, rel_err  # noqa: E402
+from gpu_common import TOL, Batch, answer, executor, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
 
 from policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
 
@@ -35,14 +35,14 @@ def built():
 
 def test_b200_plan_refused_before_memory_moves():
     torch.cuda.init()
-    before = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+    before = settled_memory()
     b200 = plan_for(AttentionConfig(head_dim=512, num_qo_heads=32, num_kv_heads=8, kv_cache_dtype="nvfp4"),
                     simulated_node("B200", cubins="available"))
     assert b200.backends() == ("trtllm-gen", "trtllm-gen")
     with pytest.raises(PlanMismatchError) as err:
         AttentionExecutor(b200)                               # live probe of this machine
     assert {"kv.nvfp4-sm100f", "trtllm.family"} <= {v.rule for v in err.value.violations}
-    assert (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) == before
+    assert (torch.cuda.memory_allocated(), torch.cuda.memory_reserved()) == before    # no gc here: nothing hidden
     print(err.value)
 
 
