@@ -16,6 +16,7 @@ plans). Both give the same step; tests hold them to it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Optional, Sequence
 
 from policy import BatchMetadata, Plan
@@ -145,9 +146,9 @@ def _from_host(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
     if short:
         raise ValueError(f"{'decode' if short[0] < nd else 'prefill'}: a request's KV length is shorter than its "
                          "query length (append this step's tokens before attending)")
-    qo = [0, *_accumulate(qlens)]
+    qo = list(accumulate(qlens, initial=0))
     pages = [(s + page - 1) // page for s in seq]
-    kv_ptr = [0, *_accumulate(pages)]
+    kv_ptr = list(accumulate(pages, initial=0))
     last = [(s - 1) % page + 1 for s in seq]
     # Per request: where its new tokens start in its KV (less its offset in the step), the row-major
     # index of its block-table row, and where its pages start in that row less its kv_ptr.
@@ -211,7 +212,7 @@ def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
     pack = _OneCopy()
     i_q = pack.add(torch.tensor(qlens_all, dtype=torch.int32))
     bounds = [(0, nd), (nd, b)]
-    i_qo = [pack.add(torch.tensor([0, *_accumulate(qlens_all[r0:r1])], dtype=torch.int32)) for r0, r1 in bounds]
+    i_qo = [pack.add(torch.tensor(list(accumulate(qlens_all[r0:r1], initial=0)), dtype=torch.int32)) for r0, r1 in bounds]
     host, dev = pack.send(device)
     q_dev = dev[i_q]
     qo_all = _cumsum0(q_dev)
@@ -237,14 +238,6 @@ def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
         setattr(step, phase, batch)
         t0 += sum(qlens)
     return step
-
-
-def _accumulate(xs: Sequence[int]) -> list[int]:
-    out, s = [], 0
-    for x in xs:
-        s += x
-        out.append(s)
-    return out
 
 
 def build_step(plan: Plan, inp: StepInput) -> StepMetadata:
