@@ -210,12 +210,13 @@ def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
     qlens_all = [int(x) for x in inp.query_lens]
     t_all = sum(qlens_all)
     pack = _OneCopy()
+    # Query lengths are host data: their indptrs are host sums, sent with them in the one copy.
     i_q = pack.add(torch.tensor(qlens_all, dtype=torch.int32))
+    i_qo_all = pack.add(torch.tensor(list(accumulate(qlens_all, initial=0)), dtype=torch.int32))
     bounds = [(0, nd), (nd, b)]
     i_qo = [pack.add(torch.tensor(list(accumulate(qlens_all[r0:r1], initial=0)), dtype=torch.int32)) for r0, r1 in bounds]
     host, dev = pack.send(device)
-    q_dev = dev[i_q]
-    qo_all = _cumsum0(q_dev)
+    q_dev, qo_all = dev[i_q], dev[i_qo_all]
     # The slot of every new token, on the device: request -> position -> page -> slot.
     owner = torch.repeat_interleave(torch.arange(b, device=device), q_dev, output_size=t_all)
     pos = (inp.seq_lens - q_dev)[owner] + (torch.arange(t_all, device=device, dtype=torch.int32) - qo_all[owner])
