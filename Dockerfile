@@ -6,7 +6,9 @@
 #   docker build --build-arg VARIANT=gpu -t attnplan:gpu .       # CUDA runtime base + the `gpu` extra
 #   docker run --rm -p 8000:8000 -e ATTNPLAN_TOKEN=... attnplan  # add --gpus all for the GPU image
 #
-# The pins are the Makefile's (tests/test_dockerfile.py checks they stay identical).
+# The pins are the Makefile's (tests/test_dockerfile.py checks they stay identical). The image
+# installs the wheel `pip wheel .` builds from this tree: the one tests/test_wheel.py installs
+# into a fresh venv and runs (rule packs, catalogs, status page and presets all inside it).
 
 ARG VARIANT=cpu
 ARG CUDA_IMAGE=nvidia/cuda:12.9.1-runtime-ubuntu24.04
@@ -32,12 +34,7 @@ ARG VARIANT
 ENV PATH=/opt/venv/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY policy/ policy/
-COPY rules/ rules/
-COPY api/ api/
-COPY cli/ cli/
-COPY kernels_adapter/ kernels_adapter/
-COPY preflight/ preflight/
+COPY attnplan/ attnplan/
 RUN if [ "$VARIANT" = "gpu" ]; then \
         pip wheel --no-cache-dir --wheel-dir /wheels ".[gpu]" "torch==2.13.0" "flashinfer-python==0.7.2.post1" "apache-tvm-ffi==0.1.15.post2"; \
     else \
@@ -50,8 +47,7 @@ ARG VARIANT
 ENV PATH=/opt/venv/bin:$PATH \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    ATTNPLAN_EXAMPLES_DIR=/opt/attnplan/examples
+    PYTHONUNBUFFERED=1
 # Offline install from the builder's wheels only (--no-index): the versions are the ones pinned
 # and built above, so the unpinned name cannot float.
 # hadolint ignore=DL3013
@@ -60,7 +56,6 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     && pip install --no-cache-dir --no-index --find-links /wheels "attnplan${extra}" \
     && groupadd --system --gid 10001 attnplan \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin attnplan
-COPY examples/ /opt/attnplan/examples/
 USER 10001:10001
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \

@@ -67,9 +67,9 @@ def ceilings():
 
 
 def executor():
-    from policy import AttentionConfig, require_plan
+    from attnplan.policy import AttentionConfig, require_plan
 
-    from kernels_adapter import AttentionExecutor
+    from attnplan.adapter import AttentionExecutor
 
     return AttentionExecutor(require_plan(AttentionConfig(**LLAMA)), device="cuda")
 
@@ -127,7 +127,7 @@ def phase_smoke() -> None:
 
     import torch
 
-    from kernels_adapter.warmup import exercise
+    from attnplan.adapter.warmup import exercise
 
     faulthandler.dump_traceback_later(40, repeat=True)
     t0 = time.perf_counter()
@@ -148,7 +148,7 @@ class DecodeCase:
         import flashinfer
         import torch
 
-        from kernels_adapter import StepInput
+        from attnplan.adapter import StepInput
 
         page = ex.plan.kv_cache.page_size
         per = ctx // page
@@ -228,8 +228,8 @@ def phase_host(out: Path, rounds: int = 5) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from kernels_adapter import StepInput, build_step
-    from policy import AttentionConfig, require_plan
+    from attnplan.adapter import StepInput, build_step
+    from attnplan.policy import AttentionConfig, require_plan
 
     plan = require_plan(AttentionConfig(**LLAMA)).plan
     page = plan.kv_cache.page_size
@@ -268,7 +268,7 @@ def phase_sweep(out: Path) -> dict:
     import torch
     import torch.nn.functional as F
 
-    from kernels_adapter import StepInput, build_step
+    from attnplan.adapter import StepInput, build_step
 
     dev_name = torch.cuda.get_device_name()
     copy_bw, mm_rate = ceilings()

@@ -36,9 +36,9 @@ MODELS = {
 
 
 def plan_specs(model: str) -> tuple[list, list]:
-    from policy import AttentionConfig, require_plan
+    from attnplan.policy import AttentionConfig, require_plan
 
-    from kernels_adapter.warmup import _module_spec, plan_modules
+    from attnplan.adapter.warmup import _module_spec, plan_modules
 
     mods = {m.name: m for cfg in MODELS[model] for m in plan_modules(require_plan(AttentionConfig(**cfg)).plan)}
     mods = [m for m in mods.values() if m.kind == "jit"]
@@ -62,8 +62,8 @@ def ninja_edges(log: Path, outputs: set[str] | None = None) -> list[tuple[str, f
 def child(model: str, strategy: str, out: Path) -> None:
     from flashinfer.jit import env
 
-    from kernels_adapter.ninja_builds import NinjaBuild, pending_edges
-    from kernels_adapter.warmup import _module_loader, prebuild
+    from attnplan.adapter.ninja_builds import NinjaBuild, pending_edges
+    from attnplan.adapter.warmup import _module_loader, prebuild
 
     mods, specs = plan_specs(model)
     t0 = time.perf_counter()

@@ -49,9 +49,9 @@ def ceilings():
 
 
 def executor(**extra):
-    from policy import AttentionConfig, require_plan
+    from attnplan.policy import AttentionConfig, require_plan
 
-    from kernels_adapter import AttentionExecutor
+    from attnplan.adapter import AttentionExecutor
 
     return AttentionExecutor(require_plan(AttentionConfig(**MLA, **extra)), device="cuda")
 
@@ -61,7 +61,7 @@ def decode_sweep(ex, copy_bw, gen):
     import torch
     from flashinfer.mla import MLAPlanMetadata
 
-    from kernels_adapter import StepInput
+    from attnplan.adapter import StepInput
 
     page = ex.plan.kv_cache.page_size
     max_tokens = max(BATCHES) * max(CONTEXTS)
@@ -102,7 +102,7 @@ def decode_sweep(ex, copy_bw, gen):
 def prefill_sweep(ex, mm_rate):
     import torch
 
-    from kernels_adapter import StepInput
+    from attnplan.adapter import StepInput
 
     rows = []
     for L in PREFILL_LENS:
@@ -122,7 +122,7 @@ def prefill_sweep(ex, mm_rate):
 
 
 def _mla_ref(q, latent, rank, scale):
-    from kernels_adapter import attention_ref
+    from attnplan.adapter import attention_ref
 
     return attention_ref(q, latent.unsqueeze(1), latent[:, :rank].unsqueeze(1), sm_scale=scale, causal=False)[0]
 
@@ -163,7 +163,7 @@ def probe_ragged(backend, qk=192, vo=128):
     import flashinfer
     import torch
 
-    from kernels_adapter import attention_ref
+    from attnplan.adapter import attention_ref
 
     L, h = 300, 8
     q, k = (torch.randn(L, h, qk, device="cuda", dtype=torch.bfloat16) for _ in range(2))

@@ -3,7 +3,7 @@
     .venv/bin/python bench/plan_latency.py [--iterations 20000] [--markdown]
 
 Targets (issue #2): plan_for median <= 50 us on a cached node; first evaluation after rule
-load <= 2 ms; `python -c "import policy"` cold <= 300 ms.
+load <= 2 ms; `python -c "import attnplan.policy"` cold <= 300 ms.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def cold_import(runs: int) -> list[float]:
     out = []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import policy"], check=True, cwd=ROOT,
+        subprocess.run([sys.executable, "-c", "import attnplan.policy"], check=True, cwd=ROOT,
                        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "0"})
         out.append((time.perf_counter() - t0) * 1e3)
     return out
@@ -53,10 +53,10 @@ def main() -> None:
 
     tracemalloc.start()
     t0 = time.perf_counter()
-    from policy import AttentionConfig, clear_cache, plan_for, simulated_node
-    from policy.engine import default_ruleset, evaluate
-    from policy.rulepack import load_ruleset
-    from rules import BACKENDS_FILE, pack_files
+    from attnplan.policy import AttentionConfig, clear_cache, plan_for, simulated_node
+    from attnplan.policy.engine import default_ruleset, evaluate
+    from attnplan.policy.rulepack import load_ruleset
+    from attnplan.rules import BACKENDS_FILE, pack_files
 
     t_import = (time.perf_counter() - t0) * 1e3
     before = tracemalloc.take_snapshot()
@@ -126,7 +126,7 @@ def main() -> None:
         print(f"| `plan_for` p99, cached node | {res['plan_for_us_p99']:.1f} µs | |")
         print(f"| first evaluation after rule load (max of 4 configs) | {res['first_eval_ms_max']:.2f} ms | ≤ 2 ms |")
         print(f"| uncached evaluation (memo miss, trace + suggestions) median / p99 | {res['uncached_eval_us_median']:.0f} / {res['uncached_eval_us_p99']:.0f} µs | |")
-        print(f"| `python -c \"import policy\"` cold, median of 7 | {res['import_policy_cold_ms_median']:.0f} ms | ≤ 300 ms |")
+        print(f"| `python -c \"import attnplan.policy\"` cold, median of 7 | {res['import_policy_cold_ms_median']:.0f} ms | ≤ 300 ms |")
         print(f"| bare interpreter start (`python -c pass`), median of 5 | {res['interpreter_start_ms_median']:.0f} ms | |")
         print(f"| rule packs load + compile: first (yaml import, under tracemalloc) / again without tracemalloc | {res['rule_load_ms']:.1f} / {res['rule_reload_ms']:.1f} ms | |")
         print(f"| memory of the loaded rules (tracemalloc) | {res['rules_memory_kib']:.0f} KiB | |")

@@ -54,9 +54,9 @@ def raise_nofile(want: int) -> int:
 def serve_many(device: str, ports: int) -> None:
     import uvicorn
 
-    from api.app import create_app
-    from api.server import bind, config
-    from policy import simulated_node
+    from attnplan.rest.app import create_app
+    from attnplan.rest.server import bind, config
+    from attnplan.policy import simulated_node
 
     raise_nofile(ports * 4 + 256)
     socks = [bind("127.0.0.1", 0) for _ in range(ports)]
@@ -109,7 +109,7 @@ def run_measured(argv: list[str]) -> dict:
         os.dup2(devnull, 2)
         os.chdir(ROOT)
         os.environ["NO_COLOR"] = "1"
-        os.execv(sys.executable, [sys.executable, "-m", "cli", "preflight", *argv])
+        os.execv(sys.executable, [sys.executable, "-m", "attnplan", "preflight", *argv])
     _, status, usage = os.wait4(pid, 0)
     wall = time.perf_counter() - t0
     out_path = Path(tempfile.gettempdir()) / f"preflight-bench-{pid}.out"
@@ -151,7 +151,7 @@ def http_bench(args: argparse.Namespace) -> dict:
         res["json_bytes"] = len(r["out"])
         # The import floor: what the same process costs with nothing to ask.
         t1 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import cli.preflight, preflight.http, httpx, preflight.report"],
+        subprocess.run([sys.executable, "-c", "import attnplan.cli.preflight, attnplan.preflight.http, httpx, attnplan.preflight.report"],
                        cwd=ROOT, check=True)
         res["import_floor_s"] = time.perf_counter() - t1
     finally:
@@ -172,9 +172,9 @@ def ray_inner(out_path: str) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from policy import make_config
-    from preflight.model import NamedConfig
-    from preflight.ray_source import ray_preflight
+    from attnplan.policy import make_config
+    from attnplan.preflight.model import NamedConfig
+    from attnplan.preflight.ray_source import ray_preflight
 
     t0 = time.perf_counter()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -192,7 +192,7 @@ def ray_inner(out_path: str) -> None:
     statuses = sorted(o.kind for o in outs)
     ray.shutdown()
     t2 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "cli", "preflight", "--ray", cluster.address, "--ray-declare-label",
+    p = subprocess.run([sys.executable, "-m", "attnplan", "preflight", "--ray", cluster.address, "--ray-declare-label",
                         LABEL, *CONFIG], cwd=ROOT, capture_output=True, text=True, timeout=120)
     cli = time.perf_counter() - t2
     cluster.shutdown()
@@ -260,7 +260,7 @@ def markdown(args: argparse.Namespace, http: dict, ray: dict | None) -> str:
         f"- median wall at concurrency {args.concurrency}: **{http['median_wall_s']:.2f} s** for {http['nodes']} nodes "
         f"({verdict} the 10 s target); peak RSS of the preflight process **{http['max_rss_mib']:.0f} MiB**.",
         f"- of which interpreter + imports: {http['import_floor_s']:.2f} s "
-        "(`python -c 'import cli.preflight, preflight.http, httpx, preflight.report'`).",
+        "(`python -c 'import attnplan.cli.preflight, attnplan.preflight.http, httpx, attnplan.preflight.report'`).",
         f"- `--json` of the same run: {http['json_wall_s']:.2f} s, {http['json_bytes'] / 1024:.0f} KiB of JSON; "
         f"groups: {', '.join(f'{n} x {d} {s}' for n, d, s in http['json_groups'])}.",
         f"- node services start-up (not timed above): {http['server_start_s']:.1f} s.",

@@ -158,7 +158,7 @@ def main() -> None:
     args = ap.parse_args()
 
     port = free_port()
-    cmd = [sys.executable, "-m", "cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "attnplan", "serve", "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     if not args.access_log:
         cmd.append("--no-access-log")
     cpus = sorted(os.sched_getaffinity(0))

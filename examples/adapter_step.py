@@ -4,8 +4,8 @@ Runs anywhere on the pure-torch reference backend; on a GPU node set DEVICE, BAC
 "flashinfer" and plan with require_plan(cfg) (the probed node). `python examples/adapter_step.py`.
 """
 import torch
-from policy import AttentionConfig, require_plan, simulated_node
-from kernels_adapter import AttentionExecutor, StepInput
+from attnplan.policy import AttentionConfig, require_plan, simulated_node
+from attnplan.adapter import AttentionExecutor, StepInput
 
 DEVICE, BACKEND = "cpu", "reference"      # on a GPU: "cuda", "flashinfer" (the default)
 cfg = AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)

@@ -6,12 +6,12 @@ import itertools
 
 import pytest
 
-from policy import AttentionConfig, plan_for, simulated_node
+from attnplan.policy import AttentionConfig, plan_for, simulated_node
 
 torch = pytest.importorskip("torch")
 
-from kernels_adapter import AttentionExecutor, StepInput, allocate, build_step  # noqa: E402
-from kernels_adapter import kv_cache as kvc  # noqa: E402
+from attnplan.adapter import AttentionExecutor, StepInput, allocate, build_step  # noqa: E402
+from attnplan.adapter import kv_cache as kvc  # noqa: E402
 
 LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
@@ -219,7 +219,7 @@ def test_executor_allocates_from_the_plan():
 def test_warmup_module_arguments_match_the_wrappers():
     """The getter arguments warm-up passes are the ones FlashInfer's wrappers pass at plan time
     (their memo key), so the wrappers reuse what warm-up built."""
-    from kernels_adapter.warmup import MERGE, _module_args, plan_modules
+    from attnplan.adapter.warmup import MERGE, _module_args, plan_modules
 
     p = plan("H100", **LLAMA)
     (pre,), (dec,) = p.prefill.modules, p.decode.modules

@@ -9,12 +9,12 @@ import math
 
 import pytest
 
-from policy import AttentionConfig, plan_for, simulated_node
+from attnplan.policy import AttentionConfig, plan_for, simulated_node
 
 torch = pytest.importorskip("torch")
 
-from kernels_adapter import AttentionExecutor, StepInput, merge_states  # noqa: E402
-from kernels_adapter import kv_cache as kvc  # noqa: E402
+from attnplan.adapter import AttentionExecutor, StepInput, merge_states  # noqa: E402
+from attnplan.adapter import kv_cache as kvc  # noqa: E402
 
 
 def naive(q, k, v, *, scale, causal=True, window=None, cap=None):
@@ -231,7 +231,7 @@ def test_mla_prefill_without_context_needs_none():
 def test_merge_states_is_attention_over_the_union():
     gen = torch.Generator().manual_seed(5)
     q, k, v = torch.randn(3, 2, 16, generator=gen), torch.randn(20, 2, 16, generator=gen), torch.randn(20, 2, 16, generator=gen)
-    from kernels_adapter import attention_ref
+    from attnplan.adapter import attention_ref
 
     full, s_full = attention_ref(q, k, v, sm_scale=0.25, causal=False)
     a, s_a = attention_ref(q, k[:7], v[:7], sm_scale=0.25, causal=False)
@@ -255,7 +255,7 @@ def test_warmup_runs_every_batch_kind(cfg):
 @pytest.mark.parametrize("heads,head_dim,elem,expect", [(64, 128, 2, 1), (128, 128, 2, 2), (128, 512, 2, 4),
                                                          (16, 128, 4, 1), (128, 128, 4, 4), (3, 64, 2, 1)])
 def test_fold_heads_fits_flashinfer_merge_block(heads, head_dim, elem, expect):
-    from kernels_adapter.merge import fold_heads
+    from attnplan.adapter.merge import fold_heads
 
     f = fold_heads(heads, head_dim, elem)
     assert f == expect
@@ -266,7 +266,7 @@ def test_fold_heads_fits_flashinfer_merge_block(heads, head_dim, elem, expect):
 def test_merge_over_folded_heads_equals_unfolded():
     """The view the FlashInfer backend hands the merge kernel for 128 heads ([T*f, H/f, D], the
     mask repeated f times) merges exactly what the unfolded state would."""
-    from kernels_adapter.merge import fold_heads, merge_context_into
+    from attnplan.adapter.merge import fold_heads, merge_context_into
 
     gen = torch.Generator().manual_seed(11)
     t, h, d = 6, 128, 128

@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from policy import (AttentionConfig, Fact, PlanMismatchError, UnsupportedConfigurationError, plan_for,
+from attnplan.policy import (AttentionConfig, Fact, PlanMismatchError, UnsupportedConfigurationError, plan_for,
                     simulated_node)
 
 pytest.importorskip("torch")
 
-from kernels_adapter import AttentionExecutor, check_plan  # noqa: E402
+from attnplan.adapter import AttentionExecutor, check_plan  # noqa: E402
 
 LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 B200_ONLY = AttentionConfig(head_dim=512, num_qo_heads=32, num_kv_heads=8, kv_cache_dtype="nvfp4")
@@ -24,9 +24,9 @@ def rules(exc: PlanMismatchError) -> set[str]:
 
 
 def test_import_is_light():
-    code = ("import sys, kernels_adapter; kernels_adapter.AttentionExecutor; "
+    code = ("import sys, attnplan.adapter; attnplan.adapter.AttentionExecutor; "
             "print('torch' in sys.modules, 'flashinfer' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", "import sys, kernels_adapter; print('torch' in sys.modules, "
+    out = subprocess.run([sys.executable, "-c", "import sys, attnplan.adapter; print('torch' in sys.modules, "
                           "'flashinfer' in sys.modules)"], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -36,18 +36,18 @@ def test_import_is_light():
 def test_b200_plan_refused_on_h100_before_any_device_work(monkeypatch):
     answer = plan_for(B200_ONLY, simulated_node("B200", cubins="available"))
     assert answer.ok and answer.backends() == ("trtllm-gen", "trtllm-gen")
-    import kernels_adapter.kv_cache as kvc
+    import attnplan.adapter.kv_cache as kvc
 
     touched = []
     monkeypatch.setattr(kvc, "allocate", lambda *a, **k: touched.append(a))
-    sys.modules.pop("kernels_adapter.flashinfer_backend", None)
+    sys.modules.pop("attnplan.adapter.flashinfer_backend", None)
     with pytest.raises(PlanMismatchError) as err:
         AttentionExecutor(answer, node=simulated_node("H100"))
     assert {"kv.nvfp4-sm100f", "trtllm.family"} <= rules(err.value)
     assert isinstance(err.value, UnsupportedConfigurationError) and isinstance(err.value, ValueError)
     assert "capability: plan '10.0', here '9.0'" in str(err.value)
     # Refused before the backend (flashinfer import, workspace allocation) was even built.
-    assert "kernels_adapter.flashinfer_backend" not in sys.modules and not touched
+    assert "attnplan.adapter.flashinfer_backend" not in sys.modules and not touched
 
 
 @pytest.mark.parametrize("live, rule", [
@@ -98,7 +98,7 @@ def test_rejected_answer_cannot_build_an_executor():
 
 def test_no_gpu_fails_closed():
     answer = plan_for(AttentionConfig(**LLAMA), simulated_node("H100"))
-    from policy import NodeFacts
+    from attnplan.policy import NodeFacts
 
     with pytest.raises(PlanMismatchError) as err:
         check_plan(answer, NodeFacts(capability=Fact.unknown("NVML: no driver")))

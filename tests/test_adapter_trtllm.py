@@ -10,13 +10,13 @@ import math
 
 import pytest
 
-from policy import AttentionConfig, plan_for, simulated_node
+from attnplan.policy import AttentionConfig, plan_for, simulated_node
 
 torch = pytest.importorskip("torch")
 
-from kernels_adapter import AttentionParams, StepInput, allocate, build_step  # noqa: E402
-from kernels_adapter import trtllm  # noqa: E402
-from kernels_adapter.signatures import flashinfer_root, flashinfer_version, real_signature  # noqa: E402
+from attnplan.adapter import AttentionParams, StepInput, allocate, build_step  # noqa: E402
+from attnplan.adapter import trtllm  # noqa: E402
+from attnplan.adapter.signatures import flashinfer_root, flashinfer_version, real_signature  # noqa: E402
 
 try:
     flashinfer_root()
@@ -29,7 +29,7 @@ DSV3 = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_hea
 
 
 def test_installed_flashinfer_is_the_supported_one():
-    from policy import SUPPORTED_FLASHINFER
+    from attnplan.policy import SUPPORTED_FLASHINFER
 
     assert flashinfer_version() == SUPPORTED_FLASHINFER == "0.7.2.post1"
 
@@ -128,7 +128,7 @@ def test_mla_decode_and_ragged_calls_bind():
 
 
 def test_signature_reader_agrees_with_the_source():
-    from kernels_adapter.signatures import source_signature
+    from attnplan.adapter.signatures import source_signature
 
     sig = source_signature("flashinfer.decode", "trtllm_batch_decode_with_kv_cache")
     assert list(sig.parameters)[:6] == ["query", "kv_cache", "workspace_buffer", "block_tables", "seq_lens", "max_seq_len"]

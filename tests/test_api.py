@@ -20,13 +20,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.app import create_app
-from api.security import MAX_BODY_BYTES, is_loopback, resolve_token
-from api.server import BackgroundServer
-from cli.main import main as cli_main
-from cli.render import rules_json
-from policy import NodeCache, ProbeIO, default_ruleset, fields_from_hf, probe_node, simulated_node
-from policy.matrix import matrix_markdown
+from attnplan.rest.app import create_app
+from attnplan.rest.security import MAX_BODY_BYTES, is_loopback, resolve_token
+from attnplan.rest.server import BackgroundServer
+from attnplan.cli.main import main as cli_main
+from attnplan.render import rules_json
+from attnplan.policy import NodeCache, ProbeIO, default_ruleset, fields_from_hf, probe_node, simulated_node
+from attnplan.policy.matrix import matrix_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "t0k-Zq9-not-logged"
@@ -520,7 +520,7 @@ def test_serve_bad_inputs_exit_2(capsys):
 def test_serve_subprocess_declared_device_with_env_token():
     port = free_port()
     env = {**os.environ, **SAFE_ENV, "ATTNPLAN_TOKEN": "from-env"}
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "serve", "--device", "GB300", "--port", str(port)],
+    proc = subprocess.Popen([sys.executable, "-m", "attnplan", "serve", "--device", "GB300", "--port", str(port)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"

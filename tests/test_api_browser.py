@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from api.app import create_app
-from api.server import BackgroundServer
-from policy import ProbeIO
+from attnplan.rest.app import create_app
+from attnplan.rest.server import BackgroundServer
+from attnplan.policy import ProbeIO
 
 pytestmark = pytest.mark.browser
 

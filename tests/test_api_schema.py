@@ -23,9 +23,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from api.app import create_app
-from api.server import BackgroundServer
-from policy import BACKEND_CHOICES, KV_CACHE_DTYPES, QUERY_DTYPES, ProbeIO, catalog
+from attnplan.rest.app import create_app
+from attnplan.rest.server import BackgroundServer
+from attnplan.policy import BACKEND_CHOICES, KV_CACHE_DTYPES, QUERY_DTYPES, ProbeIO, catalog
 
 TOKEN = "schema-token"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main
+from attnplan.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -169,7 +169,7 @@ def test_help_teaches(capsys):
 
 def test_console_script_subprocess_bad_input_has_no_traceback():
     exe = Path(sys.executable).with_name("attnplan")
-    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "cli"]
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "attnplan"]
     r = subprocess.run(cmd + ["plan", "--device", "nope", *LLAMA], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "NO_COLOR": "1"})
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1

@@ -7,8 +7,8 @@ import json
 import pytest
 from pydantic import ValidationError
 
-import policy
-from policy import (AttentionConfig, InvalidInputError, ModelConfigError, config_from_hf, fields_from_hf,
+from attnplan import policy
+from attnplan.policy import (AttentionConfig, InvalidInputError, ModelConfigError, config_from_hf, fields_from_hf,
                     make_config, read_model_config)
 
 STD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)

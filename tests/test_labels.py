@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cli.main import main as cli_main
-from policy import Fact, NodeFacts, default_ruleset, simulated_node
-from preflight.labels import node_labels, render_feature_file, sanitize_value, write_atomic
+from attnplan.cli.main import main as cli_main
+from attnplan.policy import Fact, NodeFacts, default_ruleset, simulated_node
+from attnplan.preflight.labels import node_labels, render_feature_file, sanitize_value, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
@@ -146,7 +146,7 @@ def test_cli_labels_bad_output(capsys, tmp_path):
 def test_cli_labels_local_node_without_gpu(capsys, monkeypatch):
     # This machine (no GPU in CI): probed, reported as cuda=false, never crashing.
     monkeypatch.setenv("ATTNPLAN_ARTIFACTORY_CHECK", "never")
-    from policy import probe
+    from attnplan.policy import probe
 
     monkeypatch.setattr(probe, "LOCAL", probe.NodeCache(lambda: NodeFacts(
         gpu_count=Fact.measured(0, "NVML"), capability=Fact.unknown("no GPU"))))

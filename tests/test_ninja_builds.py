@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels_adapter.ninja_builds import BuildError, NinjaBuild, build_together, has_work, pending_edges
+from attnplan.adapter.ninja_builds import BuildError, NinjaBuild, build_together, has_work, pending_edges
 
 ninja_pkg = pytest.importorskip("ninja")
 NINJA = str(Path(ninja_pkg.BIN_DIR) / "ninja")
@@ -144,8 +144,8 @@ class FakeSpec:
 
 
 def test_warmup_prebuild_builds_the_plans_jit_modules_once(tmp_path, monkeypatch):
-    import kernels_adapter.warmup as wu
-    from policy import JitModule
+    import attnplan.adapter.warmup as wu
+    from attnplan.policy import JitModule
 
     monkeypatch.setenv("PATH", f"{ninja_pkg.BIN_DIR}{os.pathsep}{os.environ.get('PATH', '')}")
     specs = {"fa3": FakeSpec(tmp_path, "fa3", 3), "fa2": FakeSpec(tmp_path, "fa2", 2),

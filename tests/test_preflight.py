@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import main as cli_main
-from policy import PlanAnswer, default_ruleset, make_config, plan_for, simulated_node
-from preflight.configs import load_configs
-from preflight.model import NamedConfig, Outcome, PreflightReport
-from preflight.report import build_report, compact_names, render_text
-from preflight.simulate import parse_spec, simulate
+from attnplan.cli.main import main as cli_main
+from attnplan.policy import PlanAnswer, default_ruleset, make_config, plan_for, simulated_node
+from attnplan.preflight.configs import load_configs
+from attnplan.preflight.model import NamedConfig, Outcome, PreflightReport
+from attnplan.preflight.report import build_report, compact_names, render_text
+from attnplan.preflight.simulate import parse_spec, simulate
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -110,7 +110,7 @@ def _answer(device: str, **fields) -> PlanAnswer:
 
 
 def test_unprobed_node_is_never_pass():
-    from policy import Fact, NodeFacts
+    from attnplan.policy import Fact, NodeFacts
 
     no_gpu = NodeFacts(gpu_count=Fact.measured(0, "NVML"), capability=Fact.unknown("no GPU"))
     outs = [Outcome(name="gpu", answers=[_answer("B200")]),
@@ -137,7 +137,7 @@ def test_exit_codes():
     assert code(ok, rej) == 1
     assert code(ok, rej, gone) == 3
     assert code(ok, gone) == 3
-    from policy import Fact, NodeFacts
+    from attnplan.policy import Fact, NodeFacts
 
     cpu = Outcome(name="d", answers=[plan_for(LLAMA_CFG, NodeFacts(gpu_count=Fact.measured(0)))])
     assert code(ok, cpu) == 0  # a GPU-less head node does not fail the cluster...
@@ -265,7 +265,7 @@ def test_nodes_source_is_required(capsys):
 
 
 def test_hosts_parsing(tmp_path):
-    from preflight.http import parse_hosts, read_hosts_file
+    from attnplan.preflight.http import parse_hosts, read_hosts_file
 
     hs = parse_hosts(["h1:8000, h2", "http://[::1]:9000/", "https://h3", "h1:8000"])
     assert [(h.name, h.url) for h in hs] == [
@@ -302,7 +302,7 @@ def test_html_written_and_self_contained(capsys, tmp_path):
 
 
 def test_html_escapes_hostile_names():
-    from preflight.html import render_html
+    from attnplan.preflight.html import render_html
 
     evil = '<img src=x onerror=alert(1)></script><script>alert(2)</script>'
     r = build_report(source="hosts", targets=[evil], configs=named(),

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from cli.main import main as cli_main
+from attnplan.cli.main import main as cli_main
 
 pytestmark = pytest.mark.browser
 
@@ -98,10 +98,10 @@ def test_grid_colours_and_click_details(browser, page_file):
 def test_unreachable_nodes_are_grey_with_reason(browser, tmp_path):
     import json as _json
 
-    from preflight.html import write_html
-    from preflight.model import NamedConfig, Outcome
-    from preflight.report import build_report
-    from policy import make_config, plan_for, simulated_node
+    from attnplan.preflight.html import write_html
+    from attnplan.preflight.model import NamedConfig, Outcome
+    from attnplan.preflight.report import build_report
+    from attnplan.policy import make_config, plan_for, simulated_node
 
     cfg = {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}
     outs = [Outcome(name="ok-1", answers=[plan_for(cfg, simulated_node("B200"))]),

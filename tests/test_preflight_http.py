@@ -23,13 +23,13 @@ from typing import Callable
 
 import pytest
 
-from api.app import create_app
-from api.server import BackgroundServer
-from cli.main import main as cli_main
-from policy import plan_for, simulated_node
-from preflight.http import HttpOptions, parse_hosts, query_hosts
-from preflight.model import NamedConfig
-from preflight.report import build_report
+from attnplan.rest.app import create_app
+from attnplan.rest.server import BackgroundServer
+from attnplan.cli.main import main as cli_main
+from attnplan.policy import plan_for, simulated_node
+from attnplan.preflight.http import HttpOptions, parse_hosts, query_hosts
+from attnplan.preflight.model import NamedConfig
+from attnplan.preflight.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ["--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8"]
@@ -340,7 +340,7 @@ def test_several_configs_from_yaml(services, capsys, monkeypatch, tmp_path):
 
 def test_report_builder_marks_interrupted_nodes_skip_not_pass():
     cfg = [NamedConfig("c", plan_for(LLAMA_CFG, simulated_node("B200")).config)]
-    from preflight.model import Outcome
+    from attnplan.preflight.model import Outcome
 
     outs = [Outcome(name="a", answers=[plan_for(LLAMA_CFG, simulated_node("B200"))]),
             Outcome(name="b", kind="skipped", reason="interrupted")]
@@ -355,7 +355,7 @@ def test_ctrl_c_prints_partial_report(services):
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("ATTNPLAN_TOKEN", None)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "preflight", "--hosts", f"{services['b200a']},{hung.host}", *LLAMA,
+            [sys.executable, "-m", "attnplan", "preflight", "--hosts", f"{services['b200a']},{hung.host}", *LLAMA,
              "--json", "--timeout", "60"],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:

@@ -125,10 +125,10 @@ def _scenario(out_path: str) -> None:  # pragma: no cover - runs in the subproce
     import ray
     from ray.cluster_utils import Cluster
 
-    from policy import make_config
-    from preflight.model import NamedConfig
-    from preflight.ray_source import declared_or_probed, ray_preflight
-    from preflight.report import build_report
+    from attnplan.policy import make_config
+    from attnplan.preflight.model import NamedConfig
+    from attnplan.preflight.ray_source import declared_or_probed, ray_preflight
+    from attnplan.preflight.report import build_report
 
     marker = Path(tempfile.mkdtemp()) / "doomed-task-started"
     fast_death = {"health_check_period_ms": 500, "health_check_timeout_ms": 500, "health_check_failure_threshold": 3}
@@ -176,7 +176,7 @@ def _scenario(out_path: str) -> None:  # pragma: no cover - runs in the subproce
 
     # The CLI, as a user runs it, against the same cluster (now three alive nodes).
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "cli", "preflight", "--ray", cluster.address,
+    proc = subprocess.run([sys.executable, "-m", "attnplan", "preflight", "--ray", cluster.address,
                            "--ray-declare-label", LABEL, *LLAMA, "--json", "--timeout", "45"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     result["cli_seconds"] = time.monotonic() - t0

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import policy
-from policy import AttentionConfig, Fact, NodeCache, NodeFacts, ProbeIO, Source, probe_node
-from policy.answer import node_json
-from policy.probe import DEFAULT_ARTIFACTORY, http_reachable
+from attnplan import policy
+from attnplan.policy import AttentionConfig, Fact, NodeCache, NodeFacts, ProbeIO, Source, probe_node
+from attnplan.policy.answer import node_json
+from attnplan.policy.probe import DEFAULT_ARTIFACTORY, http_reachable
 
 REPO = Path(__file__).resolve().parents[1]
 CFG = AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)
@@ -405,8 +405,8 @@ def test_node_facts_model_json_round_trip():
 def test_import_policy_imports_neither_torch_nor_flashinfer():
     code = (
         "import sys, json\n"
-        "import policy\n"
-        "from policy import AttentionConfig, plan_for, simulated_node\n"
+        "import attnplan\n"
+        "from attnplan import AttentionConfig, plan_for, simulated_node\n"
         "a = plan_for(AttentionConfig(head_dim=128, num_qo_heads=8), simulated_node('B200'))\n"
         "assert a.ok\n"
         "bad = sorted(m for m in sys.modules if m == 'torch' or m.startswith(('torch.', 'flashinfer')))\n"

@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
-import policy
-from policy import AttentionConfig, Fact, NodeFacts, apply_suggestion, simulated_node
+from attnplan import policy
+from attnplan.policy import AttentionConfig, Fact, NodeFacts, apply_suggestion, simulated_node
 
 SETTINGS = settings(max_examples=150, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -298,7 +298,7 @@ def recheck_with_rule_data(cfg: AttentionConfig, node: NodeFacts, prefill: str, 
 
 
 def test_fact_context_covers_every_fact_a_rule_may_read():
-    from policy.facts_catalog import FACTS
+    from attnplan.policy.facts_catalog import FACTS
 
     ctx = fact_context(AttentionConfig(head_dim=128, num_qo_heads=8), simulated_node("B200"), "decode", "fa2", 16)
     assert set(ctx) == set(FACTS)

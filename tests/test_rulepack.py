@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-import policy
-from policy import RulePackError, UnknownDeviceError
-from policy.rulepack import load_ruleset
-from rules import BACKENDS_FILE, PACKS_DIR, pack_files
+from attnplan import policy
+from attnplan.policy import RulePackError, UnknownDeviceError
+from attnplan.policy.rulepack import load_ruleset
+from attnplan.rules import BACKENDS_FILE, PACKS_DIR, pack_files
 
 SPEC_RULE_IDS = [
     "device.cuda", "device.capability", "heads.gqa", "dtype.query", "head-size", "page-size", "fa3.arch",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-import policy
-from policy import AttentionConfig, Fact, NodeFacts, simulated_node
+from attnplan import policy
+from attnplan.policy import AttentionConfig, Fact, NodeFacts, simulated_node
 
 SUPPORTED = policy.SUPPORTED_FLASHINFER
 STD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)

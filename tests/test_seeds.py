@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-import policy
-from policy import (AttentionConfig, Fact, UnsupportedConfigurationError, apply_suggestion, plan_for,
+from attnplan import policy
+from attnplan.policy import (AttentionConfig, Fact, UnsupportedConfigurationError, apply_suggestion, plan_for,
                     require_plan, simulated_node)
-from policy.rulepack import load_ruleset
-from rules import BACKENDS_FILE, PACKS_DIR
+from attnplan.policy.rulepack import load_ruleset
+from attnplan.rules import BACKENDS_FILE, PACKS_DIR
 
 STD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 TRT = "trtllm-gen"
@@ -215,7 +215,7 @@ def test_seed001_mixed_trtllm_and_native(tmp_path, native_phase, dcp, cascade):
 @pytest.mark.parametrize("p_trt,d_trt,dcp,cascade",
                          list(itertools.product([False, True], [False, True], [1, 2], [False, True])))
 def test_seed001_metadata_truth_table(p_trt, d_trt, dcp, cascade):
-    from policy.plan import metadata_needs
+    from attnplan.policy.plan import metadata_needs
 
     m = metadata_needs(cfg(dcp_world_size=dcp, cascade=cascade), p_trt, d_trt)
     got = {k: (getattr(m, k).all_uses_trtllm, getattr(m, k).needs_host_seq_lens, getattr(m, k).needs_paged_kv_indices)

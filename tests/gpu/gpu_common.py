@@ -11,10 +11,10 @@ from typing import Any
 
 import torch
 
-from policy import AttentionConfig, plan_for
+from attnplan.policy import AttentionConfig, plan_for
 
-from kernels_adapter import AttentionExecutor, StepInput, attention_ref
-from kernels_adapter import kv_cache as kvc
+from attnplan.adapter import AttentionExecutor, StepInput, attention_ref
+from attnplan.adapter import kv_cache as kvc
 
 # Fresh inputs every run; the seed is printed so a failure can be replayed.
 SEED = int.from_bytes(os.urandom(4), "little")
@@ -34,7 +34,7 @@ def executor(**cfg: Any) -> AttentionExecutor:
 
 def prebuild(*answers: Any) -> None:
     """Compile every module these plans need (warm-up's prebuild, all cores) before the first test."""
-    from kernels_adapter.warmup import plan_modules, prebuild as build
+    from attnplan.adapter.warmup import plan_modules, prebuild as build
 
     mods = {m.name: m for a in answers for m in plan_modules(a.plan)}
     t0 = time.perf_counter()

@@ -14,9 +14,9 @@ if not torch.cuda.is_available():
 
 from gpu_common import TOL, Batch, answer, executor, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
 
-from policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
+from attnplan.policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
 
-from kernels_adapter import AttentionExecutor, build_step, check_plan  # noqa: E402
+from attnplan.adapter import AttentionExecutor, build_step, check_plan  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -144,7 +144,7 @@ def test_trtllm_metadata_needs_no_host_data():
     assert not b200.plan.metadata.mixed.needs_host_seq_lens
     seq = torch.tensor([9, 40, 70], dtype=torch.int32, device="cuda")
     table = torch.arange(15, dtype=torch.int32, device="cuda").view(3, 5)
-    from kernels_adapter import StepInput
+    from attnplan.adapter import StepInput
 
     inp = StepInput([1, 1, 30], seq, table, 2, max_seq_len=80)
     torch.cuda.synchronize()
@@ -158,7 +158,7 @@ def test_trtllm_metadata_needs_no_host_data():
 
 @pytest.mark.parametrize("cfg", [LLAMA, SPEC[1]], ids=["q1", "q3"])
 def test_cuda_graph_decode(cfg):
-    from kernels_adapter import DecodeGraph
+    from attnplan.adapter import DecodeGraph
 
     ex = executor(**cfg)
     qd = ex.plan.decode.q_len_per_req
@@ -181,7 +181,7 @@ def test_cuda_graph_decode(cfg):
 
 
 def test_warmup_then_first_request_compiles_nothing():
-    from kernels_adapter.warmup import _built, _jit_dir
+    from attnplan.adapter.warmup import _built, _jit_dir
 
     ex = executor(**LLAMA)
     events = []

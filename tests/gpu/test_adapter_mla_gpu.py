@@ -12,10 +12,10 @@ if not torch.cuda.is_available():
 
 from gpu_common import TOL, answer, executor, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
 
-from policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
+from attnplan.policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
 
-from kernels_adapter import AttentionExecutor, StepInput, attention_ref  # noqa: E402
-from kernels_adapter import kv_cache as kvc  # noqa: E402
+from attnplan.adapter import AttentionExecutor, StepInput, attention_ref  # noqa: E402
+from attnplan.adapter import kv_cache as kvc  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -163,7 +163,7 @@ def test_trtllm_mla_plan_refused_here():
 
 
 def test_mla_warmup_covers_every_kernel():
-    from kernels_adapter.warmup import _built, _jit_dir
+    from attnplan.adapter.warmup import _built, _jit_dir
 
     ex = executor(**AUTO)
     before = _built(_jit_dir())          # the module fixture built all of them already

@@ -1,0 +1,59 @@
+"""attnplan: which attention kernels will actually run on this GPU, for this model — and will it fail?
+
+The embedded API, for a serving engine's init::
+
+    from attnplan import AttentionConfig, require_plan, simulated_node
+
+    answer = require_plan(AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8),
+                          simulated_node("B200"))
+    answer.plan.decode.backend        # 'trtllm-gen'
+
+``require_plan`` raises ``UnsupportedConfigurationError`` (a ``ValueError``) naming every violated
+rule and the verified suggestions; ``plan_for`` returns the answer either way. ``node=None``
+probes this machine (NVML, installed packages, cubins) once.
+
+Sub-packages: ``rules`` (the rule data), ``policy`` (the engine), ``render`` (tables and JSON),
+``rest`` (the FastAPI service), ``adapter`` (runs a plan's FlashInfer kernels), ``preflight``
+(many nodes), ``cli``. Importing ``attnplan`` imports neither torch nor flashinfer.
+
+Errors (all ``AttnplanError``)::
+
+    AttnplanError
+    ├── InvalidInputError (ValueError)      bad input: a field, a flag, a file (CLI exit 2)
+    │   ├── UnknownDeviceError              a device name not in the catalog
+    │   └── ModelConfigError                an unreadable or impossible model config.json
+    ├── RulePackError                       a rule pack that does not load (fails closed)
+    └── UnsupportedConfigurationError (ValueError)   the rules reject the config
+        └── PlanMismatchError               a plan checked against a device it was not made for
+"""
+
+from ._version import __version__
+from .policy import (
+    SUPPORTED_FLASHINFER,
+    AttentionConfig,
+    AttnplanError,
+    Fact,
+    InvalidInputError,
+    ModelConfigError,
+    NodeFacts,
+    PlanAnswer,
+    PlanMismatchError,
+    RulePackError,
+    RuleSet,
+    Source,
+    UnknownDeviceError,
+    UnsupportedConfigurationError,
+    load_rules,
+    local_node,
+    plan_for,
+    require_plan,
+    simulated_node,
+)
+
+__all__ = [
+    "__version__",
+    "AttentionConfig", "plan_for", "require_plan", "simulated_node", "local_node",
+    "PlanAnswer", "NodeFacts", "Fact", "Source", "RuleSet", "load_rules", "SUPPORTED_FLASHINFER",
+    "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError",
+    "UnsupportedConfigurationError", "PlanMismatchError",
+]

@@ -1,0 +1,189 @@
+"""``AttentionExecutor``: run a plan's attention kernels, checked and warmed up at startup.
+
+    answer = require_plan(config)                       # the rules decide (policy)
+    ex = AttentionExecutor(answer)                      # re-checks the plan on this device first
+    ex.warmup(progress=print)                           # compiles/loads exactly the plan's kernels
+    cache = ex.allocate_kv_cache(num_pages=4096)
+    step = ex.plan_step(StepInput(...))                 # once per step: metadata + kernel plans
+    ex.append_kv(step, cache, k, v); out = ex.forward(step, q, cache)   # once per layer
+
+Standard attention reads cached context and new tokens from the same pages in one causal pass
+(the new tokens are appended first). MLA stores context compressed, so chunked MLA prefill
+attends to the decompressed context and to the new tokens separately and merges the two by
+log-sum-exp (``mla_prefill(..., context=...)``, seed 004).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from attnplan.policy import NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError
+
+from . import kv_cache as kvc
+from .dtypes import is_float8, torch_dtype
+from .metadata import StepInput, StepMetadata, build_step, pinned_int32
+from .params import AttentionParams
+from .startup import check_plan
+
+
+class AttentionExecutor:
+    def __init__(self, answer: PlanAnswer, *, device: Any = "cuda", backend: str = "flashinfer",
+                 node: Optional[NodeFacts] = None, check: Optional[bool] = None,
+                 ruleset: Optional[RuleSet] = None, strict_selection: bool = True):
+        """``backend``: ``flashinfer`` (the plan's kernels) or ``reference`` (pure torch, any device).
+        ``check`` (default: on for flashinfer): re-evaluate the rules on ``node`` (default: this
+        machine, probed now) and refuse a plan that does not hold, before touching the device."""
+        if answer.plan is None:
+            raise UnsupportedConfigurationError(answer)
+        if check if check is not None else backend == "flashinfer":
+            self.live = check_plan(answer, node, ruleset=ruleset, strict_selection=strict_selection)
+        self.answer = answer
+        self.plan = answer.plan
+        self.params = AttentionParams.from_answer(answer)
+        import torch
+
+        self.device = torch.device(device)
+        self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
+        if backend == "flashinfer":
+            from .flashinfer_backend import FlashInferBackend
+
+            self.backend: Any = FlashInferBackend(self.plan, self.params, self.device)
+        elif backend == "reference":
+            from .reference import ReferenceBackend
+
+            self.backend = ReferenceBackend(self.plan, self.params, self.device)
+        else:
+            raise ValueError(f"backend must be 'flashinfer' or 'reference', got {backend!r}")
+
+    # -- startup -------------------------------------------------------------------------------
+    def warmup(self, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> Any:
+        """Compile/load every kernel the plan lists, then run one tiny step of each batch kind
+        (prefill-only, decode-only, mixed) so that the first request compiles nothing."""
+        from .warmup import warmup
+
+        return warmup(self, progress, parallel=parallel)
+
+    def allocate_kv_cache(self, num_pages: int) -> kvc.PagedKVCache:
+        return kvc.allocate(self.plan.kv_cache, num_pages, self.device)
+
+    # -- per step ------------------------------------------------------------------------------
+    def plan_step(self, inp: StepInput) -> StepMetadata:
+        """Metadata for this step's batch, and every kernel planned for it (once per step)."""
+        step = build_step(self.plan, inp)
+        self.backend.plan_step(step)
+        if self.plan.kv_cache.mla and step.prefill is not None:
+            self._plan_mla_prefill(step)
+        return step
+
+    def append_kv(self, step: StepMetadata, cache: kvc.PagedKVCache, k: Any, v: Any, *,
+                  k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+        kvc.append(cache, step.slots, k, v, k_scale=k_scale, v_scale=v_scale)
+
+    def append_latent(self, step: StepMetadata, cache: kvc.PagedKVCache, latent: Any) -> None:
+        """MLA: this step's latent rows [T, kv_lora_rank + rope] into their pages."""
+        kvc.append(cache, step.slots, latent)
+
+    def _query(self, q: Any, phase: str, q_scale: float) -> Any:
+        want = getattr(self.plan, phase).query_dtype
+        if is_float8(want) and q.dtype != torch_dtype(want):
+            # nvfp4 KV on trtllm-gen takes an fp8 query (SPEC §5); q_scale folds back in bmm1.
+            import torch
+
+            limit = torch.finfo(torch_dtype(want)).max
+            return (q.float() / q_scale).clamp(-limit, limit).to(torch_dtype(want))
+        return q
+
+    def forward(self, step: StepMetadata, q: Any, cache: kvc.PagedKVCache, out: Optional[Any] = None, *,
+                k_scale: float = 1.0, v_scale: float = 1.0, sinks: Optional[Any] = None) -> Any:
+        """Standard attention for every token of the step: q [T, Hq, D] -> out [T, Hq, Dv].
+        Decode tokens (first) and prefill tokens write disjoint slices of one output."""
+        import torch
+
+        if out is None:
+            out = torch.empty(step.num_tokens, self.params.num_qo_heads, self.params.head_dim_vo,
+                              dtype=self.o_dtype, device=q.device)
+        kw = dict(k_scale=k_scale, v_scale=v_scale, sinks=sinks)
+        if step.decode is not None:
+            t = step.decode.tok
+            self.backend.run_decode(step, self._query(q[t], "decode", 1.0), cache, out[t], **kw)
+        if step.prefill is not None:
+            t = step.prefill.tok
+            self.backend.run_prefill(step, self._query(q[t], "prefill", 1.0), cache, out[t], **kw)
+        return out
+
+    # -- MLA -----------------------------------------------------------------------------------
+    def _plan_mla_prefill(self, step: StepMetadata) -> None:
+        import torch
+
+        b = step.prefill
+        assert b is not None and b.qo_indptr_cpu is not None
+        if b.seq_lens_cpu is None:
+            raise ValueError("MLA prefill needs host seq lens: the ragged context split is planned on the host")
+        qo = b.qo_indptr_cpu
+        self.backend.plan_ragged(step, "new", qo, qo, causal=True)
+        # Host data, pinned so that its copies to the device stay asynchronous.
+        ctx = pinned_int32(b.context_lens_cpu, self.device)
+        ctx_indptr = pinned_int32(torch.cat([torch.zeros(1, dtype=torch.int32), ctx.cumsum(0).to(torch.int32)]), self.device)
+        step.extra["context_lens"] = ctx
+        step.extra["context_indptr_cpu"] = ctx_indptr
+        step.extra["any_context"] = int(ctx_indptr[-1]) > 0
+        if step.extra["any_context"]:
+            self.backend.plan_ragged(step, "context", qo, ctx_indptr, causal=False)
+        # Per prefill token: does its request have cached context? (host data -> device, async)
+        has = torch.repeat_interleave(ctx > 0, torch.tensor(b.query_lens))
+        if self.device.type == "cuda" and torch.cuda.is_available():
+            has = has.pin_memory()
+        step.extra["has_context"] = has.to(self.device, non_blocking=True)
+
+    def gather_context(self, step: StepMetadata, cache: kvc.PagedKVCache) -> Any:
+        """The prefill requests' cached latent rows, ragged by context (``context_indptr_cpu``):
+        [sum(context lens), rank + rope]. The caller decompresses them (kv_b_proj) for
+        ``mla_prefill(context=...)``."""
+        import torch
+
+        b = step.prefill
+        assert b is not None
+        ctx = step.extra["context_lens"]
+        total = int(step.extra["context_indptr_cpu"][-1])
+        dev_ctx = ctx.to(self.device, non_blocking=True)
+        indptr = step.extra["context_indptr_cpu"].to(self.device, non_blocking=True)
+        owner = torch.repeat_interleave(torch.arange(b.num_reqs, device=self.device), dev_ctx, output_size=total)
+        pos = torch.arange(total, device=self.device, dtype=torch.int32) - indptr[owner]
+        page = self.plan.kv_cache.page_size
+        slots = b.block_table[owner, pos // page].long() * page + (pos % page).long()
+        return cache.kernel_view().reshape(-1, self.plan.kv_cache.head_dim_k)[slots]
+
+    def mla_decode(self, step: StepMetadata, q_nope: Any, q_pe: Any, cache: kvc.PagedKVCache,
+                   out: Optional[Any] = None) -> Any:
+        """Absorbed MLA decode: q_nope [T, H, rank], q_pe [T, H, rope] -> out [T, H, rank]."""
+        import torch
+
+        assert step.decode is not None
+        if out is None:
+            out = torch.empty(step.decode.num_tokens, self.params.num_qo_heads, self.params.kv_lora_rank,
+                              dtype=self.o_dtype, device=q_nope.device)
+        self.backend.run_mla_decode(step, q_nope, q_pe, cache, out)
+        return out
+
+    def mla_prefill(self, step: StepMetadata, q: Any, k: Any, v: Any, out: Optional[Any] = None, *,
+                    context: Optional[tuple[Any, Any]] = None) -> Any:
+        """MLA prefill over the step's prefill tokens: q/k [T, H, qk], v [T, H, vo] (new tokens),
+        ``context`` = decompressed (k_ctx, v_ctx) ragged by ``context_indptr_cpu``. New-token
+        attention writes every row; rows whose request has context then absorb the context part
+        by LSE (seed 004); the others keep the new-token result unchanged."""
+        import torch
+
+        assert step.prefill is not None
+        t, h = step.prefill.num_tokens, self.params.num_qo_heads
+        if out is None:
+            out = torch.empty(t, h, self.params.head_dim_vo, dtype=self.o_dtype, device=q.device)
+        lse = torch.empty(t, h, dtype=torch.float32, device=q.device)
+        self.backend.run_ragged(step, "new", q, k, v, out, lse)
+        if step.extra["any_context"]:
+            if context is None:
+                raise ValueError("this step's prefill requests have cached context: pass context=(k_ctx, v_ctx)")
+            v_ctx = torch.empty_like(out)
+            s_ctx = torch.empty_like(lse)
+            self.backend.run_ragged(step, "context", q, context[0], context[1], v_ctx, s_ctx)
+            self.backend.merge(out, lse, v_ctx, s_ctx, step.extra["has_context"])
+        return out

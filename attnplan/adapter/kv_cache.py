@@ -1,0 +1,166 @@
+"""The paged KV cache, allocated from the plan's ``KVCachePlan`` (SPEC §5, seed 002).
+
+Standard attention keeps K and V of a page in one tensor, FlashInfer's 5-D form:
+``[num_pages, 2, page_size, heads, dim]`` (NHD) or ``[num_pages, 2, heads, page_size, dim]`` (HND),
+so K and V share strides (FlashInfer's primary kernels need that) and trtllm-gen reads it as is.
+MLA keeps one latent row per token: ``[num_pages, page_size, kv_lora_rank + rope]``.
+
+Storage dtype and view dtype both come from the plan: an fp8 cache is uint8 storage viewed as
+float8_e4m3fn or float8_e5m2, an nvfp4 cache is packed uint8 data plus float8_e4m3fn block scales.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from attnplan.policy import KVCachePlan
+
+from .dtypes import NVFP4, elements_per_byte, is_float8, torch_dtype, view_as
+
+# e2m1 magnitudes, indexed by the 3 low bits of an fp4 code.
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+
+
+@dataclass
+class PagedKVCache:
+    plan: KVCachePlan
+    data: Any                    # storage tensor (storage dtype)
+    scales: Optional[Any] = None  # nvfp4 only: fp8 block scales, same leading dims as data
+
+    @property
+    def num_pages(self) -> int:
+        return int(self.data.shape[0])
+
+    @property
+    def device(self) -> Any:
+        return self.data.device
+
+    def kernel_view(self) -> Any:
+        """What the kernels read: the storage reinterpreted as the plan's view dtype."""
+        return view_as(self.data, self.plan.view_dtype)
+
+    # -- MLA latent parts ---------------------------------------------------------------
+    def ckv(self) -> Any:
+        assert self.plan.mla
+        return self.kernel_view()[..., : self.plan.head_dim_v]
+
+    def kpe(self) -> Any:
+        assert self.plan.mla
+        return self.kernel_view()[..., self.plan.head_dim_v:]
+
+
+def allocate(plan: KVCachePlan, num_pages: int, device: Any) -> PagedKVCache:
+    """A cache of ``num_pages`` pages laid out and typed as ``plan`` says (uninitialised memory)."""
+    import torch
+
+    storage = torch_dtype(plan.storage_dtype)
+    if plan.mla:
+        data = torch.empty((num_pages, plan.page_size, plan.head_dim_k), dtype=storage, device=device)
+        return PagedKVCache(plan, data)
+    if plan.head_dim_k != plan.head_dim_v:
+        raise ValueError(f"a combined K/V page needs head_dim_k == head_dim_v, got {plan.head_dim_k}/{plan.head_dim_v}")
+    dim = plan.head_dim_k // elements_per_byte(plan.view_dtype)
+    inner = ((plan.page_size, plan.num_kv_heads) if plan.layout == "NHD" else (plan.num_kv_heads, plan.page_size))
+    data = torch.empty((num_pages, 2, *inner, dim), dtype=storage, device=device)
+    scales = None
+    if plan.view_dtype == NVFP4:
+        block = int(plan.nvfp4_block_size or 16)
+        scales = torch.empty((num_pages, 2, *inner, plan.head_dim_k // block),
+                             dtype=torch_dtype(plan.nvfp4_scale_dtype or "float8_e4m3fn"), device=device)
+    return PagedKVCache(plan, data, scales)
+
+
+# -- writing new tokens ---------------------------------------------------------------------
+def _quantize(x: Any, view: str, scale: float) -> Any:
+    """x -> what the cache stores: x / scale in the plan's view dtype (fp8 as its bytes). The
+    kernels multiply by the same scale on the way out, whatever the cache dtype."""
+    if is_float8(view):
+        import torch
+
+        target = torch_dtype(view)
+        limit = torch.finfo(target).max
+        return (x.float() / scale).clamp(-limit, limit).to(target).view(torch.uint8)
+    return x if scale == 1.0 else x.float() / scale
+
+
+def append(cache: PagedKVCache, slots: Any, k: Any, v: Optional[Any] = None, *,
+           k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+    """Write this step's K/V (MLA: ``k`` = latent rows [T, rank + rope], ``v`` unused) at ``slots``
+    (``page * page_size + offset`` per token, from the step metadata). Device-side scatter: no
+    host round trip, graph-capturable."""
+    plan = cache.plan
+    page = slots // plan.page_size
+    off = slots % plan.page_size
+    if plan.mla:
+        cache.data[page, off] = k.to(cache.data.dtype)
+        return
+    if plan.view_dtype == NVFP4:
+        kq, ks = nvfp4_quantize(k, int(plan.nvfp4_block_size or 16), k_scale)
+        vq, vs = nvfp4_quantize(v, int(plan.nvfp4_block_size or 16), v_scale)
+        for i, (d, s) in enumerate(((kq, ks), (vq, vs))):
+            _scatter(cache.data, plan.layout, i, page, off, d)
+            _scatter(cache.scales, plan.layout, i, page, off, s.to(cache.scales.dtype))
+        return
+    _scatter(cache.data, plan.layout, 0, page, off, _quantize(k, plan.view_dtype, k_scale).to(cache.data.dtype))
+    _scatter(cache.data, plan.layout, 1, page, off, _quantize(v, plan.view_dtype, v_scale).to(cache.data.dtype))
+
+
+def _scatter(data: Any, layout: str, kv: int, page: Any, off: Any, x: Any) -> None:
+    if layout == "NHD":
+        data[page, kv, off] = x          # [T, H, D]
+    else:
+        data[page, kv, :, off] = x       # advanced indices split by a slice: value is [T, H, D]
+
+
+# -- reading back (reference backend, MLA context) -----------------------------------------
+def gather(cache: PagedKVCache, pages: Any, length: int, *, k_scale: float = 1.0,
+           v_scale: float = 1.0) -> tuple[Any, Any]:
+    """One request's first ``length`` tokens as float32: standard -> (K [L, H, D], V [L, H, D]);
+    MLA -> (latent [L, rank + rope], None)."""
+    plan = cache.plan
+    view = cache.kernel_view()[pages]
+    if plan.mla:
+        return view.reshape(-1, plan.head_dim_k)[:length].float(), None
+    if plan.view_dtype == NVFP4:
+        sc = cache.scales[pages]
+        parts = [nvfp4_dequantize(view[:, i], sc[:, i], int(plan.nvfp4_block_size or 16)) for i in (0, 1)]
+    else:
+        parts = [view[:, 0].float(), view[:, 1].float()]
+    out = []
+    for x, scale in zip(parts, (k_scale, v_scale)):
+        if plan.layout == "HND":
+            x = x.transpose(1, 2)        # [n, H, S, D] -> [n, S, H, D]
+        out.append(x.reshape(-1, *x.shape[2:])[:length] * scale)
+    return out[0], out[1]
+
+
+# -- nvfp4 (e2m1 codes, two per byte, low nibble first; one fp8 scale per block) -------------
+def nvfp4_quantize(x: Any, block: int, global_scale: float = 1.0) -> tuple[Any, Any]:
+    """Torch nvfp4 quantizer with linear (row-major) block scales, for the reference backend.
+    trtllm-gen wants V scales 4-token interleaved: the FlashInfer backend does not use this."""
+    import torch
+
+    *lead, dim = x.shape
+    xb = (x.float() / global_scale).reshape(*lead, dim // block, block)
+    amax = xb.abs().amax(-1, keepdim=True)
+    scale = (amax / 6.0).clamp(min=2.0 ** -9).to(torch.float8_e4m3fn)
+    y = xb / scale.float()
+    grid = torch.tensor(E2M1, device=x.device)
+    code = (y.abs().unsqueeze(-1) - grid).abs().argmin(-1)
+    code = code | ((y < 0).long() << 3)
+    code = code.reshape(*lead, dim).to(torch.uint8)
+    packed = code[..., 0::2] | (code[..., 1::2] << 4)
+    return packed, scale.squeeze(-1)
+
+
+def nvfp4_dequantize(packed: Any, scale: Any, block: int) -> Any:
+    import torch
+
+    lo, hi = packed & 0xF, packed >> 4
+    code = torch.stack((lo, hi), -1).reshape(*packed.shape[:-1], packed.shape[-1] * 2).long()
+    grid = torch.tensor(E2M1, device=packed.device)
+    val = grid[code & 7] * torch.where((code & 8) > 0, -1.0, 1.0)
+    *lead, dim = val.shape
+    val = val.reshape(*lead, dim // block, block) * scale.float().unsqueeze(-1)
+    return val.reshape(*lead, dim)

@@ -1,0 +1,264 @@
+"""Per-step attention metadata, built from what the scheduler knows (seed 001).
+
+The batch holds decode requests first, then prefill requests (vLLM's order). Query lengths are
+host data (the scheduler chose them). KV lengths and block tables live on the device; a host
+copy of the KV lengths is needed only when the plan's metadata says so
+(``needs_host_seq_lens``: some phase runs a native kernel, which plans on the host).
+
+Everything derived here on the device is computed afresh each step from the step's own tensors:
+the KV page indptr is an on-device cumsum of pages per request, never a buffer left over from a
+previous step, and no device value is ever read back to the host. With the host copy of the KV
+lengths, the host works out everything per request and per new token and the device only gathers
+(``_from_host``, ~20 launches); without it the device derives the same (``_on_device``, TRTLLM-gen
+plans). Both give the same step; tests hold them to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any, Optional, Sequence
+
+from attnplan.policy import BatchMetadata, Plan
+
+
+@dataclass
+class StepInput:
+    query_lens: Sequence[int]            # tokens per request this step (host); decodes first
+    seq_lens: Any                        # int32 [B] on the device: KV length after this step's tokens
+    block_table: Any                     # int32 [B, max_pages] on the device
+    num_decodes: int                     # the first num_decodes requests are decode requests
+    seq_lens_cpu: Optional[Any] = None   # host copy of seq_lens, when the plan needs one
+    max_seq_len: Optional[int] = None    # host upper bound of seq_lens (default: block table width)
+
+
+@dataclass
+class PhaseBatch:
+    """One phase's slice of the batch; indptrs restart at 0 (each kernel sees its own batch)."""
+
+    phase: str
+    req: slice
+    tok: slice
+    num_reqs: int
+    num_tokens: int
+    max_q_len: int
+    max_kv_len: int                      # host: exact with host seq lens, else the bound
+    qo_indptr: Any                       # device int32 [n + 1]
+    seq_lens: Any                        # device int32 [n]
+    block_table: Any                     # device int32 [n, W]
+    kv_page_indptr: Any                  # device int32 [n + 1], on-device cumsum of pages
+    last_page_len: Any                   # device int32 [n]
+    kv_indices: Optional[Any] = None     # device int32 [total pages], when the plan needs it
+    qo_indptr_cpu: Optional[Any] = None
+    seq_lens_cpu: Optional[Any] = None
+    kv_page_indptr_cpu: Optional[Any] = None
+    last_page_len_cpu: Optional[Any] = None
+    query_lens: tuple[int, ...] = ()
+
+    @property
+    def context_lens_cpu(self) -> Optional[Any]:
+        if self.seq_lens_cpu is None:
+            return None
+        import torch
+
+        return self.seq_lens_cpu - torch.tensor(self.query_lens, dtype=self.seq_lens_cpu.dtype)
+
+
+@dataclass
+class StepMetadata:
+    kind: str                            # prefill_only | decode_only | mixed
+    needs: BatchMetadata
+    num_tokens: int
+    slots: Any                           # device int64 [T]: page * page_size + offset of each new token
+    decode: Optional[PhaseBatch] = None
+    prefill: Optional[PhaseBatch] = None
+    extra: dict[str, Any] = field(default_factory=dict)   # backend plan state (ragged plans, ...)
+
+
+def batch_kind(num_decodes: int, num_prefills: int) -> str:
+    if num_decodes and num_prefills:
+        return "mixed"
+    return "decode_only" if num_decodes else "prefill_only"
+
+
+def pinned_int32(values: Any, device: Any) -> Any:
+    """A host int32 tensor; pinned when the device is CUDA so its H2D copy is asynchronous."""
+    import torch
+
+    t = values if isinstance(values, torch.Tensor) else torch.tensor(list(values), dtype=torch.int32)
+    t = t.to(torch.int32)
+    if getattr(device, "type", str(device)).startswith("cuda") and torch.cuda.is_available():
+        t = t.pin_memory()
+    return t
+
+
+def _cumsum0(x: Any) -> Any:
+    """[0, cumsum(x)] as int32 in a fresh tensor on x's device (every element written)."""
+    import torch
+
+    out = torch.empty(x.shape[0] + 1, dtype=torch.int32, device=x.device)
+    out[:1] = 0
+    torch.cumsum(x, 0, dtype=torch.int32, out=out[1:])
+    return out
+
+
+def _device_page_indptr(seq_lens: Any, nd: int, page: int) -> tuple[Any, Any]:
+    """Each phase's KV page indptr by an on-device cumsum of this step's pages per request
+    (seed 001), restarted at 0 for the prefill phase."""
+    ptr = _cumsum0((seq_lens + (page - 1)) // page)
+    return ptr[: nd + 1], (ptr[nd:] - ptr[nd]) if nd < seq_lens.shape[0] else None
+
+
+class _OneCopy:
+    """Host int32 arrays packed into one (pinned) buffer and sent to the device in one copy, so a
+    step pays for one transfer, not one per array. Host and device views share the layout."""
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+
+    def add(self, x: Any) -> int:
+        self.parts.append(x)
+        return len(self.parts) - 1
+
+    def send(self, device: Any) -> tuple[list[Any], list[Any]]:
+        import torch
+
+        host = pinned_int32(torch.cat(self.parts), device)
+        dev = host.to(device, non_blocking=True)
+        sizes = [int(x.shape[0]) for x in self.parts]
+        return list(host.split(sizes)), list(dev.split(sizes))
+
+
+def _from_host(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> StepMetadata:
+    """With host KV lengths (every native plan needs them) the block-table entry of every new
+    token is host arithmetic, sent with every per-request array in one copy; the device gathers
+    slots and page indices from the block table. Per-request values are plain Python (a torch op
+    costs ~10 us of host time on the H100's host, a list of 256 ints far less); per-token ones are
+    torch, as a prefill can bring 16k tokens. 19-20 kernel launches and one copy per step on the
+    H100, where deriving the same from device lengths took 42-61 and 2-3 (bench/RESULTS.md)."""
+    import torch
+
+    page, nd, device, table = plan.kv_cache.page_size, inp.num_decodes, inp.seq_lens.device, inp.block_table
+    qlens = [int(x) for x in inp.query_lens]
+    seq = [int(x) for x in inp.seq_lens_cpu.tolist()]
+    b, width = len(qlens), int(table.shape[1])
+    short = [i for i in range(b) if seq[i] < qlens[i]]
+    if short:
+        raise ValueError(f"{'decode' if short[0] < nd else 'prefill'}: a request's KV length is shorter than its "
+                         "query length (append this step's tokens before attending)")
+    qo = list(accumulate(qlens, initial=0))
+    pages = [(s + page - 1) // page for s in seq]
+    kv_ptr = list(accumulate(pages, initial=0))
+    last = [(s - 1) % page + 1 for s in seq]
+    # Per request: where its new tokens start in its KV (less its offset in the step), the row-major
+    # index of its block-table row, and where its pages start in that row less its kv_ptr.
+    t_all = qo[-1]
+    per_req = torch.tensor([[seq[i] - qlens[i] - qo[i] for i in range(b)], [i * width for i in range(b)],
+                            [i * width - kv_ptr[i] for i in range(b)], pages], dtype=torch.int32)
+    q = torch.tensor(qlens, dtype=torch.int32)
+    base_row = torch.repeat_interleave(per_req[:2], q, dim=1, output_size=t_all)
+    pos = torch.arange(t_all, dtype=torch.int32) + base_row[0]
+    bounds = [(0, nd), (nd, b)]
+    phase_ints: list[int] = []
+    for r0, r1 in bounds:
+        phase_ints += [x - qo[r0] for x in qo[r0:r1 + 1]] + [x - kv_ptr[r0] for x in kv_ptr[r0:r1 + 1]]
+        phase_ints += seq[r0:r1] + last[r0:r1]
+    pack = _OneCopy()
+    i_entry, i_off = pack.add(base_row[1] + pos // page), pack.add(pos % page)
+    i_start, i_pages = pack.add(per_req[2]), pack.add(per_req[3])
+    i_ints = pack.add(torch.tensor(phase_ints, dtype=torch.int32))
+    host, dev = pack.send(device)
+    slots = torch.take(table, dev[i_entry].long()).long() * page + dev[i_off]
+    kv_indices = None
+    if needs.needs_paged_kv_indices:
+        # Pages can number hundreds of thousands (256 requests x 32k tokens): the device expands them.
+        entry = torch.arange(kv_ptr[-1], dtype=torch.int32, device=device) + torch.repeat_interleave(
+            dev[i_start], dev[i_pages], output_size=kv_ptr[-1])      # page j of request r: start[r] + kv_ptr[r] + j
+        kv_indices = torch.take(table, entry.long()).to(torch.int32)
+    step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots)
+    dec_ptr, pre_ptr = _device_page_indptr(inp.seq_lens, nd, page)
+    off = 0
+    for phase, (r0, r1), ptr in zip(("decode", "prefill"), bounds, (dec_ptr, pre_ptr)):
+        n = r1 - r0
+        # This phase's [qo indptr (n+1) | kv page indptr (n+1) | seq lens (n) | last page lens (n)].
+        hv = host[i_ints][off:off + 4 * n + 2].split([n + 1, n + 1, n, n])
+        dv = dev[i_ints][off:off + 4 * n + 2].split([n + 1, n + 1, n, n])
+        off += 4 * n + 2
+        if n == 0:
+            continue
+        batch = PhaseBatch(
+            phase=phase, req=slice(r0, r1), tok=slice(qo[r0], qo[r1]), num_reqs=n, num_tokens=qo[r1] - qo[r0],
+            max_q_len=max(qlens[r0:r1]), max_kv_len=max(seq[r0:r1]), qo_indptr=dv[0],
+            seq_lens=inp.seq_lens[r0:r1], block_table=table[r0:r1], kv_page_indptr=ptr, last_page_len=dv[3],
+            qo_indptr_cpu=hv[0], seq_lens_cpu=hv[2], kv_page_indptr_cpu=hv[1], last_page_len_cpu=hv[3],
+            query_lens=tuple(qlens[r0:r1]),
+            kv_indices=None if kv_indices is None else kv_indices[kv_ptr[r0]:kv_ptr[r1]],
+        )
+        setattr(step, phase, batch)
+    return step
+
+
+def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> StepMetadata:
+    """Without host KV lengths (TRTLLM-gen plans take device tensors only): everything that
+    depends on them is computed on the device, and nothing is read back."""
+    import torch
+
+    page, nd, device = plan.kv_cache.page_size, inp.num_decodes, inp.seq_lens.device
+    if needs.needs_paged_kv_indices:
+        raise ValueError("the plan needs paged KV indices, which need host seq lens (seq_lens_cpu)")
+    b = len(inp.query_lens)
+    qlens_all = [int(x) for x in inp.query_lens]
+    t_all = sum(qlens_all)
+    pack = _OneCopy()
+    # Query lengths are host data: their indptrs are host sums, sent with them in the one copy.
+    i_q = pack.add(torch.tensor(qlens_all, dtype=torch.int32))
+    i_qo_all = pack.add(torch.tensor(list(accumulate(qlens_all, initial=0)), dtype=torch.int32))
+    bounds = [(0, nd), (nd, b)]
+    i_qo = [pack.add(torch.tensor(list(accumulate(qlens_all[r0:r1], initial=0)), dtype=torch.int32)) for r0, r1 in bounds]
+    host, dev = pack.send(device)
+    q_dev, qo_all = dev[i_q], dev[i_qo_all]
+    # The slot of every new token, on the device: request -> position -> page -> slot.
+    owner = torch.repeat_interleave(torch.arange(b, device=device), q_dev, output_size=t_all)
+    pos = (inp.seq_lens - q_dev)[owner] + (torch.arange(t_all, device=device, dtype=torch.int32) - qo_all[owner])
+    slots = inp.block_table[owner, pos // page].long() * page + (pos % page).long()
+    step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots)
+    dec_ptr, pre_ptr = _device_page_indptr(inp.seq_lens, nd, page)
+    t0 = 0
+    for phase, (r0, r1), i, ptr in zip(("decode", "prefill"), bounds, i_qo, (dec_ptr, pre_ptr)):
+        if r0 == r1:
+            continue
+        qlens = tuple(qlens_all[r0:r1])
+        seq = inp.seq_lens[r0:r1]
+        table = inp.block_table[r0:r1]
+        batch = PhaseBatch(
+            phase=phase, req=slice(r0, r1), tok=slice(t0, t0 + sum(qlens)), num_reqs=r1 - r0,
+            num_tokens=sum(qlens), max_q_len=max(qlens), max_kv_len=inp.max_seq_len or int(table.shape[1]) * page,
+            qo_indptr=dev[i], seq_lens=seq, block_table=table, kv_page_indptr=ptr,
+            last_page_len=(seq - 1) % page + 1, qo_indptr_cpu=host[i], query_lens=qlens,
+        )
+        setattr(step, phase, batch)
+        t0 += sum(qlens)
+    return step
+
+
+def build_step(plan: Plan, inp: StepInput) -> StepMetadata:
+    """Validate the step against the plan and build every tensor the planned kernels take."""
+    b = len(inp.query_lens)
+    nd = inp.num_decodes
+    if not 0 <= nd <= b or b == 0:
+        raise ValueError(f"num_decodes {nd} for a batch of {b} requests")
+    q_dec = plan.decode.q_len_per_req
+    bad = [i for i in range(nd) if int(inp.query_lens[i]) != q_dec]
+    if bad:
+        raise ValueError(f"decode requests take {q_dec} query tokens each (1 + speculative tokens, "
+                         f"the plan's q_len_per_req); requests {bad} have {[int(inp.query_lens[i]) for i in bad]}")
+    if any(int(x) < 1 for x in inp.query_lens):
+        raise ValueError("every request has at least one query token")
+    kind = batch_kind(nd, b - nd)
+    needs: BatchMetadata = getattr(plan.metadata, kind)
+    if needs.needs_host_seq_lens and inp.seq_lens_cpu is None:
+        raise ValueError(f"the plan's metadata for {kind} batches needs host seq lens (seed 001: some phase "
+                         "runs a native kernel, which plans on the host); pass seq_lens_cpu")
+    if inp.seq_lens_cpu is not None:
+        return _from_host(plan, inp, needs, kind)
+    return _on_device(plan, inp, needs, kind)

@@ -1,0 +1,97 @@
+"""The startup check (SPEC §6): does the plan still hold on the device it is about to run on?
+
+The adapter never re-decides what the rules decide. It re-reads the live node's facts, runs the
+same rules over them (``policy.evaluate``) and compares the result with the plan it was given.
+Any difference is a ``PlanMismatchError`` that names the rules, raised before a byte of device
+memory is allocated or a kernel compiled.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from attnplan.policy import (NodeFacts, PlanAnswer, PlanMismatchError, RuleSet, UnsupportedConfigurationError,
+                    Violation, evaluate, probe_node)
+
+# Facts a plan depends on, shown side by side when the plan does not hold here (the rules decide;
+# this only tells the operator what changed between planning and startup).
+COMPARED_FACTS = ("gpu_name", "capability", "flashinfer_version", "flashinfer_cubin_version",
+                  "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env")
+
+
+class StartupMismatchError(PlanMismatchError):
+    """``PlanMismatchError`` that also lists the facts that differ between planning and startup."""
+
+    def __init__(self, answer: PlanAnswer, fact_diffs: list[str], planned: PlanAnswer):
+        super().__init__(answer)
+        self.fact_diffs = fact_diffs
+        self.planned = planned
+        if fact_diffs:
+            self.args = (self.args[0] + "\nfacts that differ from the plan's node:\n"
+                         + "\n".join(f"  ~ {d}" for d in fact_diffs),)
+
+
+def fact_diffs(planned: NodeFacts, live: NodeFacts) -> list[str]:
+    out = []
+    for name in COMPARED_FACTS:
+        a, b = planned.value(name), live.value(name)
+        if a != b:
+            if name == "capability":
+                a, b = planned.capability_str, live.capability_str
+            out.append(f"{name}: plan {a!r}, here {b!r} ({getattr(live, name).source.value})")
+    return out
+
+
+def _phase_violations(answer: PlanAnswer, node: NodeFacts, phase: str, backend: str,
+                      ruleset: Optional[RuleSet]) -> list[Violation]:
+    """Every rule that refuses ``backend`` for ``phase`` on ``node``: the rules, forced to that
+    backend (SPEC §4: a forced backend that violates a rule is a rejection naming the rules)."""
+    forced = evaluate(answer.config.replace(attention_backend=backend), node, ruleset, trace=False, suggest=False)
+    return [v for v in forced.violations if v.phase == phase and v.backend == backend]
+
+
+def check_plan(answer: PlanAnswer, node: Optional[NodeFacts] = None, *, ruleset: Optional[RuleSet] = None,
+               strict_selection: bool = True) -> PlanAnswer:
+    """The live answer when ``answer``'s plan holds on ``node`` (default: this machine, probed
+    now); else ``PlanMismatchError`` naming every rule that refuses it.
+
+    ``strict_selection``: also refuse a plan whose backends are valid here but are not the ones
+    the rules pick here (a plan made for another GPU); off, such a plan may run.
+    """
+    if answer.plan is None:
+        raise UnsupportedConfigurationError(answer)
+    live_node = node if node is not None else probe_node()
+    live = evaluate(answer.config, live_node, ruleset)
+    plan = answer.plan
+
+    violations: list[Violation] = [v for v in live.violations if v.phase == "both" and v.backend is None]
+    for phase in ("prefill", "decode"):
+        backend = getattr(plan, phase).backend
+        for v in _phase_violations(answer, live_node, phase, backend, ruleset):
+            if v not in violations:
+                violations.append(v)
+
+    if not violations and live.plan is not None:
+        for phase in ("prefill", "decode"):
+            planned_b, live_b = getattr(plan, phase).backend, getattr(live.plan, phase).backend
+            if planned_b != live_b and strict_selection:
+                violations.append(Violation(
+                    rule="selection", phase=phase, backend=planned_b, fact="backend", observed=planned_b,
+                    required=live_b,
+                    message=f"the plan runs {phase} on {planned_b}, but on this node the rules choose {live_b} "
+                            f"(the plan was made for other facts); re-plan here"))
+        if not violations and live.backends() == answer.backends() and live.plan != plan:
+            differing = [f for f in ("prefill", "decode", "kv_cache", "metadata")
+                         if getattr(live.plan, f) != getattr(plan, f)]
+            violations.append(Violation(
+                rule="plan", phase="both", fact="plan", observed=", ".join(differing),
+                required="the plan the rules derive on this node",
+                message=f"the plan's {', '.join(differing)} differ from what the rules derive here "
+                        f"(rules revision plan {answer.rules_revision[:12] or '?'}, here {live.rules_revision[:12]}); re-plan here"))
+
+    if violations:
+        rejected = PlanAnswer(status="rejected", node=live_node, config=answer.config, plan=None,
+                              violations=tuple(violations), suggestions=live.suggestions,
+                              notes=live.notes, trace=live.trace, rules_revision=live.rules_revision)
+        raise StartupMismatchError(rejected, fact_diffs(answer.node, live_node), answer)
+    return live

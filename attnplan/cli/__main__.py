@@ -1,0 +1,5 @@
+import sys
+
+from attnplan.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,45 @@
+"""``labels``: this node's attention capabilities as Kubernetes labels (NFD local feature file)."""
+
+from __future__ import annotations
+
+import argparse
+
+from .options import add_node_args, node_from_args
+
+NFD_FILE = "/etc/kubernetes/node-feature-discovery/features.d/attnplan"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "labels", help="this node's capabilities as Kubernetes node labels (NFD feature file)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Write attnplan.io/* node labels derived from the rules (trtllm-gen, fa3, nvfp4-kv,\n"
+            "max-head-dim, capability-major/minor, ...) in Node Feature Discovery's local feature-file\n"
+            f"format. With --output the file is written atomically (dotfile, then rename), e.g.\n"
+            f"  attnplan labels --output {NFD_FILE}\n"
+            "deploy/daemonset-labels.yaml runs exactly that on every GPU node."),
+    )
+    p.add_argument("--output", "-o", metavar="FILE", help="write the feature file here (default: stdout)")
+    p.add_argument("--json", action="store_true", help="print the labels as a JSON object instead")
+    add_node_args(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnplan.policy import local_node
+    from attnplan.preflight.labels import node_labels, render_feature_file, write_atomic
+
+    node = node_from_args(args) or local_node()
+    labels = node_labels(node)
+    if args.json:
+        from .main import emit_json
+
+        emit_json(labels)
+        return 0
+    text = render_feature_file(labels, node)
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        print(text, end="")
+    return 0

@@ -1,0 +1,83 @@
+"""``attnplan``: which attention kernels will run on this GPU, for this model, and will it fail?
+
+Exit codes: 0 ok, 1 rejected, 2 bad input, 3 some nodes unreachable (preflight).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Callable, Optional
+
+from attnplan._version import __version__
+from attnplan.policy import AttnplanError
+
+EXAMPLES = """\
+examples:
+  attnplan plan --device B200 --head-dim 128 --num-heads 32 --num-kv-heads 8
+  attnplan plan --device "RTX PRO 6000" --model-config examples/llama-3.1-8b.json --kv-cache-dtype nvfp4
+  attnplan plan --capability 10.3 --flashinfer-version 0.6.7 --head-dim 128 --num-heads 32 --json
+  attnplan explain --device H100 --model-config examples/gemma-2-9b.json
+  attnplan node                      # this machine's facts
+  attnplan rules                     # every rule, its reason and source
+  attnplan matrix --format markdown  # capability matrix derived from the rules
+  attnplan serve --port 8000         # REST service (127.0.0.1 by default)
+  attnplan preflight --simulate "B200=8,H100=16" --model-config examples/qwen3-32b.json
+"""
+
+# Subcommands living in their own modules: name -> module exposing add_parser(sub) and run(args) -> int.
+COMMANDS = ("attnplan.cli.plan", "attnplan.cli.serve", "attnplan.cli.preflight", "attnplan.cli.labels")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line and exit 2, like every other bad input
+        self.exit(2, f"attnplan: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="attnplan", description=__doc__.split("\n")[0],
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"attnplan {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for mod in COMMANDS:
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name == mod or (exc.name and exc.name.startswith(("fastapi", "uvicorn", "httpx", "ray", "prometheus"))):
+                continue  # an optional part's dependencies are missing: its command is absent
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run: Optional[Callable[[argparse.Namespace], int]] = getattr(args, "run", None)
+    if run is None:
+        parser.print_help()
+        return 2
+    try:
+        return run(args)
+    except AttnplanError as exc:
+        # One line, whatever the message holds (a parser's own text may span several).
+        print("attnplan: error: " + "; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attnplan: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def emit_json(data: object) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

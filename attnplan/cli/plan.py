@@ -1,0 +1,121 @@
+"""``plan``, ``explain``, ``node``, ``rules``, ``matrix``: the engine from the command line."""
+
+from __future__ import annotations
+
+import argparse
+
+from attnplan.policy import local_node, plan_for
+from attnplan.policy.answer import node_json
+from attnplan.policy.explain import explain
+from attnplan.policy.matrix import capability_matrix, matrix_markdown
+
+from .main import emit_json
+from .options import add_config_args, add_node_args, add_rules_arg, config_from_args, node_from_args, ruleset_from_args
+from attnplan.render import render_answer, render_explain, render_node, render_rules, rules_json
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = sub.add_parser("plan", help="the backend plan for an attention config on a node",
+                       formatter_class=fmt, description=(
+                           "Evaluate every rule for this config on this node (or a declared one) and print the\n"
+                           "backend plan, or the rejection with every violated rule and verified suggestions.\n"
+                           "Exit 0: ok, 1: rejected, 2: bad input."))
+    add_config_args(p)
+    add_node_args(p)
+    p.add_argument("--json", action="store_true", help="print the JSON contract (SPEC §8) instead of tables")
+    p.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
+    add_rules_arg(p)
+    p.set_defaults(run=run_plan)
+
+    p = sub.add_parser("explain", help="backend x rule grid: why each backend passes or fails",
+                       formatter_class=fmt, description=(
+                           "Every backend of the model's kind, in each phase, against every rule, with the\n"
+                           "facts each rule read. Exit codes as for plan."))
+    add_config_args(p)
+    add_node_args(p)
+    p.add_argument("--json", action="store_true", help="print the grid as JSON")
+    add_rules_arg(p)
+    p.set_defaults(run=run_explain)
+
+    p = sub.add_parser("node", help="this machine's facts (NVML, packages, cubins, artifactory)")
+    add_node_args(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(run=run_node)
+
+    p = sub.add_parser("rules", help="every rule: id, title, backends, source")
+    p.add_argument("--json", action="store_true", help="print JSON, with each rule's conditions")
+    add_rules_arg(p)
+    p.set_defaults(run=run_rules)
+
+    p = sub.add_parser("matrix", help="capability matrix derived from the rules")
+    p.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    add_rules_arg(p)
+    p.set_defaults(run=run_matrix)
+
+
+def _node(args: argparse.Namespace):
+    n = node_from_args(args)
+    return n if n is not None else local_node()
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    rs = ruleset_from_args(args)
+    answer = plan_for(config, _node(args), ruleset=rs)
+    if args.json:
+        emit_json(answer.to_json(trace=not args.no_trace))
+    else:
+        print(render_answer(answer))
+    return 0 if answer.ok else 1
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    e = explain(config, _node(args), ruleset_from_args(args))
+    if args.json:
+        emit_json({
+            "status": e.answer.status,
+            "selected": dict(zip(("prefill", "decode"), e.answer.backends())),
+            "columns": [f"{ph}/{b}" if ph != "both" else "pair" for ph, b in e.columns],
+            "cells": [{"rule": r, "phase": ph, "backend": None if b == "-" else b, "verdict": t.verdict,
+                       "inputs": t.inputs, "required": t.required} for (r, ph, b), t in e.cells.items()],
+        })
+    else:
+        print(render_explain(e))
+    return 0 if e.answer.ok else 1
+
+
+def run_node(args: argparse.Namespace) -> int:
+    node = _node(args)
+    if args.json:
+        emit_json({"node": node_json(node), "fingerprint": node.fingerprint()})
+    else:
+        print(render_node(node))
+    return 0
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    rs = ruleset_from_args(args)
+    if args.json:
+        emit_json(rules_json(rs))
+    else:
+        print(render_rules(rs))
+    return 0
+
+
+def run_matrix(args: argparse.Namespace) -> int:
+    rs = ruleset_from_args(args)
+    if args.format == "json":
+        import json
+
+        text = json.dumps({"rules_revision": rs.revision, "rows": capability_matrix(rs)}, indent=2) + "\n"
+    else:
+        text = matrix_markdown(rs)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        print(text, end="")
+    return 0

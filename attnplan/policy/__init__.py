@@ -1,0 +1,53 @@
+"""attnplan's policy engine: which attention kernels will run here, and why not.
+
+    from attnplan.policy import AttentionConfig, plan_for, require_plan, UnsupportedConfigurationError, simulated_node
+
+    answer = plan_for(AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8), simulated_node("B200"))
+    answer.plan.decode.backend   # 'trtllm-gen'
+
+Imports neither torch nor flashinfer.
+"""
+
+from .answer import (
+    BatchMetadata,
+    JitModule,
+    KVCachePlan,
+    MetadataPlan,
+    PhasePlan,
+    Plan,
+    PlanAnswer,
+    Suggestion,
+    TraceEntry,
+    Violation,
+)
+from .api import clear_cache, plan_for, require_plan
+from .capability import format_capability, parse_capability
+from .config import BACKEND_CHOICES, CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig
+from .devices import Catalog, Device, catalog, simulated_node
+from .engine import apply_suggestion, default_ruleset, evaluate, load_rules, page_domain, suggestions_for
+from .errors import (
+    AttnplanError,
+    InvalidInputError,
+    ModelConfigError,
+    PlanMismatchError,
+    RulePackError,
+    UnknownDeviceError,
+    UnsupportedConfigurationError,
+)
+from .facts import Fact, NodeFacts, Source
+from .hfconfig import config_from_hf, fields_from_hf, make_config, read_model_config
+from .probe import NodeCache, ProbeIO, local_node, probe_node
+from .rulepack import RuleSet
+from .version import SUPPORTED_FLASHINFER
+
+__all__ = [
+    "AttentionConfig", "plan_for", "require_plan", "UnsupportedConfigurationError", "simulated_node",
+    "PlanAnswer", "Plan", "PhasePlan", "KVCachePlan", "MetadataPlan", "BatchMetadata", "JitModule",
+    "Violation", "Suggestion", "TraceEntry", "NodeFacts", "Fact", "Source",
+    "local_node", "probe_node", "ProbeIO", "NodeCache", "catalog", "Catalog", "Device",
+    "config_from_hf", "fields_from_hf", "read_model_config", "make_config",
+    "evaluate", "suggestions_for", "apply_suggestion", "default_ruleset", "load_rules", "page_domain", "RuleSet",
+    "parse_capability", "format_capability", "clear_cache",
+    "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError",
+    "PlanMismatchError", "SUPPORTED_FLASHINFER", "CONFIG_FIELDS", "KV_CACHE_DTYPES", "QUERY_DTYPES", "BACKEND_CHOICES",
+]

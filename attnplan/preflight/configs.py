@@ -1,0 +1,108 @@
+"""The configs a preflight asks about: one from flags / --model-config, or a YAML list (--configs).
+
+A ``--configs`` file is a YAML list (or ``{configs: [...]}``); each entry holds the fields of
+``AttentionConfig`` or ``model_config: PATH`` (relative to the file) plus overrides, and an
+optional ``name``::
+
+    - name: llama-3.1-8b
+      model_config: ../examples/llama-3.1-8b.json
+    - {name: gpt-oss, model_config: ../examples/gpt-oss-120b.json, kv_cache_dtype: fp8}
+    - {head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, kv_cache_dtype: nvfp4}
+
+Any invalid entry is one ``InvalidInputError`` naming the entry and the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from attnplan.policy import AttentionConfig, InvalidInputError, config_from_hf, make_config
+
+from .model import NamedConfig
+
+MAX_CONFIGS = 256
+MAX_FILE_BYTES = 1 << 20
+
+
+def _entry_error(i: int, name: Optional[str], exc: InvalidInputError) -> InvalidInputError:
+    label = f"entry {i + 1}" + (f" ({name})" if name else "")
+    return InvalidInputError(f"configs: {label}: {exc.field}", str(exc).split(": ", 1)[-1])
+
+
+def config_entry(entry: Any, i: int, base_dir: Path, overrides: Mapping[str, Any]) -> NamedConfig:
+    if not isinstance(entry, dict):
+        raise InvalidInputError(f"configs: entry {i + 1}", f"must be a mapping of config fields, got {type(entry).__name__}")
+    fields = dict(entry)
+    name = fields.pop("name", None)
+    if name is not None and not isinstance(name, (str, int, float)):
+        raise InvalidInputError(f"configs: entry {i + 1}: name", f"must be a string, got {name!r}")
+    name = str(name) if name is not None else None
+    model_config = fields.pop("model_config", None)
+    fields.update(overrides)
+    try:
+        if model_config is not None:
+            if not isinstance(model_config, str) or not model_config:
+                raise InvalidInputError("model_config", f"must be a path, got {model_config!r}")
+            path = Path(model_config)
+            if not path.is_absolute():
+                path = base_dir / path
+            cfg = config_from_hf(path, **fields)
+            name = name or Path(model_config).stem.removesuffix(".json")
+            if name == "config":  # a directory's config.json: name it after the directory
+                name = path.parent.name or name
+        else:
+            cfg = make_config(fields)
+    except InvalidInputError as exc:
+        raise _entry_error(i, name, exc) from None
+    return NamedConfig(name or f"config-{i + 1}", cfg)
+
+
+def load_configs(path: str | Path, overrides: Mapping[str, Any] | None = None) -> list[NamedConfig]:
+    import yaml
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InvalidInputError("configs", f"{p}: {size} bytes is too large for a configs file")
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInputError("configs", f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInputError("configs", f"{p}: is a directory") from None
+    except UnicodeDecodeError:
+        raise InvalidInputError("configs", f"{p}: not UTF-8 text") from None
+    except OSError as exc:
+        raise InvalidInputError("configs", f"{p}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise InvalidInputError("configs", f"{p}: not valid YAML{where}: {problem}") from None
+    if isinstance(data, dict) and set(data) == {"configs"}:
+        data = data["configs"]
+    if not isinstance(data, list) or not data:
+        raise InvalidInputError("configs", f"{p}: must hold a non-empty YAML list of configs")
+    if len(data) > MAX_CONFIGS:
+        raise InvalidInputError("configs", f"{p}: {len(data)} entries; at most {MAX_CONFIGS}")
+    out = [config_entry(e, i, p.parent, overrides or {}) for i, e in enumerate(data)]
+    return unique_names(out)
+
+
+def unique_names(configs: Sequence[NamedConfig]) -> list[NamedConfig]:
+    seen: dict[str, int] = {}
+    out = []
+    for c in configs:
+        n = seen.get(c.name, 0)
+        seen[c.name] = n + 1
+        out.append(c if n == 0 else NamedConfig(f"{c.name}#{n + 1}", c.config))
+    return out
+
+
+def describe(cfg: AttentionConfig) -> str:
+    """A short one-line description: the fields that differ from the defaults."""
+    data = cfg.model_dump(exclude_defaults=True)
+    return " ".join(f"{k}={v}" for k, v in data.items())

@@ -1,0 +1,138 @@
+"""Kubernetes node labels for this node's attention capabilities, in Node Feature Discovery's
+local feature-file format (``/etc/kubernetes/node-feature-discovery/features.d/``, one
+``name=value`` a line, ``#`` comments).
+
+Every capability label is DERIVED from the rule engine, never hard-coded: ``trtllm-gen=true``
+means ``plan_for`` accepts a representative config with ``attention_backend=trtllm-gen`` on
+this node; ``max-head-dim`` is the largest head size any backend accepts here; ``nvfp4-kv``
+that an nvfp4 KV cache plans ok. So a rule change (or a node without cubins, or with
+``VLLM_BATCH_INVARIANT=1``) changes the labels with it.
+
+SPEC §9: names are ``attnplan.io/<name>`` with ``<name>`` at most 63 characters of
+``[A-Za-z0-9._-]`` starting and ending alphanumeric; values likewise (``2.9.0+cu128`` becomes
+``2.9.0-cu128``; what cannot be made valid is left out); NFD compares integers only, so the
+capability is published as two integer labels, major and minor. NFD ignores dotfiles and
+files over 64 KiB: the file is written as a dotfile, then renamed atomically.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Optional
+
+from attnplan.policy import AttnplanError, NodeFacts, default_ruleset, plan_for
+
+from .files import replace_atomically
+
+PREFIX = "attnplan.io/"
+MAX_FILE_BYTES = 64 * 1024
+NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+# Representative configs the capability labels are evaluated with (the capability matrix's
+# baselines: Llama-style GQA and DeepSeek-V3 MLA).
+REP_STANDARD: dict[str, Any] = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8, dtype="bf16")
+REP_MLA: dict[str, Any] = dict(num_qo_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                               v_head_dim=128, dtype="bf16")
+HEAD_SIZES = tuple(range(16, 1025, 16))
+PUBLISHED_HEAD_SIZES = (64, 96, 128, 192, 256, 512)  # head-dim-<h> labels; max-head-dim scans HEAD_SIZES
+
+
+def valid_label(name: str, value: str) -> bool:
+    """A full ``prefix/name`` and its value are valid Kubernetes label syntax."""
+    prefix, sep, short = name.rpartition("/")
+    if sep and (len(prefix) > 253 or not PREFIX_RE.match(prefix)):
+        return False
+    return bool(NAME_RE.match(short)) and len(value) <= 63 and bool(VALUE_RE.match(value))
+
+
+def sanitize_value(value: Any) -> Optional[str]:
+    """A valid label value for ``value``, or None when nothing valid is left."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    text = re.sub(r"[^A-Za-z0-9._-]+", "-", str(value).strip())
+    text = text[:63]
+    text = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", text)
+    return text if text and VALUE_RE.match(text) else None
+
+
+def _ok(fields: dict[str, Any], node: NodeFacts) -> bool:
+    try:
+        return plan_for(fields, node).ok
+    except AttnplanError:
+        return False
+
+
+def node_labels(node: NodeFacts) -> dict[str, str]:
+    """``{"attnplan.io/trtllm-gen": "true", ...}`` for ``node``, every capability from the rules."""
+    rs = default_ruleset()
+    labels: dict[str, Any] = {}
+    cap = node.capability.value
+    labels["cuda"] = isinstance(cap, int)
+    if isinstance(cap, int):
+        labels["capability-major"] = cap // 10
+        labels["capability-minor"] = cap % 10
+    labels["gpu"] = node.gpu_name.value if isinstance(node.gpu_name.value, str) else None
+    count = node.gpu_count.value
+    labels["gpu-count"] = count if isinstance(count, int) and not isinstance(count, bool) else None
+
+    # One label per backend of the catalog: the backend forced in both phases plans ok.
+    for name, spec in rs.backends.items():
+        rep = REP_MLA if spec.kind == "mla" else REP_STANDARD
+        labels[name] = _ok(dict(rep, attention_backend=name), node)
+    labels["mla"] = _ok(REP_MLA, node)
+    labels["fp8-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="fp8"), node)
+    labels["nvfp4-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="nvfp4"), node)
+    labels["sinks"] = _ok(dict(REP_STANDARD, sinks=True), node)
+    labels["soft-cap"] = _ok(dict(REP_STANDARD, logits_soft_cap=30.0), node)
+    labels["sliding-window"] = _ok(dict(REP_STANDARD, sliding_window=4096), node)
+    heads = [h for h in HEAD_SIZES if _ok(dict(REP_STANDARD, head_dim=h), node)]
+    labels["max-head-dim"] = max(heads) if heads else 0
+    for h in PUBLISHED_HEAD_SIZES:
+        labels[f"head-dim-{h}"] = h in heads
+
+    labels["flashinfer-version"] = node.flashinfer_version.value
+    labels["driver-version"] = node.driver_version.value
+    labels["torch-version"] = node.torch_version.value
+    labels["torch-cuda-version"] = node.torch_cuda_version.value
+    labels["batch-invariant"] = node.batch_invariant_env.value if isinstance(node.batch_invariant_env.value, bool) else None
+    labels["rules-revision"] = rs.revision
+
+    out: dict[str, str] = {}
+    for short, raw in labels.items():
+        value = sanitize_value(raw)
+        if value is None:
+            continue  # unknown or not expressible as a label value: leave it out
+        name = PREFIX + short
+        if valid_label(name, value):
+            out[name] = value
+    return out
+
+
+def render_feature_file(labels: dict[str, str], node: NodeFacts) -> str:
+    host = sanitize_value(node.hostname.value) or "unknown"
+    lines = [f"# attnplan node capability labels for {host} (rules revision {default_ruleset().revision}).",
+             "# Generated by `attnplan labels`; do not edit: the next run replaces this file."]
+    lines += [f"{k}={v}" for k, v in labels.items()]
+    text = "\n".join(lines) + "\n"
+    if len(text.encode()) >= MAX_FILE_BYTES:  # NFD ignores larger files
+        raise AttnplanError(f"label file would be {len(text.encode())} bytes; NFD ignores files over 64 KiB")
+    return text
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a dotfile in the same directory, then rename: NFD
+    never reads a half-written file (it ignores dotfiles)."""
+    from attnplan.policy import InvalidInputError
+
+    target = Path(path)
+    directory = target.parent if str(target.parent) else Path(".")
+    if target.name.startswith("."):
+        raise InvalidInputError("output", f"{target.name}: NFD ignores dotfiles; choose a name without a leading dot")
+    if not directory.is_dir():
+        raise InvalidInputError("output", f"{directory}: no such directory")
+    return replace_atomically(target, text)

@@ -1,0 +1,148 @@
+"""Tables for people (the JSON contract is ``PlanAnswer.to_json``)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Iterable, Sequence
+
+from attnplan.policy import NodeFacts, PlanAnswer
+from attnplan.policy.explain import Explanation
+from attnplan.policy.rulepack import RuleSet
+
+
+def _color() -> bool:
+    return sys.stdout.isatty() and "NO_COLOR" not in os.environ
+
+
+def paint(text: str, code: str) -> str:
+    return f"\033[{code}m{text}\033[0m" if _color() else text
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], indent: str = "") -> str:
+    rows = [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [len(h) for h in headers]
+    for r in rows:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    def line(cells: Sequence[str]) -> str:
+        return indent + "  ".join(c.ljust(widths[i]) for i, c in enumerate(cells)).rstrip()
+    out = [line(headers), indent + "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def node_label(node: NodeFacts) -> str:
+    name = node.gpu_name.value or "no GPU"
+    cap = node.capability_str or "?"
+    return f"{name} (capability {cap}, {node.capability.source.value})"
+
+
+def render_answer(a: PlanAnswer) -> str:
+    out: list[str] = []
+    if a.ok and a.plan is not None:
+        p = a.plan
+        out.append(f"{paint('OK', '32;1')}  {node_label(a.node)}")
+        out.append("")
+        rows = [
+            ("backend", p.prefill.backend, p.decode.backend),
+            ("kernel", p.prefill.kernel, p.decode.kernel),
+            ("query dtype", p.prefill.query_dtype, p.decode.query_dtype),
+            ("KV view dtype", p.prefill.kv_view_dtype, p.decode.kv_view_dtype),
+            ("q_len / request", "-", p.decode.q_len_per_req),
+            ("tensor cores", "-", "-" if p.decode.use_tensor_cores is None else p.decode.use_tensor_cores),
+            ("on prefill kernel", "-", p.decode.runs_on_prefill_kernel),
+            ("workspace", f"{p.prefill.workspace_bytes >> 20} MiB", f"{p.decode.workspace_bytes >> 20} MiB"),
+        ]
+        out.append(table(("", "prefill", "decode"), rows))
+        kv = p.kv_cache
+        extra = f", nvfp4 scales {kv.nvfp4_scale_dtype}/{kv.nvfp4_block_size}" if kv.nvfp4_scale_dtype else ""
+        out.append("")
+        out.append(f"KV cache: layout {kv.layout}, page_size {kv.page_size}, storage {kv.storage_dtype} viewed as "
+                   f"{kv.view_dtype}, {kv.num_kv_heads} KV heads x {kv.head_dim_k}{' (MLA latent)' if kv.mla else ''}{extra}")
+        out.append("")
+        m = p.metadata
+        out.append(table(("batch kind", "all_uses_trtllm", "host seq_lens", "paged_kv_indices", "prefill indptr"), [
+            (k, getattr(m, k).all_uses_trtllm, getattr(m, k).needs_host_seq_lens,
+             getattr(m, k).needs_paged_kv_indices, getattr(m, k).prefill_kv_indptr or "-")
+            for k in ("prefill_only", "decode_only", "mixed")]))
+        mods = [mod for ph in (p.prefill, p.decode) for mod in ph.modules]
+        out.append("")
+        out.append("warm-up: " + "; ".join(f"{m.kind} {m.name}" for m in mods))
+    else:
+        out.append(f"{paint('REJECTED', '31;1')}  {node_label(a.node)}")
+        out.append("")
+        out.append(table(("rule", "phase", "backend", "observed", "required"), [
+            (v.rule, v.phase, v.backend or "-", v.observed, v.required) for v in a.violations]))
+        out.append("")
+        for v in a.violations:
+            out.append(f"  [{v.rule}] {v.message}")
+        out.append("")
+        if a.suggestions:
+            out.append("suggestions (each verified by re-evaluating every rule):")
+            out.append(table(("field", "value", "result"), [
+                (s.field, s.value, s.message) for s in a.suggestions], indent="  "))
+        else:
+            out.append("no single-field change makes this configuration valid on this node.")
+    if a.notes:
+        out.append("")
+        out.append("notes:")
+        out += [f"  - {n}" for n in a.notes]
+    return "\n".join(out)
+
+
+def render_explain(e: Explanation) -> str:
+    verdict = {"pass": "pass", "fail": paint("FAIL", "31"), "skip": "n/a"}
+    cols = [c for c in e.columns if any((r, c[0], c[1]) in e.cells for r in e.rules)]
+    headers = ["rule"] + [("pair" if ph == "both" else f"{ph}/{b}") for ph, b in cols]
+    rows = []
+    for r in e.rules:
+        if not any((r, ph, b) in e.cells for ph, b in cols):
+            continue
+        rows.append([r] + [verdict[e.cells[(r, ph, b)].verdict] if (r, ph, b) in e.cells else "-" for ph, b in cols])
+    out = [render_answer(e.answer).splitlines()[0], "", table(headers, rows), "", "facts each rule read:"]
+    seen: set[str] = set()
+    for r in e.rules:
+        for ph, b in cols:
+            entry = e.cells.get((r, ph, b))
+            if entry is None or r in seen:
+                continue
+            seen.add(r)
+            facts = ", ".join(f"{k}={v}" for k, v in entry.inputs.items() if k not in ("backend", "phase"))
+            out.append(f"  {r}: {facts or '-'}  (needs {entry.required})")
+    pb, db = e.answer.backends()
+    out.append("")
+    out.append(f"selected: prefill {pb or '-'}, decode {db or '-'}" if e.answer.ok else "selected: nothing (rejected)")
+    return "\n".join(out)
+
+
+def render_node(node: NodeFacts) -> str:
+    rows = []
+    summary = node.summary()
+    for name in type(node).model_fields:
+        f = getattr(node, name)
+        rows.append((name, summary[name] if summary[name] is not None else "-", f.source.value, f.detail or ""))
+    return table(("fact", "value", "source", "detail"), rows)
+
+
+def render_rules(rs: RuleSet) -> str:
+    rows = []
+    for r in rs.rules:
+        backends = sorted({b for c in r.checks for b in (c.backends or ())}) or ["(pair)" if any(c.scope == "pair" for c in r.checks) else "all"]
+        rows.append((r.id, r.title, ",".join(backends), r.source))
+    return table(("id", "title", "backends", "source"), rows) + f"\n\nrules revision {rs.revision}; {len(rs.rules)} rules"
+
+
+def rules_json(rs: RuleSet) -> dict[str, Any]:
+    return {
+        "rules_revision": rs.revision,
+        "rules": [{
+            "id": r.id, "title": r.title, "reason": r.reason, "source": r.source, "fix": r.fix,
+            "fixed_in": r.fixed_in, "pack": r.pack,
+            "checks": [{"scope": c.scope, "backends": sorted(c.backends) if c.backends else None,
+                        "phases": sorted(c.phases) if c.phases else None,
+                        "when": c.when.describe() if c.when else None, "require": c.require.describe()}
+                       for c in r.checks],
+        } for r in rs.rules],
+        "backends": {n: b.model_dump() for n, b in rs.backends.items()},
+    }

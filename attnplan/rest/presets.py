@@ -1,0 +1,37 @@
+"""Model presets for the status page: the HuggingFace config.json files in ``attnplan/presets``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from attnplan.policy import AttnplanError, fields_from_hf, read_model_config
+
+MAX_PRESETS = 100
+
+
+def default_examples_dir() -> Optional[Path]:
+    """ATTNPLAN_EXAMPLES_DIR when set, else the presets shipped in the package."""
+    env = os.environ.get("ATTNPLAN_EXAMPLES_DIR")
+    if env:
+        return Path(env)
+    from attnplan.presets import PRESETS_DIR
+    return PRESETS_DIR
+
+
+def load_presets(directory: Optional[Path]) -> tuple[list[dict[str, Any]], list[str]]:
+    """(presets, errors): each preset is its name and the config fields its file implies."""
+    if directory is None or not directory.is_dir():
+        return [], []
+    presets: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for path in sorted(directory.glob("*.json"))[:MAX_PRESETS]:
+        try:
+            fields = fields_from_hf(read_model_config(path), path.name)
+        except AttnplanError as exc:
+            # Name the file, not the server's directory layout.
+            errors.append(str(exc).replace(str(path), path.name).removeprefix("model_config: "))
+            continue
+        presets.append({"name": path.stem, "fields": fields})
+    return presets, errors

@@ -1,0 +1,81 @@
+"""Running the app under uvicorn: in the foreground (``attnplan serve``) or in a thread (tests).
+
+The listening socket is bound here, before uvicorn starts, so that a port in use is one clear
+error and a test can bind port 0 and learn the free port without a race.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from typing import Any, Optional
+
+import uvicorn
+
+from attnplan.policy import InvalidInputError
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto=IPPROTO_TCP (not the default 0) so asyncio sets TCP_NODELAY on accepted connections:
+    # without it uvicorn's separate header and body writes meet the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidInputError("port", f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def config(app: Any, *, log_level: str = "info", access_log: bool = True) -> uvicorn.Config:
+    # One worker: the node's facts and the answer caches live in this process.
+    return uvicorn.Config(app, log_level=log_level, access_log=access_log, server_header=False,
+                          proxy_headers=False, timeout_graceful_shutdown=5)
+
+
+def serve(app: Any, host: str, port: int, *, log_level: str = "info", access_log: bool = True,
+          banner: str = "") -> None:
+    sock = bind(host, port)
+    server = uvicorn.Server(config(app, log_level=log_level, access_log=access_log))  # configures logging
+    # uvicorn names no address when handed a socket: say where we listen, and on what terms.
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    logging.getLogger("uvicorn.error").info("attnplan listening on http://%s:%d%s", shown, sock.getsockname()[1],
+                                            f" ({banner})" if banner else "")
+    server.run(sockets=[sock])
+
+
+class BackgroundServer:
+    """A real uvicorn server on a free loopback port, in a thread::
+
+        with BackgroundServer(create_app(...)) as srv:
+            httpx.get(srv.url + "/healthz")
+    """
+
+    def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning"):
+        self.sock = bind(host, port)
+        self.host, self.port = self.sock.getsockname()[:2]
+        self.url = f"http://{host}:{self.port}"
+        self.server = uvicorn.Server(config(app, log_level=log_level, access_log=False))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
+                                       name=f"uvicorn-{self.port}")
+
+    def __enter__(self) -> "BackgroundServer":
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc: Optional[BaseException]) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()

@@ -1,0 +1,110 @@
+"""The built wheel, installed into a fresh venv (not editable, no source tree on sys.path), runs:
+version, every shipped rule, a plan, and the REST service answering one plan (issue 11)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import httpx
+import pytest
+
+from attnplan import __version__
+from attnplan.policy import default_ruleset
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _run(cmd: list[str], cwd: Path, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNPLAN_RULES")}
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(ROOT)], tmp)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("attnplan-*.whl"))
+    venv = tmp / "venv"
+    assert _run([sys.executable, "-m", "venv", str(venv)], tmp).returncode == 0
+    pip = _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], tmp)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    return wheel, venv, tmp
+
+
+def test_wheel_holds_one_package_and_all_its_data(installed):
+    wheel, _venv, _tmp = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
+    assert tops == {"attnplan"}
+    packs = sorted(Path(p).name for p in (ROOT / "attnplan" / "rules" / "packs").glob("*.yaml"))
+    assert packs and all(f"attnplan/rules/packs/{p}" in names for p in packs)
+    for f in ("attnplan/rules/backends.yaml", "attnplan/rules/devices.yaml", "attnplan/py.typed",
+              "attnplan/rest/static/index.html"):
+        assert f in names, f
+    presets = sorted(p.name for p in (ROOT / "attnplan" / "presets").glob("*.json"))
+    assert presets and all(f"attnplan/presets/{p}" in names for p in presets)
+
+
+def test_cli_from_the_wheel(installed):
+    _wheel, venv, tmp = installed
+    exe = str(venv / "bin" / "attnplan")
+    where = _run([str(venv / "bin" / "python"), "-c", "import attnplan; print(attnplan.__file__)"], tmp)
+    assert where.returncode == 0 and str(venv) in where.stdout and str(ROOT) not in where.stdout
+    out = _run([exe, "--version"], tmp)
+    assert out.returncode == 0 and out.stdout.strip() == f"attnplan {__version__}"
+    out = _run([str(venv / "bin" / "python"), "-m", "attnplan", "--version"], tmp)
+    assert out.returncode == 0 and out.stdout.strip() == f"attnplan {__version__}"
+    out = _run([exe, "rules", "--json"], tmp)
+    assert out.returncode == 0, out.stderr
+    assert {r["id"] for r in json.loads(out.stdout)["rules"]} == {r.id for r in default_ruleset().rules}
+    out = _run([exe, "plan", "--device", "B200", "--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8",
+                "--json"], tmp)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    assert answer["status"] == "ok" and answer["plan"]["decode"]["backend"]
+    out = _run([exe, "labels", "--device", "GB300"], tmp)
+    assert out.returncode == 0 and "attnplan.io/capability-major=10" in out.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_from_the_wheel(installed):
+    _wheel, venv, tmp = installed
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNPLAN_RULES", "ATTNPLAN_TOKEN")}
+    proc = subprocess.Popen([str(venv / "bin" / "attnplan"), "serve", "--device", "H100", "--port", str(port),
+                             "--log-level", "warning"], cwd=tmp, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, proc.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "serve never became ready"
+            time.sleep(0.2)
+        r = httpx.post(f"{base}/v1/plan", json={"config": {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}},
+                       timeout=10)
+        assert r.status_code == 200 and r.json()["status"] in ("ok", "rejected") and r.json()["node"]
+        presets = httpx.get(f"{base}/v1/presets", timeout=10).json()
+        assert {p["name"] for p in presets["presets"]} >= {"llama-3.1-8b", "gpt-oss-120b"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
