@@ -11,6 +11,21 @@ from .config import AttentionConfig
 from .facts import NodeFacts
 
 PhaseOrBoth = Literal["prefill", "decode", "both"]
+Layer = Literal["kernel", "engine"]
+# How the adapter calls a phase's kernel (one calling convention each; the adapter dispatches on
+# this, never on a backend's name). The FlashInfer entry point is named beside it in the plan.
+Call = Literal[
+    "paged_prefill",      # flashinfer.BatchPrefillWithPagedKVCacheWrapper(backend=...)
+    "paged_decode",       # flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores, backend=...)
+    "sink",               # flashinfer.BatchAttentionWithAttentionSinkWrapper (prefill and decode)
+    "xqa_decode",         # flashinfer.decode.trtllm_batch_decode_with_kv_cache(backend="xqa")
+    "trtllm_context",     # flashinfer.prefill.trtllm_batch_context_with_kv_cache
+    "trtllm_decode",      # flashinfer.decode.trtllm_batch_decode_with_kv_cache(backend="trtllm-gen")
+    "mla_paged_decode",   # flashinfer.mla.BatchMLAPagedAttentionWrapper(backend=...)
+    "trtllm_mla_decode",  # flashinfer.decode.trtllm_batch_decode_with_kv_cache_mla
+    "ragged_prefill",     # flashinfer.BatchPrefillWithRaggedKVCacheWrapper(backend=...)
+    "trtllm_ragged",      # flashinfer.prefill.trtllm_ragged_attention_deepseek
+]
 
 
 class Violation(BaseModel):
@@ -26,6 +41,27 @@ class Violation(BaseModel):
     required: str = Field("", description="what the rule wants")
     message: str
     fix: Optional[str] = None
+    layer: Layer = Field("kernel", description="kernel: what FlashInfer can run; engine: what the serving engine adds")
+
+
+class Fallback(BaseModel):
+    """A preferred backend skipped for a phase, the rules that skipped it, and what ran instead."""
+
+    model_config = ConfigDict(frozen=True)
+
+    phase: Literal["prefill", "decode"]
+    skipped: str
+    rules: tuple[str, ...]
+    used: str
+
+
+class EngineRef(BaseModel):
+    """The engine layer an answer was made for (SPEC §10)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: Literal["vllm", "flashinfer"] = "flashinfer"
+    version: Optional[str] = None
 
 
 class Suggestion(BaseModel):
@@ -68,9 +104,16 @@ class JitModule(BaseModel):
 
 
 class PhasePlan(BaseModel):
+    """One phase, executable as it stands: what to call, with which FlashInfer backend argument."""
+
     model_config = ConfigDict(frozen=True)
 
     backend: str
+    family: str = Field(description="the backend's family (rules/backends.yaml): native, trtllm-gen, xqa")
+    flashinfer_backend: str = Field(description="the backend argument FlashInfer's own API takes")
+    call: Call = Field(description="the adapter's calling convention for this phase")
+    entry_point: str = Field(description="the FlashInfer wrapper or function that runs this phase")
+    returns_lse: bool = Field(description="whether the kernel can return its log-sum-exp (needed to merge)")
     kernel: str
     query_dtype: str
     kv_storage_dtype: str
@@ -121,9 +164,24 @@ class MetadataPlan(BaseModel):
     mixed: BatchMetadata
 
 
+class AttentionPlan(BaseModel):
+    """The scalar attention parameters every phase applies (from the model's own attention code)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sm_scale: float
+    window_left: int = Field(-1, description="FlashInfer's inclusive left window (sliding_window - 1), -1 for none")
+    logits_soft_cap: float = Field(0.0, description="0 for none")
+    sinks: bool = False
+    causal: bool = True
+    split_kv: Literal["auto", "disabled", "fixed"] = "auto"
+    fixed_split_size: Optional[int] = None
+
+
 class Plan(BaseModel):
     model_config = ConfigDict(frozen=True)
 
+    attention: AttentionPlan
     prefill: PhasePlan
     decode: PhasePlan
     kv_cache: KVCachePlan
@@ -141,6 +199,8 @@ class PlanAnswer(BaseModel):
     plan: Optional[Plan] = None
     violations: tuple[Violation, ...] = ()
     suggestions: tuple[Suggestion, ...] = ()
+    fallbacks: tuple[Fallback, ...] = ()
+    engine: EngineRef = EngineRef()
     notes: tuple[str, ...] = ()
     trace: tuple[TraceEntry, ...] = ()
     rules_revision: str = ""

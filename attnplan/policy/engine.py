@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 
-from .answer import PlanAnswer, Suggestion, TraceEntry, Violation
+from .answer import Fallback, PlanAnswer, Suggestion, TraceEntry, Violation
 from .conditions import Failure, Leaf
 from .config import KV_CACHE_DTYPES, AttentionConfig
 from .facts import Fact, NodeFacts
@@ -269,17 +269,20 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
 
     p, d, common = chosen
     page = config.page_size if config.page_size is not None else common[0]
+    fallbacks: list[Fallback] = []
     for phase, pick in (("prefill", p), ("decode", d)):
         for r in results[phase]:
             if r is pick:
                 break
             why = "; ".join(f"[{v.rule}] {v.message}" for v in r.violations) or "no page size shared with the other phase"
             notes.append(f"{phase}: {r.backend} skipped ({why}); using {pick.backend}")
+            fallbacks.append(Fallback(phase=phase, skipped=r.backend, rules=tuple(dict.fromkeys(v.rule for v in r.violations))
+                                      or ("page-size",), used=pick.backend))
     if config.page_size is None:
         notes.append(f"page_size {page} chosen: the smallest that prefill {p.backend} and decode {d.backend} both take")
     plan = build_plan(config, p.backend, d.backend, page, common, rs)
     return PlanAnswer(status="ok", node=node, config=config, plan=plan, notes=tuple(notes),
-                      trace=tuple(entries), rules_revision=rs.revision)
+                      fallbacks=tuple(fallbacks), trace=tuple(entries), rules_revision=rs.revision)
 
 
 # -- suggestions ---------------------------------------------------------------------------

@@ -6,7 +6,9 @@ derives what a validated choice implies.
 
 from __future__ import annotations
 
-from .answer import BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
+import math
+
+from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
 from .config import AttentionConfig
 from .rulepack import RuleSet
 
@@ -71,6 +73,7 @@ def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: Rule
     out = TORCH_DTYPE[config.dtype] if config.dtype in ("fp16", "bf16") else "bfloat16"
     q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
     kernel = spec.kernels[phase]  # type: ignore[index]
+    call = (spec.mla_calls.get(phase) if config.is_mla else None) or spec.calls[phase]  # type: ignore[index]
     use_tc = None
     on_prefill = False
     if phase == "decode" and not trtllm and not config.is_mla:
@@ -79,7 +82,8 @@ def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: Rule
         # (causal) prefill kernel over q_len tokens instead.
         if q_len > 1:
             on_prefill = True
-            kernel = ruleset.backends[backend].kernels["prefill"]
+            kernel = spec.kernels["prefill"]
+            call = spec.calls["prefill"]
     if phase == "prefill" and config.is_mla:
         kernel_kind = "ragged_prefill"
     elif config.is_mla:
@@ -91,10 +95,22 @@ def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: Rule
     else:
         kernel_kind = "batch_decode"
     return PhasePlan(
-        backend=backend, kernel=kernel, query_dtype=q, kv_storage_dtype=storage, kv_view_dtype=view,
+        backend=backend, family=spec.family, flashinfer_backend=spec.flashinfer_backend, call=call.call,
+        entry_point=call.entry_point, returns_lse=call.returns_lse, kernel=kernel, query_dtype=q, kv_storage_dtype=storage, kv_view_dtype=view,
         output_dtype=out, workspace_bytes=spec.workspace_bytes, zero_workspace=spec.zero_workspace,
         use_tensor_cores=use_tc, q_len_per_req=q_len, runs_on_prefill_kernel=on_prefill,
         modules=_modules(config, phase, backend, kernel_kind, q, view, out, trtllm, page_size),
+    )
+
+
+def attention_plan(config: AttentionConfig) -> AttentionPlan:
+    """The scalars every phase applies. HF's sliding_window counts the query's own token;
+    FlashInfer's window_left does not."""
+    return AttentionPlan(
+        sm_scale=1.0 / math.sqrt(config.qk_head_dim),
+        window_left=config.sliding_window - 1 if config.sliding_window is not None else -1,
+        logits_soft_cap=float(config.logits_soft_cap or 0.0),
+        sinks=config.sinks,
     )
 
 
@@ -133,6 +149,7 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
         page_valid_sizes=valid_pages,
     )
     return Plan(
+        attention=attention_plan(config),
         prefill=_phase_plan(config, "prefill", prefill, ruleset, page_size),
         decode=_phase_plan(config, "decode", decode, ruleset, page_size),
         kv_cache=kv,

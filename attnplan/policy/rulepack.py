@@ -66,13 +66,26 @@ class PackSpec(BaseModel):
     rules: list[RuleSpec]
 
 
+class CallSpec(BaseModel):
+    """How one phase of a backend is executed: the adapter's calling convention and FlashInfer's entry point."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    call: str
+    entry_point: str
+    returns_lse: bool
+
+
 class BackendSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: str
     kind: Literal["standard", "mla", "any"]
     phases: list[Phase]
-    family: Literal["native", "trtllm-gen"]
+    family: Literal["native", "trtllm-gen", "xqa"]
+    flashinfer_backend: str
+    calls: dict[Phase, CallSpec]
+    mla_calls: dict[Phase, CallSpec] = {}   # a kind-"any" backend serving an MLA model's phase
     kernels: dict[Phase, str]
     workspace_bytes: int = Field(ge=0)
     zero_workspace: bool = False
