@@ -1,0 +1,164 @@
+"""Reading untrusted files: bounded, regular files only, with limits checked before parsing.
+
+Every file a user or a node hands attnplan (a model config.json, a ``--configs`` YAML, a hosts
+file, a rule pack) goes through here, so none can hang the process (a FIFO), exhaust memory
+(``/dev/zero``: its ``st_size`` is 0), overflow the parser's stack (deep nesting: libyaml
+segfaults, ``json`` raises RecursionError) or expand an alias bomb. Duplicate mapping keys are
+refused: YAML and JSON both keep the last one silently, so a rule with two ``require:`` keys
+would quietly lose one.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any, Union
+
+from attnplan.policy.errors import InvalidInputError
+
+MAX_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_ALIASES = 64
+
+
+def read_bounded(path: Union[str, Path], *, what: str, max_bytes: int = MAX_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes``; anything else is one clear
+    ``InvalidInputError`` (field ``what``). Opened non-blocking so a FIFO cannot hang the open."""
+    p = str(path)
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        reason = "no such file" if exc.errno == errno.ENOENT else (exc.strerror or str(exc)).lower()
+        raise InvalidInputError(what, f"cannot read {p}: {reason}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise InvalidInputError(what, f"{p} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidInputError(what, f"{p} is not a regular file (a device, FIFO or socket)")
+        if st.st_size > max_bytes:
+            raise InvalidInputError(what, f"{p} is {st.st_size} bytes, over the {max_bytes}-byte limit")
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+    except OSError as exc:
+        raise InvalidInputError(what, f"cannot read {p}: {(exc.strerror or str(exc)).lower()}") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # it grew while we read it
+        raise InvalidInputError(what, f"{p} is over the {max_bytes}-byte limit")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(what, f"{p} is not UTF-8 text (byte {exc.start})") from None
+
+
+def nesting_depth(text: str, *, quotes: bool = True) -> int:
+    """The deepest ``[``/``{`` nesting (outside JSON strings when ``quotes``), checked before any
+    parser runs. YAML is scanned without quote tracking: an apostrophe in a plain scalar
+    (``don't``) would otherwise hide the brackets after it; strings full of brackets only err
+    on the safe side."""
+    depth = best = 0
+    quote = ""
+    escaped = False
+    for ch in text:
+        if quote and quotes:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+            continue
+        if quotes and ch == '"':
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return best
+
+
+def _check_depth(text: str, what: str, name: str, max_depth: int, *, quotes: bool = True) -> None:
+    if nesting_depth(text, quotes=quotes) > max_depth:
+        raise InvalidInputError(what, f"{name}: nested deeper than {max_depth} levels")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {k!r}")
+        out[k] = v
+    return out
+
+
+def parse_json(text: str, *, what: str, name: str, max_depth: int = MAX_DEPTH) -> Any:
+    """JSON with duplicate keys refused, NaN/Infinity refused, and nesting bounded."""
+    _check_depth(text, what, name, max_depth)
+
+    def constant(c: str) -> Any:
+        raise ValueError(f"{c} is not a JSON number")
+
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=constant)
+    except ValueError as exc:  # JSONDecodeError is a ValueError
+        raise InvalidInputError(what, f"{name}: not valid JSON: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise InvalidInputError(what, f"{name}: nested too deeply") from None
+
+
+def parse_yaml(text: str, *, what: str, name: str, max_depth: int = MAX_DEPTH,
+               max_aliases: int = MAX_ALIASES) -> Any:
+    """Safe YAML with duplicate keys refused and nesting (flow and block) and aliases bounded
+    before the document is composed."""
+    import yaml  # lazy: only YAML inputs need it
+
+    _check_depth(text, what, name, max_depth, quotes=False)
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        aliases = depth = 0
+        for event in yaml.parse(text, Loader=base):
+            if isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > max_aliases:
+                    raise InvalidInputError(what, f"{name}: more than {max_aliases} YAML aliases")
+            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+                depth += 1
+                if depth > max_depth:
+                    raise InvalidInputError(what, f"{name}: nested deeper than {max_depth} levels")
+            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+                depth -= 1
+
+        class _Loader(base):  # type: ignore[misc, valid-type]
+            pass
+
+        def mapping(loader: Any, node: Any, deep: bool = False) -> dict[Any, Any]:
+            loader.flatten_mapping(node)
+            out: dict[Any, Any] = {}
+            for key_node, value_node in node.value:
+                key = loader.construct_object(key_node, deep=deep)
+                if key in out:
+                    mark = key_node.start_mark
+                    raise InvalidInputError(what, f"{name}: duplicate key {key!r} at line {mark.line + 1}")
+                out[key] = loader.construct_object(value_node, deep=deep)
+            return out
+
+        _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+        return yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InvalidInputError(what, f"{name}: not valid YAML{where}: {problem}") from None
+    except RecursionError:
+        raise InvalidInputError(what, f"{name}: nested too deeply") from None
