@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 HOST    ?= 127.0.0.1
 PORT    ?= 8000
 
-.PHONY: run test test-gpu bench matrix lint clean setup
+.PHONY: run test test-gpu bench matrix lint clean setup wheel
 
 setup: $(STAMP)
 
@@ -35,6 +35,10 @@ test: $(STAMP)
 test-gpu:
 	python3 -m pytest -q -m gpu tests
 
+wheel: $(STAMP)
+	$(BIN)/pip wheel --no-deps -q -w dist .
+	@ls dist/attnplan-*.whl
+
 matrix: $(STAMP)
 	$(BIN)/attnplan matrix --format markdown > docs/capability-matrix.md
 
@@ -42,4 +46,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/plan_latency.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build dist *.egg-info
