@@ -224,11 +224,21 @@ def test_pattern_intervals_of_zero_and_wrong_no_rope_length():
 
 def test_sliding_layers_without_a_window_and_missing_layer_count():
     data = hf("gpt-oss-20b")
-    del data["sliding_window"]
+    data["sliding_window"] = None
     _bad(data, "sliding layers need sliding_window")
-    data = hf("gemma-2-9b")
-    del data["num_hidden_layers"]
-    _bad(data, "missing num_hidden_layers")
+    _bad({"model_type": "llama", "num_attention_heads": 32, "hidden_size": 4096}, "missing num_hidden_layers")
+
+
+def test_omitted_fields_take_the_config_class_defaults():
+    # google/gemma-3-4b-it's text_config names no heads: Gemma3TextConfig's 8/4 heads of 256 apply.
+    data = {"model_type": "gemma3", "text_config": {"model_type": "gemma3_text", "hidden_size": 2560,
+                                                    "num_hidden_layers": 34, "sliding_window": 1024}}
+    groups = layer_groups(data)
+    local = one(groups, "sliding")
+    assert (local.num_qo_heads, local.num_kv_heads, local.head_dim_qk) == (8, 4, 256)
+    assert local.sm_scale == pytest.approx(256 ** -0.5) and one(groups, "full").layers == (5, 11, 17, 23, 29)
+    a = plan_model(data, simulated_node("H100"))
+    assert [g.config.num_qo_heads for g in a.layer_groups] == [8, 8]
 
 
 def test_per_group_fields_cannot_be_overridden_for_the_model(h100):

@@ -93,14 +93,32 @@ class ModelLayers(BaseModel):
 
 
 # -- small readers ------------------------------------------------------------------------
+# transformers' config-class defaults for attention fields a published config.json may omit
+# (google/gemma-3-4b-it's text_config names no heads at all): vLLM reads the config object, so
+# it sees these. Gemma3TextConfig, Gemma2Config, Llama4TextConfig.__init__ defaults.
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+                    "query_pre_attn_scalar": 256, "sliding_window": 4096},
+    "gemma2": {"num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+               "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0},
+    "llama4_text": {"attention_chunk_size": 8192},
+}
+_HF_DEFAULTS["gemma3"] = _HF_DEFAULTS["gemma3_text"]
+_HF_DEFAULTS["llama4"] = _HF_DEFAULTS["llama4_text"]
+
+
 def text_config(hf: Mapping[str, Any]) -> dict[str, Any]:
-    """The language model's config: a nested ``text_config`` wins (Gemma-3, Llama-4)."""
+    """The language model's config: a nested ``text_config`` wins (Gemma-3, Llama-4), with the
+    config class's defaults for attention fields it leaves out (an explicit null stays null)."""
     if isinstance(hf.get("text_config"), dict):
         inner = dict(hf["text_config"])
         inner.setdefault("model_type", hf.get("model_type"))
         inner.setdefault("torch_dtype", hf.get("torch_dtype") or hf.get("dtype"))
-        return inner
-    return dict(hf)
+    else:
+        inner = dict(hf)
+    for k, v in _HF_DEFAULTS.get(str(inner.get("model_type") or ""), {}).items():
+        inner.setdefault(k, v)
+    return inner
 
 
 def _pos_int(d: Mapping[str, Any], key: str, default: Any = None, *, required: bool = False) -> Any:

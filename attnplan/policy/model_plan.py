@@ -4,7 +4,10 @@
 AttentionConfig per attention group and asks ``plan_for`` for each, so a group can be refused
 while another passes; the model is ok only when every attention group is. What the config model
 cannot carry yet (the group's softmax scale, chunked local attention) is applied onto the group's
-``Plan.attention``. The KV cache is laid out as vLLM 0.33 lays out its KV-cache groups
+``Plan.attention``. vLLM plans FlashInfer once per KV-cache group with that group's window,
+soft-cap and scale (``v1/attention/backends/flashinfer.py`` FlashInferMetadataBuilder.__init__:
+``get_per_layer_parameters`` over the group's layers), which is what a layer group is here.
+The KV cache is laid out as vLLM 0.33 lays out its KV-cache groups
 (``vllm/v1/core/kv_cache_planning.py``, ``vllm/platforms/interface.py``): one block size and one
 physical page for every group, the attention block raised to hold a recurrent layer's state.
 """
@@ -24,7 +27,7 @@ from .config import AttentionConfig
 from .errors import InvalidInputError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
-from .layers import LayerGroup, ModelLayers, read_layers
+from .layers import LayerGroup, ModelLayers, read_layers, text_config
 from .rulepack import RuleSet
 
 # The model decides these per group; an override would silently re-shape one group as another.
@@ -191,7 +194,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
     data = hf if isinstance(hf, Mapping) else read_model_config(hf)
     model = read_layers(data)
     over = _check_overrides(overrides)
-    base = fields_from_hf(data)
+    base = fields_from_hf(text_config(data))  # with the config class's defaults, as vLLM sees it
     attn = model.attention_groups
     answers = {i: _plan(_group_config(base, g, over), node, ruleset, engine) for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []
