@@ -266,7 +266,8 @@ def read_layers(hf: Mapping[str, Any]) -> ModelLayers:
         per_layer += [LayerGroup(kind="mamba", layers=(i,), recurrent=state,
                                  source="vllm falcon_h1.py FalconH1ParallelHybrid (Mamba-2 beside attention)")
                       for i in range(n)]
-        notes.append("falcon_h1: every layer runs attention and a Mamba-2 mixer in parallel")
+        notes.append("falcon_h1: every layer runs attention and a Mamba-2 mixer in parallel "
+                     "(vLLM names layer i's Mamba mixer num_hidden_layers + i)")
     groups: dict[str, list[int]] = {}
     proto: dict[str, LayerGroup] = {}
     for g in per_layer:

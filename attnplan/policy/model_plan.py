@@ -31,7 +31,7 @@ from .layers import LayerGroup, ModelLayers, read_layers, text_config
 from .rulepack import RuleSet
 
 # The model decides these per group; an override would silently re-shape one group as another.
-PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks")
+PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
 _ELEM_BYTES = {"fp16": Fraction(2), "bf16": Fraction(2), "fp32": Fraction(4), "fp8_e4m3": Fraction(1),
                "fp8_e5m2": Fraction(1), "nvfp4": Fraction(1, 2) + Fraction(1, 16)}  # E2M1 + one fp8 scale / 16
 # vllm/v1/attention/backends/flashinfer.py get_supported_kernel_block_sizes -> [16, 32, 64] (min 16);
@@ -164,6 +164,11 @@ def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str
     if g.logits_soft_cap is not None:
         fields["logits_soft_cap"] = g.logits_soft_cap
     fields["sinks"] = g.sinks
+    # Once AttentionConfig carries these (integration step), the rules see them too.
+    if "sm_scale" in AttentionConfig.model_fields:
+        fields["sm_scale"] = g.sm_scale
+    if g.chunk_size is not None and "attention_chunk_size" in AttentionConfig.model_fields:
+        fields["attention_chunk_size"] = g.chunk_size
     fields.update(overrides)
     return make_config(fields)
 
