@@ -355,7 +355,7 @@ def test_deepseek_uniform_plan_carries_the_yarn_scale(h100):
 
 
 def test_layered_json_names_every_group(h100):
-    js = plan_model(hf("gemma-3-1b-it"), h100).to_json()
+    js = plan_model(MODELS / "gemma-3-1b-it.json", h100).to_json()  # a path reads the file
     json.dumps(js)
     assert js["status"] == "ok" and js["num_layers"] == 26
     kinds = {g["kind"]: g for g in js["layer_groups"]}
