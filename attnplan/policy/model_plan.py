@@ -1,0 +1,345 @@
+"""Plan a whole model: every attention layer group evaluated by the rules, one KV cache for all.
+
+``plan_model(config.json, node)`` reads the layer groups (``layers.py``), builds one
+AttentionConfig per attention group and asks ``plan_for`` for each, so a group can be refused
+while another passes; the model is ok only when every attention group is. What the config model
+cannot carry yet (the group's softmax scale, chunked local attention) is applied onto the group's
+``Plan.attention``. vLLM plans FlashInfer once per KV-cache group with that group's window,
+soft-cap and scale (``v1/attention/backends/flashinfer.py`` FlashInferMetadataBuilder.__init__:
+``get_per_layer_parameters`` over the group's layers), which is what a layer group is here.
+The KV cache is laid out as vLLM 0.33 lays out its KV-cache groups
+(``vllm/v1/core/kv_cache_planning.py``, ``vllm/platforms/interface.py``): one block size and one
+physical page for every group, the attention block raised to hold a recurrent layer's state.
+"""
+
+from __future__ import annotations
+
+import inspect
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .answer import AttentionPlan, EngineRef, Fallback, KVCachePlan, MetadataPlan, PhasePlan, PlanAnswer, Suggestion, Violation, node_json
+from .api import plan_for
+from .config import AttentionConfig
+from .errors import InvalidInputError
+from .facts import NodeFacts
+from .hfconfig import fields_from_hf, make_config, read_model_config
+from .layers import LayerGroup, ModelLayers, read_layers, text_config
+from .rulepack import RuleSet
+
+# The model decides these per group; an override would silently re-shape one group as another.
+PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
+_ELEM_BYTES = {"fp16": Fraction(2), "bf16": Fraction(2), "fp32": Fraction(4), "fp8_e4m3": Fraction(1),
+               "fp8_e5m2": Fraction(1), "nvfp4": Fraction(1, 2) + Fraction(1, 16)}  # E2M1 + one fp8 scale / 16
+# vllm/v1/attention/backends/flashinfer.py get_supported_kernel_block_sizes -> [16, 32, 64] (min 16);
+# mla/flashinfer_mla.py -> [32, 64]; platforms/interface.py _align_hybrid_block_size raises MLA to 128.
+_KERNEL_BLOCK_MIN = 16
+_MLA_HYBRID_ALIGN = 128
+
+
+class ChunkedLocalPlan(BaseModel):
+    """How vLLM runs chunked local attention on an ordinary causal kernel."""
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk_size: int
+    virtual_requests: bool = Field(True, description="each request is split into one virtual request per chunk")
+    cudagraph: Literal["never"] = "never"
+    source: str = ("vllm/v1/attention/backends/utils.py make_local_attention_virtual_batches; "
+                   "model_executor/layers/attention/chunked_local_attention.py (cudagraph NEVER)")
+
+
+class GroupPlan(LayerGroup):
+    """One layer group, with its own verdict and, when served and ok, its executable phases."""
+
+    status: Literal["ok", "rejected", "not_served"]
+    config: Optional[AttentionConfig] = None
+    attention: Optional[AttentionPlan] = None
+    prefill: Optional[PhasePlan] = None
+    decode: Optional[PhasePlan] = None
+    kv_cache: Optional[KVCachePlan] = None
+    metadata: Optional[MetadataPlan] = None
+    chunked_local: Optional[ChunkedLocalPlan] = None
+    violations: tuple[Violation, ...] = ()
+    suggestions: tuple[Suggestion, ...] = ()
+    fallbacks: tuple[Fallback, ...] = ()
+    notes: tuple[str, ...] = ()
+    answer: Optional[PlanAnswer] = Field(None, exclude=True, description="the rule answer (its trace, for explain)")
+
+
+class KVCacheGroup(BaseModel):
+    """One of vLLM's KV-cache groups: layers sharing a block table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    layers: tuple[int, ...]
+    padding_layers: int = 0
+    block_size: int
+    page_bytes: int
+    padded: bool = Field(False, description="page padded up to the shared page (not a multiple of it)")
+
+
+class KVCacheGroupsPlan(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    kernel_page_size: int = Field(description="tokens per page the attention kernels see (the plans' page_size)")
+    block_size: int = Field(description="tokens per KV-cache block (vLLM cache_config.block_size)")
+    page_bytes: int = Field(description="bytes of one block, the same for every group")
+    layers_per_group: int
+    groups: tuple[KVCacheGroup, ...]
+    recurrent_state_bytes: Optional[int] = Field(None, description="one request's recurrent state (MambaSpec page)")
+    notes: tuple[str, ...] = ()
+
+
+class ModelPlanAnswer(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    status: Literal["ok", "rejected"]
+    model_type: str
+    num_layers: int
+    node: NodeFacts
+    layer_groups: tuple[GroupPlan, ...]
+    kv_cache_groups: Optional[KVCacheGroupsPlan] = None
+    violations: tuple[Violation, ...] = Field((), description="model-level violations (no block size fits every group)")
+    engine: EngineRef = EngineRef()
+    notes: tuple[str, ...] = ()
+    rules_revision: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def uniform(self) -> bool:
+        """One group only: today's PlanAnswer describes the model."""
+        return len(self.layer_groups) == 1 and self.layer_groups[0].answer is not None
+
+    def answer(self) -> Optional[PlanAnswer]:
+        """For a uniform model, the one group's PlanAnswer (its scalars and KV cache applied)."""
+        if not self.uniform:
+            return None
+        g = self.layer_groups[0]
+        a = g.answer
+        assert a is not None
+        if a.plan is not None and g.attention is not None:
+            a = a.model_copy(update={"plan": a.plan.model_copy(update={"attention": g.attention})})
+        if self.violations:
+            a = a.model_copy(update={"status": "rejected", "plan": None, "violations": a.violations + self.violations})
+        return a.model_copy(update={"notes": a.notes + tuple(n for n in self.notes if n not in a.notes)})
+
+    def to_json(self, *, trace: bool = True) -> dict[str, Any]:
+        """The JSON contract: ``layer_groups`` always; a uniform model keeps today's top-level fields."""
+        groups = [g.model_dump(mode="json", exclude={"answer"}) for g in self.layer_groups]
+        kv = self.kv_cache_groups.model_dump(mode="json") if self.kv_cache_groups else None
+        one = self.answer()
+        if one is not None:
+            data = one.to_json(trace=trace)
+        else:
+            data = self.model_dump(mode="json", exclude={"layer_groups", "kv_cache_groups"})
+            data["node"] = node_json(self.node)
+        data.update(model_type=self.model_type, num_layers=self.num_layers, layer_groups=groups, kv_cache_groups=kv)
+        return data
+
+
+# -- planning -----------------------------------------------------------------------------
+def _plan(cfg: AttentionConfig, node: Optional[NodeFacts], ruleset: Optional[RuleSet], engine: Any) -> PlanAnswer:
+    if engine is not None and "engine" in inspect.signature(plan_for).parameters:
+        return plan_for(cfg, node, ruleset=ruleset, engine=engine)  # type: ignore[call-arg]
+    return plan_for(cfg, node, ruleset=ruleset)
+
+
+def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str, Any]) -> AttentionConfig:
+    fields = {k: v for k, v in base.items() if k not in PER_GROUP_FIELDS}
+    fields.update(num_qo_heads=g.num_qo_heads, num_kv_heads=g.num_kv_heads)
+    if g.mla is None:
+        fields["head_dim"] = g.head_dim_qk
+        if g.head_dim_vo != g.head_dim_qk:
+            fields["head_dim_vo"] = g.head_dim_vo
+    if g.kind == "sliding":
+        fields["sliding_window"] = g.sliding_window
+    if g.logits_soft_cap is not None:
+        fields["logits_soft_cap"] = g.logits_soft_cap
+    fields["sinks"] = g.sinks
+    # Once AttentionConfig carries these (integration step), the rules see them too.
+    if "sm_scale" in AttentionConfig.model_fields:
+        fields["sm_scale"] = g.sm_scale
+    if g.chunk_size is not None and "attention_chunk_size" in AttentionConfig.model_fields:
+        fields["attention_chunk_size"] = g.chunk_size
+    fields.update(overrides)
+    return make_config(fields)
+
+
+def _attention(g: LayerGroup, base: AttentionPlan) -> AttentionPlan:
+    """The group's own scalars (the model's attention code), over what the rules planned."""
+    return base.model_copy(update={
+        "sm_scale": g.sm_scale,
+        # Chunks become virtual requests on a plain causal kernel: no window inside a chunk.
+        "window_left": g.sliding_window - 1 if g.kind == "sliding" and g.sliding_window else -1,
+        "logits_soft_cap": float(g.logits_soft_cap or 0.0),
+        "sinks": g.sinks,
+    })
+
+
+def _check_overrides(overrides: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+    out = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for k in PER_GROUP_FIELDS:
+        if k in out:
+            raise InvalidInputError(k, "set per layer group by the model config; it cannot be overridden for the whole model")
+    return out
+
+
+def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = None, *,
+               overrides: Optional[Mapping[str, Any]] = None, ruleset: Optional[RuleSet] = None,
+               engine: Any = None) -> ModelPlanAnswer:
+    """Plan every attention layer group of a model (config.json dict or path) on ``node``."""
+    data = hf if isinstance(hf, Mapping) else read_model_config(hf)
+    model = read_layers(data)
+    over = _check_overrides(overrides)
+    base = fields_from_hf(text_config(data))  # with the config class's defaults, as vLLM sees it
+    attn = model.attention_groups
+    answers = {i: _plan(_group_config(base, g, over), node, ruleset, engine) for i, g in enumerate(model.groups) if g.is_attention}
+    violations: list[Violation] = []
+    notes = list(model.notes)
+
+    # One KV block size for every group (vLLM's cache_config.block_size): the smallest page size
+    # every ok group takes, each group re-planned with it when it chose another.
+    page = over.get("page_size")
+    ok_answers = [a for a in answers.values() if a.ok and a.plan is not None]
+    if page is None and ok_answers:
+        common = set.intersection(*(set(a.plan.kv_cache.page_valid_sizes) for a in ok_answers))  # type: ignore[union-attr]
+        if common:
+            page = min(common)
+            for i, a in answers.items():
+                if a.ok and a.plan is not None and a.plan.kv_cache.page_size != page:
+                    answers[i] = _plan(_group_config(base, model.groups[i], {**over, "page_size": page}), node, ruleset, engine)
+        else:
+            sizes = "; ".join(f"layers {g.layers[0]}.. {sorted(answers[i].plan.kv_cache.page_valid_sizes)}"  # type: ignore[union-attr]
+                              for i, g in enumerate(model.groups) if i in answers and answers[i].ok)
+            violations.append(Violation(
+                rule="page-size", phase="both", fact="page_size", observed=None, layer="engine",
+                required="one page size every layer group takes",
+                message=f"no page size suits every layer group (one KV block size for the model): {sizes}"))
+    kv = _kv_cache_groups(model, answers, page) if page is not None and not violations else None
+    if kv is not None:
+        notes.extend(kv.notes)
+
+    out: list[GroupPlan] = []
+    for i, g in enumerate(model.groups):
+        if not g.is_attention:
+            out.append(GroupPlan(**g.model_dump(), status="not_served",
+                                 notes=("not served by FlashInfer attention (a recurrent mixer); its state is paged "
+                                        "beside the KV cache",)))
+            continue
+        a = answers[i]
+        gv = list(a.violations)
+        chunked = ChunkedLocalPlan(chunk_size=g.chunk_size) if g.kind == "chunked_local" and g.chunk_size else None
+        if chunked is not None and kv is not None and g.chunk_size % kv.block_size:  # type: ignore[operator]
+            # make_local_attention_virtual_batches: assert attn_chunk_size % block_size == 0.
+            gv.append(Violation(
+                rule="chunked-local.block-size", phase="both", fact="page_size", observed=kv.block_size, layer="engine",
+                required=f"a KV block size that divides attention_chunk_size {g.chunk_size}",
+                message=(f"chunked local attention splits requests into {g.chunk_size}-token virtual requests over whole "
+                         f"KV blocks; block size {kv.block_size} does not divide {g.chunk_size} "
+                         "(vllm/v1/attention/backends/utils.py make_local_attention_virtual_batches)"),
+                fix="use a page size that divides the chunk size"))
+        ok = a.ok and not gv and a.plan is not None
+        p = a.plan
+        out.append(GroupPlan(
+            **g.model_dump(), status="ok" if ok else "rejected", config=a.config,
+            attention=_attention(g, p.attention) if ok and p else None,
+            prefill=p.prefill if ok and p else None, decode=p.decode if ok and p else None,
+            kv_cache=p.kv_cache if ok and p else None, metadata=p.metadata if ok and p else None,
+            chunked_local=chunked, violations=tuple(gv), suggestions=a.suggestions, fallbacks=a.fallbacks,
+            notes=a.notes, answer=a))
+    first = next(iter(answers.values()), None)
+    status = "ok" if attn and all(g.status == "ok" for g in out if g.is_attention) and not violations else "rejected"
+    if not attn:
+        notes.append("no attention layers: nothing for FlashInfer attention to serve")
+    n = first.node if first is not None else node
+    if n is None:
+        from .probe import local_node
+
+        n = local_node()
+    return ModelPlanAnswer(
+        status=status, model_type=model.model_type, num_layers=model.num_layers, node=n,
+        layer_groups=tuple(out), kv_cache_groups=kv, violations=tuple(violations),
+        engine=first.engine if first is not None else EngineRef(), notes=tuple(dict.fromkeys(notes)),
+        rules_revision=first.rules_revision if first is not None else "")
+
+
+# -- vLLM's KV-cache groups ---------------------------------------------------------------
+def _token_bytes(cfg: AttentionConfig) -> Fraction:
+    """AttentionSpec.page_size_bytes for one token: K and V of every KV head (MLA: one latent row)."""
+    e = _ELEM_BYTES[cfg.kv_dtype]
+    if cfg.is_mla:
+        return (int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)) * e  # type: ignore[arg-type]
+    return cfg.kv_heads * (cfg.qk_head_dim + cfg.vo_head_dim) * e
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page: int) -> KVCacheGroupsPlan:
+    notes: list[str] = []
+    specs = {i: (model.groups[i], _token_bytes(a.config)) for i, a in answers.items()}
+    block = page
+    state_bytes = None
+    recurrent = [g for g in model.groups if g.recurrent is not None]
+    if recurrent and specs:
+        # platforms/interface.py _align_hybrid_block_size: the attention block grows until its page
+        # holds one request's recurrent state (mamba_cache_dtype auto = model dtype); the state's
+        # page is then padded up to the attention page.
+        dtype = next(iter(answers.values())).config.dtype
+        state_bytes = max(int(g.recurrent.page_bytes(int(_ELEM_BYTES[dtype]))) for g in recurrent)  # type: ignore[union-attr]
+        tok = max(t for _, t in specs.values())
+        align = max(_KERNEL_BLOCK_MIN, block)
+        if any(g.mla for g, _ in specs.values()):
+            align = max(align, _MLA_HYBRID_ALIGN)
+        need = align * _cdiv(state_bytes, int(align * tok))
+        need = _KERNEL_BLOCK_MIN * _cdiv(need, _KERNEL_BLOCK_MIN)
+        if need > block:
+            notes.append(f"hybrid KV cache: attention block raised to {need} tokens so that its page "
+                         f"({int(need * tok)} bytes) holds one request's recurrent state ({state_bytes} bytes); "
+                         f"kernels still see {page}-token pages")
+            block = need
+    # kv_cache_planning.py unify_kv_cache_spec_page_size: smaller pages grow their block size by
+    # the ratio to the largest page, or are padded when the ratio is not whole.
+    pages = {i: int(block * t) for i, (_, t) in specs.items()}
+    top = max(pages.values(), default=0)
+    if recurrent and state_bytes is not None:
+        top = max(top, state_bytes)
+    buckets: list[tuple[str, list[int], int, bool]] = []
+    for i, g in enumerate(model.groups):
+        if g.is_attention:
+            p = pages[i]
+            bs, padded = (block * (top // p), False) if top % p == 0 else (block, True)
+            buckets.append((g.kind, list(g.layers), bs, padded))
+        else:
+            buckets.append((g.kind, list(g.layers), block, state_bytes != top))
+    if len(buckets) == 1 or (not recurrent and len({b[0] for b in buckets}) == 1):
+        # is_kv_cache_spec_uniform / UniformTypeKVCacheSpecs: one group, one block table.
+        layers = tuple(sorted(x for b in buckets for x in b[1]))
+        groups = (KVCacheGroup(kind=buckets[0][0], layers=layers, block_size=buckets[0][2], page_bytes=top),)
+        per = len(layers)
+    else:
+        # _get_kv_cache_groups_uniform_page_size: equal-sized groups of the fewest layers of a kind
+        # (or of the most, when that pads less than half), layers[i::n] each, short ones padded.
+        counts = [len(b[1]) for b in buckets]
+        per = min(counts)
+        if max(counts) < per * 1.5:
+            per = max(counts)
+        out = []
+        for kind, layers, bs, padded in buckets:
+            n = _cdiv(len(layers), per)
+            for k in range(n):
+                sub = tuple(layers[k::n])
+                out.append(KVCacheGroup(kind=kind, layers=sub, padding_layers=per - len(sub), block_size=bs,
+                                        page_bytes=top, padded=padded))
+        groups = tuple(out)
+    return KVCacheGroupsPlan(kernel_page_size=page, block_size=block, page_bytes=top, layers_per_group=per,
+                             groups=groups, recurrent_state_bytes=state_bytes, notes=tuple(notes))
