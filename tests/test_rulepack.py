@@ -378,4 +378,4 @@ def test_shipped_rule_texts_are_whole():
             assert text.count("(") == text.count(")"), (r.id, text)
     by_id = {r.id: r for r in ruleset.rules}
     assert "#38822" in by_id["head-size"].source and "#43669" in by_id["kv.nvfp4-sm100f"].source
-    assert "#2939" in by_id["trtllm.sm103-hang"].source and "#40153" in by_id["sinks"].source
+    assert "#2939" in by_id["trtllm.sm103-hang"].source and "#40153" in by_id["vllm.sinks"].source
