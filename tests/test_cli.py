@@ -30,9 +30,10 @@ def test_plan_ok_table_and_exit_0(capsys):
 
 
 def test_plan_rejected_exit_1_lists_rules_and_suggestions(capsys):
-    rc, out, _ = run(capsys, "plan", "--device", "RTX PRO 6000", *LLAMA, "--kv-cache-dtype", "nvfp4")
+    rc, out, _ = run(capsys, "plan", "--device", "RTX PRO 6000", "--head-dim", "64", "--num-heads", "32",
+                     "--num-kv-heads", "8", "--kv-cache-dtype", "nvfp4")
     assert rc == 1
-    assert "REJECTED" in out and "kv.nvfp4-sm100f" in out
+    assert "REJECTED" in out and "vllm.nvfp4" in out and "engine vllm 0.33.0" in out
     assert "suggestions" in out and "kv_cache_dtype" in out
 
 
@@ -57,7 +58,8 @@ def test_plan_json_rejection_has_violation_fields(capsys):
     data = json.loads(out)
     assert data["plan"] is None
     v = [x for x in data["violations"] if x["rule"] == "trtllm.family"]
-    assert v and v[0]["observed"] == "9.x" and "node.capability_major" in v[0]["required"]
+    assert v and v[0]["observed"] == "9.0" and "node.capability" in v[0]["required"]
+    assert v[0]["layer"] == "kernel" and data["engine"] == {"name": "vllm", "version": "0.33.0"}
     assert {"rule", "phase", "backend", "observed", "required", "message"} <= set(v[0])
     assert {"field": "attention_backend", "value": "auto"}.items() <= data["suggestions"][0].items()
 
@@ -108,16 +110,42 @@ def test_explain_grid(capsys):
     rc, out, _ = run(capsys, "explain", "--device", "H100", *LLAMA)
     assert rc == 0
     lines = out.splitlines()
-    header = lines[2].split()
-    for col in ("prefill/fa2", "prefill/fa3", "prefill/trtllm-gen", "decode/fa2", "decode/trtllm-gen"):
+    assert lines[1].startswith("engine layer: vllm 0.33.0")
+    header = next(line for line in lines if line.startswith("rule ")).split()
+    assert header[1] == "layer"
+    for col in ("prefill/fa2", "prefill/fa3", "prefill/trtllm-gen", "decode/fa2", "decode/trtllm-gen", "decode/xqa"):
         assert col in header
     grid = {line.split()[0]: dict(zip(header[1:], line.split()[1:])) for line in lines[4:] if line and not line.startswith(" ")
             and len(line.split()) == len(header)}
     assert grid["trtllm.family"]["prefill/trtllm-gen"] == "FAIL" and grid["trtllm.family"]["decode/trtllm-gen"] == "FAIL"
     assert grid["trtllm.family"]["prefill/fa3"] == "-"
     assert grid["fa3.arch"]["prefill/fa3"] == "pass" and grid["device.cuda"]["pair"] == "pass"
-    assert "selected: prefill fa3, decode fa2" in out
-    assert "trtllm.family: node.capability_major=9.x" in out
+    assert grid["vllm.xqa"]["layer"] == "engine" and grid["head-size"]["layer"] == "kernel"
+    assert "selected: prefill fa3, decode xqa" in out
+    assert "trtllm.family: node.capability=9.0" in out
+
+
+def test_explain_engine_flashinfer_has_no_engine_rules(capsys):
+    rc, out, _ = run(capsys, "explain", "--device", "H100", *LLAMA, "--engine", "flashinfer", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["engine"]["name"] == "flashinfer"
+    assert data["selected"] == {"prefill": "fa3", "decode": "fa2"}
+    assert {c["layer"] for c in data["cells"]} == {"kernel"}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm==0.20.0", "vllm==x"])
+def test_unknown_engine_is_exit_2_naming_the_covered_ones(capsys, engine):
+    rc, _, err = run(capsys, "plan", "--device", "H100", *LLAMA, "--engine", engine)
+    assert rc == 2 and err.count("\n") == 1
+    assert "vllm==0.33.0" in err and "flashinfer" in err
+
+
+def test_plan_engine_flashinfer_vs_vllm(capsys):
+    rc, out, _ = run(capsys, "plan", "--device", "H100", *LLAMA, "--engine", "flashinfer", "--json", "--no-trace")
+    assert rc == 0 and json.loads(out)["plan"]["decode"]["backend"] == "fa2"
+    rc, out, _ = run(capsys, "plan", "--device", "H100", *LLAMA, "--engine", "vllm==0.33.0", "--json", "--no-trace")
+    d = json.loads(out)
+    assert rc == 0 and d["plan"]["decode"]["backend"] == "xqa" and d["plan"]["decode"]["call"] == "xqa_decode"
 
 
 def test_explain_json(capsys):
@@ -139,6 +167,20 @@ def test_rules_command_lists_every_rule(capsys):
     ids = {r["id"] for r in json.loads(out)["rules"]}
     assert rc == 0
     assert {"device.cuda", "trtllm.family", "trtllm.cubins", "kv.nvfp4-sm100f", "sinks", "head-size"} <= ids
+    rules = {r["id"]: r for r in json.loads(out)["rules"]}
+    assert rules["vllm.xqa"]["layer"] == "engine" and rules["vllm.xqa"]["vllm"] == ">=0.33.0,<0.34"
+    assert rules["trtllm.sm103-hang"]["flashinfer"] == "<0.6.7.post2"
+    assert all(r["verified"] is not None for r in rules.values())
+    assert rules["trtllm.family"]["verified"]["source_only"]
+    assert rules["head-size"]["verified"][0]["device"] == "H100"
+
+
+def test_rules_table_shows_layer_and_provenance(capsys):
+    rc, out, _ = run(capsys, "rules")
+    assert rc == 0 and "layer" in out.splitlines()[0] and "verified" in out.splitlines()[0]
+    assert "consistent on H100 (9.0, flashinfer 0.7.2.post1" in out and "source only:" in out
+    rc, out, _ = run(capsys, "rules", "--engine", "flashinfer")
+    assert rc == 0 and "vllm.xqa" not in out and "head-size" in out
 
 
 def test_capability_matrix_doc_is_not_stale(capsys):
@@ -154,9 +196,13 @@ def test_matrix_json_derives_from_rules(capsys):
     trt = [r for r in rows if r["backend"] == "trtllm-gen"]
     assert trt and all(set(r["capabilities"]) == {"10.0", "10.3"} for r in trt)
     assert all(512 in r["head_sizes"] for r in trt)
-    assert all(512 not in r["head_sizes"] for r in rows if r["backend"] in ("fa2", "fa3") and r["model"] == "standard")
-    nvfp4 = {r["backend"] for r in rows if "nvfp4" in r["kv_cache_dtypes"]}
-    assert nvfp4 == {"trtllm-gen"}
+    assert all(512 not in r["head_sizes"] for r in rows if r["backend"] == "fa3" and r["model"] == "standard")
+    assert all(512 in r["head_sizes"] for r in rows if r["backend"] == "fa2" and r["model"] == "standard")
+    nvfp4 = {r["backend"] for r in rows if "nvfp4" in r["kv_cache_dtypes"] and r["model"] == "standard"}
+    assert nvfp4 == {"trtllm-gen", "fa2", "xqa"}
+    assert {c for r in rows if r["backend"] == "xqa" and "nvfp4" in r["kv_cache_dtypes"] for c in r["capabilities"]} <= {"12.0", "12.1"}
+    fi = json.loads(run(capsys, "matrix", "--format", "json", "--engine", "flashinfer")[1])["rows"]
+    assert [1, 8] == [p for p in next(r for r in fi if r["backend"] == "fa2")["page_sizes"] if p < 16]
 
 
 def test_help_teaches(capsys):
@@ -197,21 +243,24 @@ def test_examples_gqa_models(capsys, model, device):
     p = d["plan"]
     assert d["status"] == "ok"
     expected = {"B200": ("trtllm-gen", "trtllm-gen"), "GB300": ("trtllm-gen", "trtllm-gen"),
-                "H100": ("fa3", "fa2"), "RTX PRO 6000": ("fa2", "fa2"), "A100": ("fa2", "fa2")}[device]
+                "H100": ("fa3", "xqa"), "RTX PRO 6000": ("fa2", "xqa"), "A100": ("fa2", "fa2")}[device]
     assert (p["prefill"]["backend"], p["decode"]["backend"]) == expected
     assert p["kv_cache"]["layout"] == ("HND" if _family10(device) else "NHD")
     assert p["decode"]["use_tensor_cores"] in (None, True)  # group size 4 and 8 -> tensor cores on native decode
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_example_gpt_oss_sinks_only_on_family_10(capsys, device):
+def test_example_gpt_oss_sinks_on_9_0_10x_12x(capsys, device):
     d = _plan(capsys, "gpt-oss-120b.json", device)
     assert d["config"]["sinks"] is True and d["config"]["sliding_window"] == 128 and d["config"]["head_dim"] == 64
     if _family10(device):
         assert d["status"] == "ok" and d["plan"]["decode"]["backend"] == "trtllm-gen"
+    elif device in ("H100", "RTX PRO 6000"):                 # vLLM 0.33: XQA decode, sink-wrapper prefill
+        assert d["status"] == "ok" and d["plan"]["decode"]["backend"] == "xqa"
+        assert d["plan"]["prefill"]["call"] == "sink"
     else:
         assert d["status"] == "rejected"
-        assert any(v["rule"] == "sinks" and v["phase"] == "both" for v in d["violations"])
+        assert any(v["rule"] == "vllm.sinks" and v["phase"] == "both" for v in d["violations"])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -47,6 +47,10 @@ def make_io(gpu=None, *, env=None, pkgs=None, http=None, nvml_error: Exception |
         return dict(gpu) if gpu is not None else {"count": 0}
 
     packages = PKGS if pkgs is None else pkgs
+    # This machine's torch, nvcc and ~/.cache stay out of the tests unless a test brings its own.
+    kw.setdefault("torch_cuda", lambda: None)
+    kw.setdefault("which", lambda name: None)
+    kw.setdefault("default_cubin_dir", None)
     return ProbeIO(nvml=nvml, package_version=lambda d: packages.get(d), env=dict(env or {}),
                    http_reachable=http or Http(), hostname=lambda: "node-1", **kw)
 
@@ -168,9 +172,24 @@ def test_custom_repository_url_is_checked():
     assert node.artifactory_url.value == url
 
 
-def test_9x_gpu_does_not_check_artifactory():
+def test_9_0_gpu_checks_artifactory_for_vllms_xqa_gate():
+    """vLLM 0.33 gates XQA decode on 9.0 / 12.x on the artifactory check (needs_artifactory_check)."""
     http = Http()
     node = probe_node(make_io(GPU[90], http=http))
+    assert len(http.calls) == 1 and node.artifactory_reachable.value is True
+    assert policy.needs_artifactory_check(node)
+
+
+@pytest.mark.parametrize("cap,needed", [(80, False), (89, False), (90, True), (100, True), (103, True), (107, True),
+                                        (110, False), (120, True), (121, True), (None, False)])
+def test_needs_artifactory_check_is_one_decision(cap, needed):
+    node = NodeFacts(capability=Fact.measured(cap) if cap else Fact.unknown("no GPU"))
+    assert policy.needs_artifactory_check(node) is needed
+
+
+def test_8x_gpu_does_not_check_artifactory():
+    http = Http()
+    node = probe_node(make_io(dict(GPU[90], capability=80), http=http))
     assert http.calls == []
     assert node.artifactory_reachable.value is None
     assert node.artifactory_reachable.source == Source.unknown
@@ -197,21 +216,51 @@ def test_artifactory_check_never():
 
 def test_artifactory_check_bad_value_means_auto():
     http = Http()
-    probe_node(make_io(GPU[90], http=http, env={"ATTNPLAN_ARTIFACTORY_CHECK": "sometimes"}))
+    probe_node(make_io(dict(GPU[90], capability=86), http=http, env={"ATTNPLAN_ARTIFACTORY_CHECK": "sometimes"}))
     assert http.calls == []
     probe_node(make_io(GPU[100], http=http, env={"ATTNPLAN_ARTIFACTORY_CHECK": "sometimes"}))
     assert len(http.calls) == 1
 
 
 # -- FLASHINFER_CUBIN_DIR ----------------------------------------------------------------
+def trtllm_cubin_dir(d: Path, *, missing: bool = False) -> Path:
+    """What trtllm-gen loads (flashinfer/artifacts.py ArtifactPath.TRTLLM_GEN_FMHA): <hash>/fmha/trtllm-gen/
+    with checksums.txt listing each cubin."""
+    fmha = d / "2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c" / "fmha" / "trtllm-gen"
+    fmha.mkdir(parents=True)
+    (fmha / "checksums.txt").write_text("ab12 kernel_a.cubin\ncd34 kernel_b.cubin\nef56 include/flashInferMetaInfo.h\n")
+    (fmha / "kernel_a.cubin").write_bytes(b"\x7fELF")
+    if not missing:
+        (fmha / "kernel_b.cubin").write_bytes(b"\x7fELF")
+    return d
+
+
 def test_cubin_dir_with_cubins(tmp_path):
+    d = trtllm_cubin_dir(tmp_path / "cubins")
+    node = probe_node(make_io(GPU[100], http=Http(ok=False), env={"FLASHINFER_CUBIN_DIR": str(d)}))
+    assert node.cubin_dir.value == str(d)
+    assert node.cubin_dir_has_cubins.value is True
+    # the kernel layer runs trtllm-gen from the directory; vLLM 0.33's own gate wants the artifactory
+    assert policy.plan_for(CFG, node, engine="flashinfer").backends() == ("trtllm-gen", "trtllm-gen")
+    assert policy.plan_for(CFG, node).backends() == ("fa2", "fa2")
+
+
+def test_cubin_dir_with_any_cubin_is_not_enough(tmp_path):
     d = tmp_path / "cubins"
     (d / "fmha" / "sm100").mkdir(parents=True)
     (d / "fmha" / "sm100" / "kernel_a.cubin").write_bytes(b"\x7fELF")
     node = probe_node(make_io(GPU[100], http=Http(ok=False), env={"FLASHINFER_CUBIN_DIR": str(d)}))
-    assert node.cubin_dir.value == str(d)
+    assert node.cubin_dir_has_cubins.value is False
+    assert "checksums.txt" in node.cubin_dir_has_cubins.detail
+    half = probe_node(make_io(GPU[100], env={"FLASHINFER_CUBIN_DIR": str(trtllm_cubin_dir(tmp_path / "half", missing=True))}))
+    assert half.cubin_dir_has_cubins.value is False
+
+
+def test_default_cubin_cache_counts(tmp_path):
+    d = trtllm_cubin_dir(tmp_path / "cache")
+    node = probe_node(make_io(GPU[100], default_cubin_dir=lambda env: str(d)))
+    assert node.cubin_dir.value == str(d) and "default cubin cache" in node.cubin_dir.detail
     assert node.cubin_dir_has_cubins.value is True
-    assert policy.plan_for(CFG, node).backends() == ("trtllm-gen", "trtllm-gen")
 
 
 @pytest.mark.parametrize("contents", [[], ["README.md", "kernel.cubin.txt", "sub/other.so"]])
@@ -229,6 +278,15 @@ def test_cubin_dir_without_cubins(tmp_path, contents):
 def test_cubin_dir_missing_directory(tmp_path):
     node = probe_node(make_io(GPU[100], env={"FLASHINFER_CUBIN_DIR": str(tmp_path / "absent")}))
     assert node.cubin_dir_has_cubins.value is False
+    assert "no such directory" in node.cubin_dir_has_cubins.detail
+
+
+def test_cubin_dir_not_a_directory(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    node = probe_node(make_io(GPU[100], env={"FLASHINFER_CUBIN_DIR": str(f)}))
+    assert node.cubin_dir_has_cubins.value is False
+    assert "not a directory" in node.cubin_dir_has_cubins.detail
 
 
 def test_cubin_dir_unset():
@@ -253,10 +311,11 @@ def test_batch_invariant_env(raw, on):
     node = probe_node(make_io(GPU[100], env=env))
     assert node.batch_invariant_env.value is on
     assert node.batch_invariant_env.source == Source.measured
-    a = policy.plan_for(CFG, node)
+    a = policy.plan_for(CFG, node, engine="flashinfer")
     assert a.backends() == (("fa2", "fa2") if on else ("trtllm-gen", "trtllm-gen"))
     if on:
         assert any("trtllm.batch-invariant" in n for n in a.notes)
+        assert {v.rule for v in policy.plan_for(CFG, node).violations} == {"vllm.batch-invariant"}
 
 
 # -- the real HTTP reachability check ----------------------------------------------------
@@ -293,9 +352,106 @@ def test_http_reachable_200(local_server):
     assert ok is True and "200" in detail
 
 
-def test_http_reachable_404_still_reachable(local_server):
-    ok, detail = http_reachable(local_server + "/missing/", 2.0)
-    assert ok is True and "404" in detail
+@pytest.mark.parametrize("path,code", [("/missing/", "404"), ("/broken/", "503")])
+def test_http_reachable_only_on_200(local_server, path, code):
+    ok, detail = http_reachable(local_server + path, 2.0)
+    assert ok is False and code in detail
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "file:///", "data:,x"])
+def test_http_reachable_non_http_never_counts(url):
+    ok, detail = http_reachable(url, 0.5)
+    assert ok is False and "HTTP" in detail
+
+
+@pytest.fixture()
+def dripping_server(monkeypatch):
+    """A server that answers one byte a second and never finishes its status line."""
+    for var in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    stop = threading.Event()
+
+    def serve():
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            try:
+                while not stop.is_set():
+                    conn.sendall(b"H")
+                    stop.wait(1.0)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield f"http://127.0.0.1:{srv.getsockname()[1]}/"
+    finally:
+        stop.set()
+        srv.close()
+
+
+@pytest.mark.timeout(20)
+def test_http_reachable_total_deadline_against_a_dripping_server(dripping_server):
+    import time
+
+    t0 = time.monotonic()
+    ok, detail = http_reachable(dripping_server, 1.5)
+    took = time.monotonic() - t0
+    assert ok is False and "deadline" in detail
+    assert took < 4.0, took
+    node = probe_node(make_io(GPU[100], env={"FLASHINFER_CUBINS_REPOSITORY": dripping_server}, http=http_reachable),
+                      artifactory_timeout=1.0)
+    assert node.artifactory_reachable.value is False
+    assert time.monotonic() - t0 < 8.0
+
+
+def test_torch_cuda_from_version_file_when_the_tag_is_missing():
+    """PyPI's torch 2.11.0 for CUDA 13.0 has no +cu130 tag: torch/version.py says cuda = '13.0'."""
+    node = probe_node(make_io(GPU[90], pkgs={"torch": "2.11.0", "flashinfer-python": "0.7.2.post1"},
+                              torch_cuda=lambda: "13.0"))
+    assert node.torch_cuda_version.value == "13.0" and node.torch_cuda_version.detail == "torch/version.py"
+
+
+def test_read_torch_cuda_parses_a_version_file(tmp_path, monkeypatch):
+    import importlib.machinery
+
+    from attnplan.policy import probe as probe_mod
+
+    pkg = tmp_path / "torch"
+    pkg.mkdir()
+    (pkg / "version.py").write_text("from typing import Optional\ncuda: Optional[str] = '13.0'\n")
+    spec = importlib.machinery.ModuleSpec("torch", None, is_package=True)
+    spec.submodule_search_locations = [str(pkg)]
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: spec if name == "torch" else None)
+    assert probe_mod.read_torch_cuda() == "13.0"
+
+
+def test_jit_toolchain_and_vllm_version_facts():
+    node = probe_node(make_io(GPU[90], pkgs={**PKGS, "vllm": "0.33.0"}, which=lambda p: p if p.endswith("bin/nvcc") else None))
+    assert node.jit_toolchain.value is True and "nvcc" in node.jit_toolchain.detail
+    assert node.vllm_version.value == "0.33.0"
+    none = probe_node(make_io(GPU[90]))
+    assert none.jit_toolchain.value is False and none.vllm_version.value is None
+    cache = probe_node(make_io(GPU[90], pkgs={**PKGS, "flashinfer-jit-cache": "0.7.2.post1"}))
+    assert cache.jit_toolchain.value is True and "flashinfer-jit-cache" in cache.jit_toolchain.detail
+
+
+def test_installed_vllm_outside_the_modelled_range_is_an_error_naming_them():
+    node = probe_node(make_io(GPU[90], pkgs={**PKGS, "vllm": "0.20.1"}))
+    with pytest.raises(policy.InvalidInputError) as info:
+        policy.plan_for(CFG, node)
+    assert "0.33" in str(info.value)
+    assert policy.plan_for(CFG, node, engine="flashinfer").ok
 
 
 def test_http_reachable_closed_port(monkeypatch):

@@ -24,11 +24,13 @@ SETTINGS = settings(max_examples=150, deadline=None, database=None,
 
 DEVICES = policy.catalog().names()
 FI_VERSIONS = ["0.6.6", "0.6.7", "0.6.7.post1", "0.6.7.post2", "0.7.2", "0.7.2.post1"]
-DOMAIN = (16, 32, 64, 128)                      # every page size SPEC §3 names
+DOMAIN = (16, 32, 64, 128, 256, 512, 1024)      # every page size a rule names
+ENGINES = [None, "flashinfer"]                  # None: vllm (0.33.0, the newest modelled)
 TRT_FAMILY = {"trtllm-gen", "trtllm-gen-mla", "trtllm-ragged"}
 MLA_BACKENDS = {"fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"}
 HANG = {Version("0.6.7"), Version("0.6.7.post1")}
-PAGE_RULES = {"page-size", "mla.page-size"}
+PAGE_RULES = {"page-size", "mla.page-size", "vllm.page-size"}
+API = TRT_FAMILY | {"xqa"}                      # called through FlashInfer's trtllm API (block tables)
 
 
 # -- strategies --------------------------------------------------------------------------
@@ -59,6 +61,13 @@ def nodes(draw) -> NodeFacts:
         node = node.with_fact(artifactory_reachable=Fact.declared(True))
     elif extra == "artifactory-down":
         node = node.with_fact(artifactory_reachable=Fact.declared(False))
+    tool = draw(often("ok", "no-jit", "old-cuda", "no-cubin-wheel", weight=2))
+    if tool == "no-jit":
+        node = node.with_fact(jit_toolchain=Fact.declared(False))
+    elif tool == "old-cuda":
+        node = node.with_fact(torch_cuda_version=Fact.declared("12.1"))
+    elif tool == "no-cubin-wheel":
+        node = node.with_fact(flashinfer_cubin_version=Fact.declared(None))
     return node
 
 
@@ -66,13 +75,13 @@ def nodes(draw) -> NodeFacts:
 STD_FIELDS = {
     "dtype": (["bf16", "fp16"], ["bf16", "fp16", "fp32", "fp8_e4m3"]),
     "kv_cache_dtype": (["auto", "auto", "fp8"], ["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]),
-    "page_size": ([None], [None, 8, 16, 32, 64, 128, 256]),
-    "head_dim": ([64, 128, 128, 256], [64, 96, 128, 192, 256, 512]),
+    "page_size": ([None], [None, 1, 8, 16, 32, 64, 128, 256]),
+    "head_dim": ([64, 128, 128, 256], [64, 80, 96, 128, 192, 256, 512]),
     "head_dim_vo": ([None], [None, 64, 128]),
     "sliding_window": ([None, 4096], [None, 4096]),
     "logits_soft_cap": ([None], [None, 30.0]),
     "sinks": ([False], [False, True]),
-    "attention_backend": (["auto"], ["auto", "fa2", "fa3", "trtllm-gen", "fa2-mla"]),
+    "attention_backend": (["auto"], ["auto", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla"]),
     "batch_invariant": ([None], [None, False, True]),
     "num_speculative_tokens": ([0, 1, 3], [0, 1, 3]),
     "dcp_world_size": ([1, 2], [1, 2]),
@@ -83,6 +92,7 @@ MLA_FIELDS = {
                                   "dcp_world_size", "cascade", "sinks")},
     "kv_cache_dtype": (["auto", "bf16"], ["auto", "fp16", "bf16", "fp8", "fp8_e5m2", "nvfp4"]),
     "kv_lora_rank": ([512], [512, 256]),
+    "num_qo_heads": ([16, 128], [16, 96, 128]),
     "mla_dims": ([(128, 64, 128), (192, 64, 256)], [(128, 64, 128), (192, 64, 256), (160, 32, 128), (64, 64, 64)]),
     "attention_backend": (["auto"], ["auto", "fa2", "fa3", "trtllm-gen", "fa2-mla", "trtllm-ragged"]),
 }
@@ -97,7 +107,6 @@ def configs(draw) -> AttentionConfig:
     f = {k: draw(st.sampled_from(table[k][1] if k in perturbed else table[k][0])) for k in names}
     if is_mla:
         f["qk_nope_head_dim"], f["qk_rope_head_dim"], f["v_head_dim"] = f.pop("mla_dims")
-        f["num_qo_heads"] = draw(st.sampled_from([16, 128]))
         return AttentionConfig(**f)
     qo = draw(st.sampled_from([1, 4, 8, 12, 16, 32, 64]))
     divisors = [k for k in range(1, qo + 1) if qo % k == 0]
@@ -105,7 +114,7 @@ def configs(draw) -> AttentionConfig:
     return AttentionConfig(num_qo_heads=qo, num_kv_heads=kv, **f)
 
 
-# -- SPEC, written out by hand -----------------------------------------------------------
+# -- SPEC, written out by hand (both layers: FlashInfer 0.7.2 kernels, vLLM 0.33 engine) -----
 def kv_of(cfg: AttentionConfig) -> str:
     return {"auto": cfg.dtype, "fp8": "fp8_e4m3"}.get(cfg.kv_cache_dtype, cfg.kv_cache_dtype)
 
@@ -114,6 +123,11 @@ def dims(cfg: AttentionConfig) -> tuple[int, int]:
     if cfg.kv_lora_rank is not None:
         return cfg.qk_nope_head_dim + cfg.qk_rope_head_dim, cfg.v_head_dim
     return cfg.head_dim, cfg.head_dim_vo if cfg.head_dim_vo is not None else cfg.head_dim
+
+
+def group(cfg: AttentionConfig) -> Optional[int]:
+    kvh = cfg.num_kv_heads or cfg.num_qo_heads
+    return cfg.num_qo_heads // kvh if cfg.num_qo_heads % kvh == 0 else None
 
 
 def batch_invariant(cfg: AttentionConfig, node: NodeFacts) -> bool:
@@ -127,69 +141,110 @@ def cubins_ok(node: NodeFacts) -> bool:
             or node.artifactory_reachable.value is True)
 
 
-def spec_pair(cfg: AttentionConfig, node: NodeFacts) -> set[str]:
+def vllm_gate(node: NodeFacts) -> bool:
+    """vLLM's has_nvidia_artifactory: flashinfer-cubin importable, or the artifactory answering 200."""
+    return node.flashinfer_cubin_version.value is not None or node.artifactory_reachable.value is True
+
+
+def major_of(node: NodeFacts) -> Optional[int]:
     cap = node.capability.value
+    return cap // 10 if cap is not None else None
+
+
+def spec_pair(cfg: AttentionConfig, node: NodeFacts, engine: str) -> set[str]:
+    cap, major = node.capability.value, major_of(node)
     out = set()
     if cap is None:
         out.add("device.cuda")
     kvh = cfg.num_kv_heads or cfg.num_qo_heads
     if cfg.num_qo_heads % kvh:
         out.add("heads.gqa")
-    if kv_of(cfg) == "nvfp4" and cap not in (100, 103):
-        out.add("kv.nvfp4-sm100f")
-    if cfg.sinks and (cap is None or cap // 10 != 10):
-        out.add("sinks")
+    if engine == "vllm":
+        qk, _ = dims(cfg)
+        if batch_invariant(cfg, node):
+            out.add("vllm.batch-invariant")
+        if kv_of(cfg) == "nvfp4" and not ((major in (8, 9, 12) and qk != 64 and not cfg.sinks and cfg.dcp_world_size == 1)
+                                          or major == 10):
+            out.add("vllm.nvfp4")
+        if cfg.sinks and not (cap == 90 or major in (10, 12)):
+            out.add("vllm.sinks")
     return out
 
 
-def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str) -> set[str]:
-    """Page-independent candidate rules of SPEC §3 for one backend."""
-    cap = node.capability.value
-    major = cap // 10 if cap is not None else None
+def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str, engine: str) -> set[str]:
+    """Page-independent candidate rules for one backend in one phase."""
+    cap, major = node.capability.value, major_of(node)
     q, kv, mla = cfg.dtype, kv_of(cfg), cfg.kv_lora_rank is not None
     qk, vo = dims(cfg)
+    g = group(cfg)
     trt = backend in TRT_FAMILY
+    bi = batch_invariant(cfg, node)
     v = set()
     if cap is None or not 80 <= cap <= 121:
         v.add("device.capability")
     if backend == "trtllm-gen":
         if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv in ("fp8_e4m3", "nvfp4"))):
             v.add("dtype.query")
+    elif backend == "fa3":
+        if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv == "fp8_e4m3")):
+            v.add("dtype.query")
     elif q not in ("fp16", "bf16"):
         v.add("dtype.query")
     if not mla:
-        fa2_ok = qk in (64, 128, 256) and qk == vo
-        if (backend == "fa2" and not fa2_ok) or (backend == "fa3" and not (fa2_ok or (qk, vo) == (192, 128))) \
+        if (backend == "fa2" and not (qk in (64, 128, 256, 512) and qk == vo)) \
+                or (backend == "fa3" and not ((qk in (64, 128, 256) and qk == vo) or (qk, vo) == (192, 128))) \
                 or (backend == "trtllm-gen" and not (qk in (64, 128, 256, 512) and qk == vo)):
             v.add("head-size")
-        if backend in ("fa2", "fa3") and kv not in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"):
+        if backend == "fa2" and kv not in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "nvfp4"):
+            v.add("kv.dtype")
+        if backend == "fa3" and kv not in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"):
             v.add("kv.dtype")
         if backend == "fa3" and kv != q:
             v.add("fa3.dtype")
-    if backend in ("fa3", "fa3-mla") and major != 9:
-        v.add("fa3.arch")
-    if backend == "trtllm-gen" and major != 10:
+    if backend == "xqa":
+        if not (qk == vo and qk % 16 == 0 and (16 <= qk <= 256 or (qk == 512 and cfg.num_speculative_tokens == 0
+                                                                      and g is not None and g <= 16))):
+            v.add("head-size")
+        if not (kv in ("fp16", "bf16", "fp8_e4m3") or (kv == "nvfp4" and major == 12)):
+            v.add("kv.dtype")
+        if major not in (9, 10, 12):
+            v.add("xqa.arch")
+        if cfg.dcp_world_size != 1 or cfg.cascade:
+            v.add("xqa.no-lse")
+    if (backend == "xqa" or (backend == "fa2" and qk == 512)) and node.jit_toolchain.value is not True:
+        v.add("jit.toolchain")
+    if backend in ("fa3", "fa3-mla"):
+        if major != 9:
+            v.add("fa3.arch")
+        tc = node.torch_cuda_version.value
+        if tc is None or Version(str(tc)) < Version("12.3"):
+            v.add("fa3.toolchain")
+    if trt and cap not in (100, 103, 107):
         v.add("trtllm.family")
     if trt and not cubins_ok(node):
         v.add("trtllm.cubins")
-    if trt and batch_invariant(cfg, node):
+    if (trt or backend in ("xqa", "fa3", "fa3-mla")) and bi:
         v.add("trtllm.batch-invariant")
     fi = node.flashinfer_version.value
     if backend == "trtllm-gen" and cap == 103 and (fi is None or Version(fi) in HANG):
         v.add("trtllm.sm103-hang")
     if backend == "trtllm-gen" and kv not in ("fp16", "bf16", "fp8_e4m3", "nvfp4"):
         v.add("trtllm.kv-dtype")
-    if trt and cfg.logits_soft_cap is not None:
+    if (trt or backend == "xqa") and cfg.logits_soft_cap is not None:
         v.add("trtllm.softcap")
-    if kv == "nvfp4" and backend != "trtllm-gen":
+    if kv == "nvfp4" and ((backend == "trtllm-gen" and cap not in (100, 103)) or (backend == "fa2" and qk == 64)):
         v.add("kv.nvfp4-sm100f")
-    if cfg.sinks and backend != "trtllm-gen":
+    if cfg.sinks and (backend in MLA_BACKENDS or (backend in ("fa2", "fa3") and kv == "nvfp4")):
         v.add("sinks")
-    if (backend in MLA_BACKENDS and not mla) or (backend == "trtllm-gen" and mla):
+    if (backend in MLA_BACKENDS and not mla) or (backend in ("trtllm-gen", "xqa") and mla):
         v.add("mla.backend")
     if backend in ("trtllm-gen-mla", "trtllm-ragged") and major != 10:
         v.add("mla.family")
-    if backend in MLA_BACKENDS and not (cfg.kv_lora_rank == 512 and cfg.qk_rope_head_dim == 64):
+    if backend == "trtllm-gen-mla" and 64 < cfg.num_qo_heads < 128:
+        v.add("mla.heads")
+    latent = (cfg.kv_lora_rank, cfg.qk_rope_head_dim)
+    if (backend in ("trtllm-ragged", "fa2-mla", "fa3-mla") and latent != (512, 64)) or \
+            (backend == "trtllm-gen-mla" and latent not in ((512, 64), (256, 64))):
         v.add("mla.dims")
     if (backend in ("trtllm-gen-mla", "trtllm-ragged") and kv not in ("fp16", "bf16", "fp8_e4m3")) or \
             (backend in ("fa2-mla", "fa3-mla") and kv not in ("fp16", "bf16")):
@@ -199,57 +254,89 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str) -> set[s
         v.add("mla.ragged-dims")
     if backend in ("fa2", "fa3") and mla and (qk, vo) != (192, 128):
         v.add("mla.prefill-dims")
+    if engine == "vllm":
+        if backend in ("fa2", "fa3", "trtllm-gen", "xqa") and not mla and qk not in (64, 128, 256, 512):
+            v.add("vllm.head-size")
+        if (trt or backend == "xqa") and not vllm_gate(node):
+            v.add("vllm.trtllm-gate")
+        if backend == "xqa" and not ((cap == 90 or major == 12) and 16 <= qk <= 256 and cfg.dcp_world_size == 1):
+            v.add("vllm.xqa")
+        if kv == "nvfp4" and major == 10 and backend != "trtllm-gen":
+            v.add("vllm.nvfp4")
+        if cfg.sinks and ((phase == "decode" and backend not in ("xqa", "trtllm-gen"))
+                          or (phase == "prefill" and major == 10 and backend != "trtllm-gen")):
+            v.add("vllm.sinks")
     return v
 
 
-def spec_page_ok(cfg: AttentionConfig, backend: str, page: int) -> bool:
+def spec_page_ok(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str, page: int, engine: str) -> bool:
     mla = cfg.kv_lora_rank is not None
-    if backend in ("fa2", "fa3"):
-        return mla or page in (16, 32, 64)            # MLA prefill is ragged (no paged K/V)
-    if backend == "trtllm-gen":
-        return page in (16, 32, 64, 128)
-    if backend in ("trtllm-gen-mla", "trtllm-ragged"):
-        return page in (32, 64)
-    if backend in ("fa2-mla", "fa3-mla"):
-        return page in (16, 32, 64)
-    raise AssertionError(f"no page rule known for {backend}")
+    g, major = group(cfg), major_of(node)
+    ok = True
+    if backend == "xqa":
+        ok = page in (16, 32, 64, 128)
+    elif backend == "trtllm-gen":
+        ok = page in (16, 32, 64, 128) or (page in (256, 512, 1024) and g is not None and g >= 2)
+    elif backend in ("trtllm-gen-mla", "trtllm-ragged"):
+        ok = page in (32, 64)
+    elif backend in ("fa2-mla", "fa3-mla"):
+        ok = page in (16, 32, 64)
+    elif backend not in ("fa2", "fa3"):
+        raise AssertionError(f"no page rule known for {backend}")
+    if engine == "vllm" and backend in ("fa2", "fa3", "trtllm-gen", "xqa") and not mla:
+        big = (page in (128, 256, 512, 1024) and major == 10 and g is not None and g >= 2
+               and not batch_invariant(cfg, node) and vllm_gate(node))
+        ok = ok and (page in (16, 32, 64) or big)
+        if phase == "decode":
+            ok = ok and (page in (16, 32, 64) or backend == "trtllm-gen")
+    return ok
 
 
-def spec_valid_pages(cfg: AttentionConfig, backend: str) -> set[int]:
+def spec_valid_pages(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str, engine: str) -> set[int]:
     pages = (cfg.page_size,) if cfg.page_size is not None else DOMAIN
-    return {p for p in pages if spec_page_ok(cfg, backend, p)}
+    return {p for p in pages if spec_page_ok(cfg, node, backend, phase, p, engine)}
 
 
 FORCE_MLA = {"fa2": ("fa2", "fa2-mla"), "fa2-mla": ("fa2", "fa2-mla"), "fa3": ("fa3", "fa3-mla"),
              "fa3-mla": ("fa3", "fa3-mla"), "trtllm-gen": ("trtllm-ragged", "trtllm-gen-mla"),
-             "trtllm-gen-mla": ("trtllm-ragged", "trtllm-gen-mla"), "trtllm-ragged": ("trtllm-ragged", "trtllm-gen-mla")}
+             "trtllm-gen-mla": ("trtllm-ragged", "trtllm-gen-mla"), "trtllm-ragged": ("trtllm-ragged", "trtllm-gen-mla"),
+             "xqa": ("fa2", "xqa")}
 
 
-def spec_candidates(cfg: AttentionConfig, node: NodeFacts, phase: str) -> list[str]:
+def spec_candidates(cfg: AttentionConfig, node: NodeFacts, phase: str, engine: str) -> list[str]:
     mla = cfg.kv_lora_rank is not None
     if cfg.attention_backend != "auto":
         if mla:
             return [FORCE_MLA[cfg.attention_backend][0 if phase == "prefill" else 1]]
+        if cfg.attention_backend == "xqa":
+            return ["fa2" if phase == "prefill" else "xqa"]
         return [cfg.attention_backend]
-    cap = node.capability.value
-    major = cap // 10 if cap is not None else None
+    major = major_of(node)
+    if mla:
+        if major == 10:
+            return {"prefill": ["trtllm-ragged", "fa2"], "decode": ["trtllm-gen-mla", "fa2-mla"]}[phase]
+        if major == 9:
+            return {"prefill": ["fa3", "fa2"], "decode": ["fa3-mla", "fa2-mla"]}[phase]
+        return ["fa2"] if phase == "prefill" else ["fa2-mla"]
     if major == 10:
-        return {"prefill": ["trtllm-ragged", "fa2"], "decode": ["trtllm-gen-mla", "fa2-mla"]}[phase] if mla \
-            else ["trtllm-gen", "fa2"]
-    if major == 9:
-        return {"prefill": ["fa3", "fa2"], "decode": ["fa3-mla", "fa2-mla"] if mla else ["fa2"]}[phase]
-    return ["fa2"] if phase == "prefill" else (["fa2-mla"] if mla else ["fa2"])
+        return ["trtllm-gen", "fa2"]
+    if phase == "prefill":
+        return ["fa3", "fa2"] if major == 9 else ["fa2"]
+    if major in (9, 12):
+        return ["xqa", "fa2"] if engine == "vllm" else ["fa2", "xqa"]
+    return ["fa2"]
 
 
-def spec_expect(cfg: AttentionConfig, node: NodeFacts) -> Optional[tuple[str, str, int]]:
-    """(prefill, decode, page) per SPEC §4/§5, or None for a rejection."""
-    if spec_pair(cfg, node):
+def spec_expect(cfg: AttentionConfig, node: NodeFacts, engine: str) -> Optional[tuple[str, str, int]]:
+    """(prefill, decode, page) per SPEC §4/§5/§10, or None for a rejection."""
+    if spec_pair(cfg, node, engine):
         return None
-    ok = {ph: [b for b in spec_candidates(cfg, node, ph)
-               if not spec_candidate(cfg, node, b) and spec_valid_pages(cfg, b)] for ph in ("prefill", "decode")}
+    ok = {ph: [b for b in spec_candidates(cfg, node, ph, engine)
+               if not spec_candidate(cfg, node, b, ph, engine) and spec_valid_pages(cfg, node, b, ph, engine)]
+          for ph in ("prefill", "decode")}
     for p in ok["prefill"]:
         for d in ok["decode"]:
-            common = spec_valid_pages(cfg, p) & spec_valid_pages(cfg, d)
+            common = spec_valid_pages(cfg, node, p, "prefill", engine) & spec_valid_pages(cfg, node, d, "decode", engine)
             if common:
                 return p, d, cfg.page_size if cfg.page_size is not None else min(common)
     return None
@@ -264,6 +351,7 @@ def fact_context(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], ba
         "backend": backend, "phase": phase,
         "config.head_dim": qk, "config.head_dim_vo": vo,
         "config.num_kv_heads": cfg.num_kv_heads or cfg.num_qo_heads,
+        "config.group_size": group(cfg),
         "config.kv_dtype": kv_of(cfg), "config.page_size": page,
         "config.is_mla": cfg.kv_lora_rank is not None,
         "config.batch_invariant": batch_invariant(cfg, node),
@@ -274,14 +362,19 @@ def fact_context(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], ba
               "dcp_world_size", "cascade"):
         ctx[f"config.{f}"] = getattr(cfg, f)
     for f in ("gpu_count", "flashinfer_version", "flashinfer_cubin_version", "cubin_dir_has_cubins",
-              "artifactory_reachable", "torch_version", "torch_cuda_version", "driver_version", "mig_enabled"):
+              "artifactory_reachable", "torch_version", "torch_cuda_version", "driver_version", "mig_enabled",
+              "jit_toolchain", "vllm_version"):
         ctx[f"node.{f}"] = getattr(node, f).value
     return ctx
 
 
-def recheck_with_rule_data(cfg: AttentionConfig, node: NodeFacts, prefill: str, decode: str, page: int) -> list[str]:
+def recheck_with_rule_data(cfg: AttentionConfig, node: NodeFacts, prefill: str, decode: str, page: int,
+                           engine: Optional[str]) -> list[str]:
     failed = []
-    for check in policy.default_ruleset().checks:
+    rs = policy.default_ruleset()
+    fi = node.flashinfer_version.value
+    name, version = ("flashinfer", None) if engine == "flashinfer" else ("vllm", "0.33.0")
+    for check in (c for r in rs.rules if r.applies(name, version, fi) for c in r.checks):
         if check.scope == "pair":
             targets = [(None, None)]
         else:
@@ -305,22 +398,29 @@ def test_fact_context_covers_every_fact_a_rule_may_read():
 
 
 # -- properties --------------------------------------------------------------------------
+def eng(engine: Optional[str]) -> str:
+    return engine or "vllm"
+
+
 @SETTINGS
-@given(cfg=configs(), node=nodes())
-def test_answer_matches_the_spec(cfg, node):
-    a = policy.evaluate(cfg, node, suggest=False)
-    expected = spec_expect(cfg, node)
+@given(cfg=configs(), node=nodes(), engine=st.sampled_from(ENGINES))
+def test_answer_matches_the_spec(cfg, node, engine):
+    a = policy.evaluate(cfg, node, engine=engine)
+    assert a.engine.name == eng(engine)
+    e = eng(engine)
+    expected = spec_expect(cfg, node, e)
     if expected is None:
         assert a.status == "rejected", (a.backends(), a.notes)
         assert a.plan is None and a.violations
-        allowed_pair = spec_pair(cfg, node)
+        allowed_pair = spec_pair(cfg, node, e)
         for v in a.violations:
+            assert v.layer == ("engine" if v.rule.startswith("vllm.") else "kernel"), v
             if v.phase == "both":
                 assert v.backend is None
                 assert v.rule in allowed_pair | {"page-size"}, v
             else:
-                assert v.rule in spec_candidate(cfg, node, v.backend) | PAGE_RULES, v
-                assert v.backend in spec_candidates(cfg, node, v.phase), v
+                assert v.rule in spec_candidate(cfg, node, v.backend, v.phase, e) | PAGE_RULES, v
+                assert v.backend in spec_candidates(cfg, node, v.phase, e), v
         for r in allowed_pair:
             assert any(v.rule == r and v.phase == "both" for v in a.violations), r
     else:
@@ -330,23 +430,24 @@ def test_answer_matches_the_spec(cfg, node):
 
 
 @SETTINGS
-@given(cfg=configs(), node=nodes())
-def test_ok_plan_never_violates_a_rule(cfg, node):
-    a = policy.evaluate(cfg, node, suggest=False)
+@given(cfg=configs(), node=nodes(), engine=st.sampled_from(ENGINES))
+def test_ok_plan_never_violates_a_rule(cfg, node, engine):
+    a = policy.evaluate(cfg, node, engine=engine)
     if a.status != "ok":
         return
+    e = eng(engine)
     p, d, page = a.plan.prefill.backend, a.plan.decode.backend, a.plan.kv_cache.page_size
-    assert recheck_with_rule_data(cfg, node, p, d, page) == []
-    assert not spec_pair(cfg, node)
-    assert not spec_candidate(cfg, node, p) and not spec_candidate(cfg, node, d)
+    assert recheck_with_rule_data(cfg, node, p, d, page, engine) == []
+    assert not spec_pair(cfg, node, e)
+    assert not spec_candidate(cfg, node, p, "prefill", e) and not spec_candidate(cfg, node, d, "decode", e)
     if cfg.attention_backend != "auto":                 # forced: exactly that backend, no fallback
-        assert [p] == spec_candidates(cfg, node, "prefill") and [d] == spec_candidates(cfg, node, "decode")
+        assert [p] == spec_candidates(cfg, node, "prefill", e) and [d] == spec_candidates(cfg, node, "decode", e)
 
 
 @SETTINGS
-@given(cfg=configs(), node=nodes())
-def test_every_suggestion_is_verified(cfg, node):
-    a = policy.evaluate(cfg, node)
+@given(cfg=configs(), node=nodes(), engine=st.sampled_from(ENGINES))
+def test_every_suggestion_is_verified(cfg, node, engine):
+    a = policy.plan_for(cfg, node, engine=engine)
     if a.ok:
         assert not a.suggestions
         return
@@ -358,88 +459,124 @@ def test_every_suggestion_is_verified(cfg, node):
             assert changed == {s.field}, (s, changed)
         else:
             assert c2 == cfg
-        again = policy.evaluate(c2, n2, suggest=False)
+        again = policy.evaluate(c2, n2, engine=engine)
         assert again.ok, (s, again.violations)
         assert again.backends() == (s.prefill, s.decode), s
-        exp = spec_expect(c2, n2)
+        exp = spec_expect(c2, n2, eng(engine))
         assert exp is not None and exp[:2] == (s.prefill, s.decode), (s, exp)
+        if s.field == "flashinfer_cubin":
+            assert "pip install flashinfer-cubin==" not in s.message or Version(str(s.value)) <= Version("0.6.13")
 
 
 @SETTINGS
-@given(cfg=configs(), node=nodes())
-def test_config_suggestions_are_complete(cfg, node):
+@given(cfg=configs(), node=nodes(), engine=st.sampled_from(ENGINES))
+def test_config_suggestions_are_complete(cfg, node, engine):
     """Every single-field config change SPEC §4 names that the SPEC says works is offered."""
-    a = policy.evaluate(cfg, node)
+    a = policy.plan_for(cfg, node, engine=engine)
     if a.ok:
         return
+    e = eng(engine)
     offered = {(s.field, s.value) for s in a.suggestions}
     offered_kv = {kv_of(cfg.replace(kv_cache_dtype=v)) for f, v in offered if f == "kv_cache_dtype"}
     for kv in policy.KV_CACHE_DTYPES:
         trial = cfg.replace(kv_cache_dtype=kv)
-        if kv_of(trial) != kv_of(cfg) and spec_expect(trial, node) is not None:
+        if kv_of(trial) != kv_of(cfg) and spec_expect(trial, node, e) is not None:
             assert kv_of(trial) in offered_kv, (kv, a.suggestions)
     for page in DOMAIN:
-        if page != cfg.page_size and spec_expect(cfg.replace(page_size=page), node) is not None:
+        if page != cfg.page_size and spec_expect(cfg.replace(page_size=page), node, e) is not None:
             assert ("page_size", page) in offered, (page, a.suggestions)
-    if batch_invariant(cfg, node) and spec_expect(cfg.replace(batch_invariant=False), node) is not None:
+    if batch_invariant(cfg, node) and spec_expect(cfg.replace(batch_invariant=False), node, e) is not None:
         assert ("batch_invariant", False) in offered
-    if cfg.attention_backend != "auto" and spec_expect(cfg.replace(attention_backend="auto"), node) is not None:
+    if cfg.attention_backend != "auto" and spec_expect(cfg.replace(attention_backend="auto"), node, e) is not None:
         assert ("attention_backend", "auto") in offered
 
 
 @SETTINGS
-@given(cfg=configs(), node=nodes())
-def test_evaluation_is_deterministic_and_memo_equals_fresh(cfg, node):
-    first = policy.evaluate(cfg, node)
-    second = policy.evaluate(cfg, node)
-    assert first == second
-    assert first.to_json() == second.to_json()
-    memo = policy.plan_for(cfg, node)
-    assert policy.plan_for(cfg, node) == memo
-    assert memo == first
+@given(cfg=configs(), node=nodes(), engine=st.sampled_from(ENGINES))
+def test_evaluation_is_deterministic_and_memo_equals_fresh(cfg, node, engine):
+    first = policy.plan_for(cfg, node, engine=engine)
+    fresh = policy.evaluate(cfg, node, engine=engine)
+    assert first.model_copy(update={"suggestions": ()}) == fresh
+    assert first.to_json() == policy.plan_for(cfg, node, engine=engine).to_json()
+    assert policy.plan_for(cfg, node, engine=engine) == first
     # an equal node built separately hits the same answer
     clone = NodeFacts.model_validate(node.model_dump())
-    assert policy.plan_for(cfg, clone) == first
+    assert policy.plan_for(cfg, clone, engine=engine) == first
 
 
 @SETTINGS
-@given(cfg=configs(), node=nodes())
-def test_layout_and_page_size(cfg, node):
-    a = policy.evaluate(cfg, node, suggest=False, trace=False)
+@given(cfg=configs(), node=nodes(), engine=st.sampled_from(ENGINES))
+def test_layout_and_page_size(cfg, node, engine):
+    a = policy.evaluate(cfg, node, trace=False, engine=engine)
     if not a.ok:
         return
+    e = eng(engine)
     plan = a.plan
     p, d = plan.prefill.backend, plan.decode.backend
     any_trt = p in TRT_FAMILY or d in TRT_FAMILY
     assert plan.kv_cache.layout == ("HND" if any_trt else "NHD")
     page = plan.kv_cache.page_size
-    assert spec_page_ok(cfg, p, page) and spec_page_ok(cfg, d, page)
+    assert spec_page_ok(cfg, node, p, "prefill", page, e) and spec_page_ok(cfg, node, d, "decode", page, e)
     if cfg.page_size is None:
-        assert page == min(x for x in DOMAIN if spec_page_ok(cfg, p, x) and spec_page_ok(cfg, d, x))
+        assert page == min(x for x in DOMAIN if spec_page_ok(cfg, node, p, "prefill", x, e)
+                           and spec_page_ok(cfg, node, d, "decode", x, e))
         assert any("page_size" in n for n in a.notes)
     else:
         assert page == cfg.page_size
-    for ph in (plan.prefill, plan.decode):
-        for m in ph.modules:
+    mla = cfg.kv_lora_rank is not None
+    for ph, phase in ((plan.prefill, "prefill"), (plan.decode, "decode")):
+        kernels = [m for m in ph.modules if m.params["kernel"] != "merge_state"]
+        merges = [m for m in ph.modules if m.params["kernel"] == "merge_state"]
+        assert len(kernels) == 1
+        for m in kernels:
             assert m.params["page_size"] == page
             assert m.kind == ("cubin" if ph.backend in TRT_FAMILY else "jit")
-    # SPEC §5 views: fp8 is float8 (never nvfp4); only nvfp4 quantizes the query
+        # the complete module list: the LSE merge wherever partial attention is merged (seed 004, cascade)
+        assert len(merges) == (1 if (mla and phase == "prefill") or cfg.cascade else 0)
+        if merges:
+            assert ph.returns_lse or not (mla and phase == "prefill")
+        assert ph.call == ("xqa_decode" if ph.backend == "xqa" else ph.call)
+        if cfg.sinks and ph.backend in ("fa2", "fa3"):
+            assert ph.call == "sink" and ph.entry_point == "flashinfer.BatchAttentionWithAttentionSinkWrapper"
+    # SPEC §5 views: fp8 is float8 (never nvfp4); only nvfp4 over trtllm-gen quantizes the query
     kv = kv_of(cfg)
     view = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}.get(kv)
     if view:
         assert plan.kv_cache.storage_dtype == "uint8" and plan.kv_cache.view_dtype == view
     if kv != "nvfp4":
         assert plan.kv_cache.nvfp4_scale_dtype is None
-    # SPEC §5 metadata formulas
+    # SPEC §5 metadata formulas (XQA is called through the trtllm API: block tables + seq_lens)
     dcp = cfg.dcp_world_size > 1
     for kind, has_p, has_d in (("prefill_only", True, False), ("decode_only", False, True), ("mixed", True, True)):
         m = getattr(plan.metadata, kind)
-        all_trt = (not has_p or p in TRT_FAMILY) and (not has_d or d in TRT_FAMILY)
+        all_trt = (not has_p or p in API) and (not has_d or d in API)
         assert m.all_uses_trtllm == all_trt
         assert m.needs_host_seq_lens == (dcp or cfg.cascade or not all_trt)
         assert m.needs_paged_kv_indices == (cfg.cascade or not all_trt)
-    # SPEC §5: use_tensor_cores for native (non-MLA) decode with group size >= 4
-    if d in ("fa2",) and cfg.kv_lora_rank is None:
-        group = cfg.num_qo_heads // (cfg.num_kv_heads or cfg.num_qo_heads)
-        assert plan.decode.use_tensor_cores == (group >= 4)
+    bi = batch_invariant(cfg, node)
+    assert plan.attention.split_kv == ("fixed" if bi else "disabled" if (
+        kv == "nvfp4" and major_of(node) == 12 and "fa2" in (p, d)) else "auto")
+    # SPEC §5: use_tensor_cores for native (non-MLA) decode with group size >= 4 (always with a fixed split)
+    if d in ("fa2",) and not mla:
+        assert plan.decode.use_tensor_cores == (group(cfg) >= 4 or bi)
     assert plan.decode.q_len_per_req == 1 + cfg.num_speculative_tokens
+
+
+def test_every_backend_in_the_catalog_has_an_executable_mapping():
+    """Issue 11: a backend without calls for each phase it lists, or a call the adapter does not know, fails."""
+    from typing import get_args
+
+    from attnplan.policy.answer import Call
+
+    rs = policy.default_ruleset()
+    known = set(get_args(Call))
+    for name, spec in rs.backends.items():
+        assert set(spec.phases) <= set(spec.calls), name
+        for table in (spec.calls, spec.mla_calls, spec.sink_calls):
+            for phase, call in table.items():
+                assert call.call in known and call.entry_point.startswith("flashinfer."), (name, phase, call)
+        for engine in rs.engines.values():
+            for kind in engine.selection.values():
+                for rows in kind.values():
+                    for row in rows:
+                        assert set(row.candidates) <= set(rs.backends)

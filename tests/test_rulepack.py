@@ -378,4 +378,50 @@ def test_shipped_rule_texts_are_whole():
             assert text.count("(") == text.count(")"), (r.id, text)
     by_id = {r.id: r for r in ruleset.rules}
     assert "#38822" in by_id["head-size"].source and "#43669" in by_id["kv.nvfp4-sm100f"].source
-    assert "#2939" in by_id["trtllm.sm103-hang"].source and "#40153" in by_id["sinks"].source
+    assert "#2939" in by_id["trtllm.sm103-hang"].source and "#40153" in by_id["vllm.sinks"].source
+
+
+# -- v2: layers, version ranges and provenance are validated data ---------------------------
+@pytest.mark.parametrize("body,words", [
+    ("layer: kernel\nvllm: '>=0.33'\nrequire: {fact: config.dtype, eq: bf16}", ["kernel rule has no vllm range"]),
+    ("layer: engine\nflashinfer: '>=0.7'\nrequire: {fact: config.dtype, eq: bf16}", ["engine rule has no flashinfer range"]),
+    ("layer: vendor\nrequire: {fact: config.dtype, eq: bf16}", ["layer"]),
+    ("layer: engine\nvllm: 'not a spec'\nrequire: {fact: config.dtype, eq: bf16}", ["not a version specifier"]),
+    ("verified: {source_only: ''}\nrequire: {fact: config.dtype, eq: bf16}", ["source_only"]),
+    ("verified: [{device: H100, capability: '9.0', flashinfer: 0.7.2, date: 2026-11, verdict: maybe}]\n"
+     "require: {fact: config.dtype, eq: bf16}", ["verdict"]),
+])
+def test_layer_range_and_provenance_are_validated(tmp_path, body, words):
+    f = write(tmp_path, "p.yaml", pack("p", rule("bad.rule", body)))
+    refused([f], rule_id="bad.rule", file=f, words=words)
+
+
+def test_every_shipped_rule_says_its_layer_range_and_provenance():
+    rs = policy.default_ruleset()
+    for r in rs.rules:
+        assert r.layer in ("kernel", "engine")
+        assert r.verified is not None, r.id
+        if r.layer == "engine":
+            assert r.vllm == ">=0.33.0,<0.34" and r.id.startswith("vllm."), r.id
+    # every trtllm-gen rule is source-only until a Blackwell GPU verifies it (issue 13)
+    for rid in ("trtllm.family", "trtllm.cubins", "trtllm.kv-dtype", "trtllm.sm103-hang", "mla.family"):
+        assert rs.rule(rid).provenance().startswith("source only"), rid
+    assert "consistent on H100 (9.0, flashinfer 0.7.2.post1" in rs.rule("kv.dtype").provenance()
+
+
+def test_catalog_engine_selection_must_name_known_backends(tmp_path):
+    text = BACKENDS_FILE.read_text().replace("candidates: [xqa, fa2]}", "candidates: [xqb, fa2]}", 1)
+    cat = write(tmp_path, "backends.yaml", text)
+    with pytest.raises(RulePackError) as info:
+        load_ruleset(pack_files(PACKS_DIR), cat)
+    assert "engines.vllm.selection.standard.decode" in str(info.value) and "xqb" in str(info.value)
+
+
+def test_catalog_backend_without_a_call_for_a_phase_is_refused(tmp_path):
+    text = BACKENDS_FILE.read_text().replace(
+        "      decode: {call: xqa_decode, entry_point: flashinfer.decode.trtllm_batch_decode_with_kv_cache, returns_lse: false}\n",
+        "      {}\n", 1).replace("    calls:\n      {}\n", "    calls: {}\n", 1)
+    cat = write(tmp_path, "backends.yaml", text)
+    with pytest.raises(RulePackError) as info:
+        load_ruleset(pack_files(PACKS_DIR), cat)
+    assert "xqa" in str(info.value) and "no call" in str(info.value)

@@ -30,8 +30,12 @@ def mla(**kw) -> AttentionConfig:
     return AttentionConfig(**data)
 
 
-def run(config: AttentionConfig, node: NodeFacts) -> policy.PlanAnswer:
-    return policy.evaluate(config, node)
+def run(config: AttentionConfig, node: NodeFacts, engine: str | None = None) -> policy.PlanAnswer:
+    """The whole answer (plan_for: evaluate, then verified suggestions) for one engine layer."""
+    return policy.plan_for(config, node, engine=engine)
+
+
+FI = "flashinfer"   # the kernel layer alone
 
 
 def viols(answer, rule, phase=None, backend="__any__"):
@@ -63,7 +67,10 @@ def assert_passes(answer, rule, phase, backend):
     assert not viols(answer, rule, phase, backend)
 
 
-def obs(v) -> str:
+def obs(v, fact: str | None = None) -> str:
+    """The observed value (of ``fact``, where the violation observed several)."""
+    if isinstance(v.observed, dict) and fact is not None:
+        return str(v.observed[fact])
     return str(v.observed)
 
 
@@ -185,15 +192,40 @@ def test_head_size_whitelist_fa2(hd):
     assert_passes(a, "head-size", "prefill", "fa2")
 
 
-@pytest.mark.parametrize("hd", [96, 192, 512])
-def test_head_size_outside_fa2_whitelist(hd):
-    a = run(cfg(head_dim=hd), simulated_node("A100"))
+@pytest.mark.parametrize("engine", [None, FI])
+@pytest.mark.parametrize("hd", [80, 96, 192])
+def test_head_size_outside_fa2_whitelist(hd, engine):
+    # measured on the H100: fa2's split-KV merge kernel refuses 80 and 96 ("Unsupported head_dim: 96")
+    a = run(cfg(head_dim=hd), simulated_node("A100"), engine)
     assert a.status == "rejected"
     for phase in ("prefill", "decode"):
         v = the_violation(a, "head-size", phase, "fa2")
         assert str(hd) in obs(v)
-        assert all(str(x) in v.required for x in (64, 128, 256))
-        assert "512" not in v.required
+        assert all(str(x) in v.required for x in (64, 128, 256, 512))
+        assert v.layer == "kernel"
+
+
+@pytest.mark.parametrize("engine", [None, FI])
+def test_head_size_512_runs_fa2_off_10x_jit_only(engine):
+    """v2: fa2 runs head_dim 512 (measured on the H100), JIT-only: it needs a JIT toolchain."""
+    a = run(cfg(head_dim=512), simulated_node("A100"), engine)
+    assert a.ok, a.violations
+    assert a.backends() == ("fa2", "fa2")
+    assert_passes(a, "jit.toolchain", "prefill", "fa2")
+    no_jit = simulated_node("A100").with_fact(jit_toolchain=Fact.measured(False, "no nvcc"))
+    b = run(cfg(head_dim=512), no_jit, engine)
+    assert b.status == "rejected"
+    assert the_violation(b, "jit.toolchain", "prefill", "fa2").observed == "false"
+
+
+def test_head_size_xqa_decodes_96_but_vllm_lists_64_128_256_512():
+    node = simulated_node("H100")
+    k = run(cfg(head_dim=96, attention_backend="xqa"), node, FI)
+    assert not viols(k, "head-size", "decode", "xqa")          # XQA decodes 96 (measured)
+    assert the_violation(k, "head-size", "prefill", "fa2")      # but nothing prefills it
+    v = run(cfg(head_dim=96, attention_backend="xqa"), node)
+    ev = the_violation(v, "vllm.head-size", "decode", "xqa")
+    assert ev.layer == "engine" and "512" in ev.required
 
 
 def test_head_size_fa2_needs_qk_equal_vo():
@@ -241,15 +273,21 @@ def test_head_size_trtllm_rejects_96():
 def test_page_size_native_accepts(page):
     a = run(cfg(page_size=page), simulated_node("A100"))
     assert a.ok and a.plan.kv_cache.page_size == page
-    assert_passes(a, "page-size", "prefill", "fa2")
+    assert_passes(a, "vllm.page-size", "prefill", "fa2")
 
 
-@pytest.mark.parametrize("page", [8, 128, 256])
-def test_page_size_native_rejects(page):
+@pytest.mark.parametrize("page", [1, 8, 128, 256])
+def test_page_size_native_any_in_flashinfer_but_vllm_takes_16_32_64(page):
+    """v2: FlashInfer's native kernels take any page size (1, 8, 128, 256 measured on fa2 and fa3);
+    vLLM 0.33 allows 16/32/64 there (128+ only for trtllm-gen GQA on 10.x)."""
+    k = run(cfg(page_size=page), simulated_node("A100"), FI)
+    assert k.ok and k.plan.kv_cache.page_size == page
     a = run(cfg(page_size=page), simulated_node("A100"))
     assert a.status == "rejected"
-    v = the_violation(a, "page-size", "decode", "fa2")
-    assert obs(v) == str(page)
+    found = viols(a, "vllm.page-size", "decode", "fa2")     # the list check, and "over 64 needs trtllm-gen decode"
+    assert found and all(v.layer == "engine" for v in found)
+    v = found[0]
+    assert obs(v, "config.page_size") == str(page)
     assert all(str(x) in v.required for x in (16, 32, 64))
 
 
@@ -262,20 +300,24 @@ def test_page_size_trtllm_accepts_128():
 
 
 def test_page_size_128_forced_fa2_on_b200_rejected():
+    # vLLM asserts pages > 64 only with trtllm-gen decode (FlashInferMetadataBuilder)
     a = run(cfg(page_size=128, attention_backend="fa2"), simulated_node("B200"))
     assert a.status == "rejected"
-    v = the_violation(a, "page-size", "prefill", "fa2")
-    assert obs(v) == "128"
+    v = the_violation(a, "vllm.page-size", "decode", "fa2")
+    assert obs(v, "config.page_size") == "128"
+    assert run(cfg(page_size=128, attention_backend="fa2"), simulated_node("B200"), FI).ok
 
 
-def test_page_size_trtllm_rejects_256():
-    a = run(cfg(page_size=256), simulated_node("B200"))
+def test_page_size_trtllm_large_pages_for_gqa_only():
+    gqa = run(cfg(page_size=256), simulated_node("B200"))
+    assert gqa.ok and gqa.backends() == (TRT, TRT)
+    a = run(cfg(page_size=256, num_kv_heads=32), simulated_node("B200"))      # MHA: no large pages
     assert a.status == "rejected"
     v = the_violation(a, "page-size", "prefill", TRT)
-    assert obs(v) == "256"
+    assert obs(v, "config.page_size") == "256"
     assert "128" in v.required
     # fa2 was the next candidate and is listed too (every candidate, every rule).
-    assert the_violation(a, "page-size", "prefill", "fa2")
+    assert the_violation(a, "vllm.page-size", "prefill", "fa2")
 
 
 # -- fa3.arch / fa3.dtype ----------------------------------------------------------------
@@ -283,8 +325,23 @@ def test_page_size_trtllm_rejects_256():
 def test_fa3_arch_hopper_prefill_runs_fa3(dev):
     a = run(cfg(), simulated_node(dev))
     assert a.ok
-    assert a.backends() == ("fa3", "fa2")
+    assert a.backends() == ("fa3", "xqa")            # vLLM 0.33: XQA decode on 9.0
     assert_passes(a, "fa3.arch", "prefill", "fa3")
+    assert run(cfg(), simulated_node(dev), FI).backends() == ("fa3", "fa2")
+
+
+def test_fa3_toolchain_needs_torch_cuda_12_3():
+    old = simulated_node("H100").with_fact(torch_cuda_version=Fact.measured("12.1"))
+    a = run(cfg(), old, FI)
+    assert a.ok and a.backends() == ("fa2", "fa2")
+    assert any("fa3.toolchain" in n for n in a.notes)
+    forced = run(cfg(attention_backend="fa3"), old, FI)
+    assert the_violation(forced, "fa3.toolchain", "prefill", "fa3").observed == "12.1"
+
+
+def test_fa3_fp8_query_over_fp8_kv():
+    a = run(cfg(dtype="fp8_e4m3", kv_cache_dtype="fp8", attention_backend="fa3"), simulated_node("H100"), FI)
+    assert not viols(a, "dtype.query", "prefill", "fa3") and not viols(a, "fa3.dtype", "prefill", "fa3")
 
 
 @pytest.mark.parametrize("dev,major", [("B200", "10"), ("A100", "8"), ("RTX PRO 6000", "12")])
@@ -322,7 +379,8 @@ def test_fa3_dtype_mixed_precision_rejected_when_forced(kv, seen):
 def test_fa3_dtype_auto_falls_back_to_fa2_with_note():
     a = run(cfg(kv_cache_dtype="fp8"), simulated_node("H100"))
     assert a.ok
-    assert a.backends() == ("fa2", "fa2")
+    assert a.backends() == ("fa2", "xqa")
+    assert run(cfg(kv_cache_dtype="fp8"), simulated_node("H100"), FI).backends() == ("fa2", "fa2")
     assert any("fa3.dtype" in n and n.startswith("prefill") for n in a.notes), a.notes
 
 
@@ -378,9 +436,14 @@ def test_trtllm_cubins_missing_auto_falls_back_with_note():
 def test_trtllm_cubins_from_cubin_dir(tmp_path):
     node = cubins_missing().with_fact(cubin_dir=Fact.measured(str(tmp_path)),
                                       cubin_dir_has_cubins=Fact.measured(True))
-    a = run(cfg(attention_backend=TRT), node)
+    a = run(cfg(attention_backend=TRT), node, FI)
     assert a.ok, a.violations
     assert_passes(a, "trtllm.cubins", "prefill", TRT)
+    # vLLM 0.33's own gate (has_nvidia_artifactory) does not look at the cubin directory
+    v = run(cfg(attention_backend=TRT), node)
+    assert v.status == "rejected"
+    assert the_violation(v, "vllm.trtllm-gate", "decode", TRT).layer == "engine"
+    assert_passes(v, "trtllm.cubins", "prefill", TRT)
 
 
 def test_trtllm_cubins_dir_without_cubins_is_not_enough(tmp_path):
@@ -454,9 +517,21 @@ def test_batch_invariant_config_field_disables_trtllm():
 
 
 def test_batch_invariant_auto_falls_back_to_fa2():
-    a = run(cfg(batch_invariant=True), simulated_node("B200"))
+    a = run(cfg(batch_invariant=True), simulated_node("B200"), FI)
     assert a.ok and a.backends() == ("fa2", "fa2")
     assert any("trtllm.batch-invariant" in n for n in a.notes)
+    # a fixed KV split is what makes fa2 batch-invariant (FlashInfer's fixed_split_size)
+    assert a.plan.attention.split_kv == "fixed" and a.plan.attention.fixed_split_size
+    assert a.plan.decode.use_tensor_cores is True
+
+
+@pytest.mark.parametrize("dev", ["B200", "H100", "A100"])
+def test_batch_invariant_vllm_has_no_flashinfer_plan(dev):
+    a = run(cfg(batch_invariant=True), simulated_node(dev))
+    assert a.status == "rejected"
+    v = the_violation(a, "vllm.batch-invariant", "both", None)
+    assert v.layer == "engine" and obs(v) == "true"
+    assert ("batch_invariant", False) in {(s.field, s.value) for s in a.suggestions}
 
 
 def test_batch_invariant_env_fact_via_node():
@@ -464,7 +539,7 @@ def test_batch_invariant_env_fact_via_node():
     a = run(cfg(attention_backend=TRT), node)          # config leaves batch_invariant unset
     assert a.status == "rejected"
     assert the_violation(a, "trtllm.batch-invariant", "decode", TRT)
-    b = run(cfg(), simulated_node("B200", batch_invariant=True))
+    b = run(cfg(), simulated_node("B200", batch_invariant=True), FI)
     assert b.ok and b.backends() == ("fa2", "fa2")
 
 
@@ -502,7 +577,10 @@ def test_sm103_hang_bad_versions(dev, fi):
 def test_sm103_hang_good_versions(fi):
     a = run(cfg(attention_backend=TRT), simulated_node("B300", flashinfer_version=fi))
     assert a.ok, a.violations
-    assert_passes(a, "trtllm.sm103-hang", "prefill", TRT)
+    assert not viols(a, "trtllm.sm103-hang")
+    # the rule carries its flashinfer range: it speaks for releases before the fix only
+    evaluated = verdicts(a, "trtllm.sm103-hang", "prefill", TRT)
+    assert evaluated == ({"pass"} if fi == "0.6.6" else set())
 
 
 def test_sm103_hang_local_version_label_is_the_same_release():
@@ -581,13 +659,18 @@ def test_kv_dtype_native_accepts(kv):
     assert_passes(a, "kv.dtype", "prefill", "fa2")
 
 
-def test_kv_dtype_native_rejects_nvfp4():
+def test_kv_dtype_fa2_reads_nvfp4_kernel_truth():
+    """v2: fa2 reads NVFP4 (kv_cache_sf=), measured on the H100; vLLM on 10.x reads it with trtllm-gen only."""
+    k = run(cfg(kv_cache_dtype="nvfp4", attention_backend="fa2"), simulated_node("B200"), FI)
+    assert k.ok, k.violations
+    assert_passes(k, "kv.dtype", "prefill", "fa2")
     a = run(cfg(kv_cache_dtype="nvfp4", attention_backend="fa2"), simulated_node("B200"))
     assert a.status == "rejected"
     for phase in ("prefill", "decode"):
-        v = the_violation(a, "kv.dtype", phase, "fa2")
-        assert obs(v) == "nvfp4"
-        assert "nvfp4" not in v.required
+        v = the_violation(a, "vllm.nvfp4", phase, "fa2")
+        assert obs(v) == "fa2" and "trtllm-gen" in v.required
+    e5 = run(cfg(kv_cache_dtype="fp8_e5m2", attention_backend="xqa"), simulated_node("H100"), FI)
+    assert the_violation(e5, "kv.dtype", "decode", "xqa")
 
 
 def test_kv_dtype_fa3_rejects_nvfp4():
@@ -602,33 +685,45 @@ def test_nvfp4_on_sm100f_runs_trtllm_both_phases(dev):
     a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node(dev))
     assert a.ok, a.violations
     assert a.backends() == (TRT, TRT)
-    assert verdicts(a, "kv.nvfp4-sm100f", "both", None) == {"pass"}
+    assert verdicts(a, "vllm.nvfp4", "both", None) == {"pass"}
+    assert_passes(a, "kv.nvfp4-sm100f", "prefill", TRT)
 
 
-@pytest.mark.parametrize("dev,cap", [("RTX PRO 6000", "12.0"), ("RTX 5090", "12.0"), ("DGX Spark", "12.1"),
-                                     ("H100", "9.0"), ("A100", "8.0")])
-def test_nvfp4_off_sm100f_is_a_violation_by_itself(dev, cap):
+@pytest.mark.parametrize("dev,decode", [("RTX PRO 6000", "xqa"), ("RTX 5090", "xqa"), ("DGX Spark", "xqa"),
+                                        ("H100", "fa2"), ("A100", "fa2")])
+def test_nvfp4_off_sm100f_runs_fa2_under_vllm_033(dev, decode):
+    """v2 (seed 003 revisited): vLLM 0.33 serves NVFP4 via fa2 on 8.x/9.x/12.x; XQA reads it on 12.x only."""
     a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node(dev))
+    assert a.ok, a.violations
+    assert a.backends() == ("fa2", decode)
+    assert a.plan.prefill.query_dtype == "bfloat16"          # fa2 keeps the 16-bit query (kv_cache_sf)
+    assert a.plan.attention.split_kv == ("disabled" if dev in ("RTX PRO 6000", "RTX 5090", "DGX Spark") else "auto")
+
+
+@pytest.mark.parametrize("dev,cap", [("RTX PRO 6000", "12.0"), ("H100", "9.0"), ("A100", "8.0")])
+def test_nvfp4_at_head_64_is_a_violation_by_itself(dev, cap):
+    a = run(cfg(kv_cache_dtype="nvfp4", head_dim=64), simulated_node(dev))
     assert a.status == "rejected"
-    v = the_violation(a, "kv.nvfp4-sm100f", "both", None)
-    assert obs(v) == cap
-    assert "10.0" in v.required and "10.3" in v.required
+    v = the_violation(a, "vllm.nvfp4", "both", None)
+    assert "64" in str(v.observed) or cap in str(v.observed)
+    assert v.layer == "engine"
 
 
 def test_nvfp4_on_10_7_is_not_sm100f():
     a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node(capability="10.7"))
     assert a.status == "rejected"
-    v = the_violation(a, "kv.nvfp4-sm100f", "both", None)
+    v = the_violation(a, "kv.nvfp4-sm100f", "prefill", TRT)
     assert obs(v) == "10.7"
+    assert run(cfg(kv_cache_dtype="nvfp4"), simulated_node(capability="10.7"), FI).backends() == ("fa2", "fa2")
 
 
 def test_nvfp4_on_sm100f_needs_trtllm_in_both_phases():
-    # 10.3 with the hanging flashinfer: trtllm-gen is out, so fa2 would read nvfp4 -> rejected.
+    # 10.3 with the hanging flashinfer: trtllm-gen is out; vLLM reads nvfp4 on 10.x with trtllm-gen only.
     a = run(cfg(kv_cache_dtype="nvfp4"), simulated_node("B300", flashinfer_version="0.6.7"))
     assert a.status == "rejected"
-    assert not viols(a, "kv.nvfp4-sm100f", "both")
+    assert not viols(a, "vllm.nvfp4", "both")
     for phase in ("prefill", "decode"):
-        v = the_violation(a, "kv.nvfp4-sm100f", phase, "fa2")
+        v = the_violation(a, "vllm.nvfp4", phase, "fa2")
         assert obs(v) == "fa2"
         assert TRT in v.required
 
@@ -637,17 +732,16 @@ def test_nvfp4_on_sm100f_needs_trtllm_in_both_phases():
 def test_nvfp4_on_sm100f_without_cubins_rejected(dev):
     a = run(cfg(kv_cache_dtype="nvfp4"), cubins_missing(dev))
     assert a.status == "rejected"
-    assert not viols(a, "kv.nvfp4-sm100f", "both")
+    assert not viols(a, "vllm.nvfp4", "both")
     assert the_violation(a, "trtllm.cubins", "prefill", TRT)
     for phase in ("prefill", "decode"):
-        assert the_violation(a, "kv.nvfp4-sm100f", phase, "fa2")
-        assert the_violation(a, "kv.dtype", phase, "fa2")
+        assert the_violation(a, "vllm.nvfp4", phase, "fa2")
 
 
 def test_nvfp4_forced_fa2_on_b200_rejected():
     a = run(cfg(kv_cache_dtype="nvfp4", attention_backend="fa2"), simulated_node("B200"))
     assert a.status == "rejected"
-    assert the_violation(a, "kv.nvfp4-sm100f", "decode", "fa2")
+    assert the_violation(a, "vllm.nvfp4", "decode", "fa2")
 
 
 # -- sinks -------------------------------------------------------------------------------
@@ -655,25 +749,37 @@ def test_nvfp4_forced_fa2_on_b200_rejected():
 def test_sinks_on_10x_runs_trtllm(dev):
     a = run(cfg(sinks=True), simulated_node(dev))
     assert a.ok and a.backends() == (TRT, TRT)
-    assert verdicts(a, "sinks", "both", None) == {"pass"}
-    assert_passes(a, "sinks", "prefill", TRT)
+    assert verdicts(a, "vllm.sinks", "both", None) == {"pass"}
+    assert_passes(a, "vllm.sinks", "prefill", TRT)
 
 
-@pytest.mark.parametrize("dev,major", [("H100", "9"), ("RTX PRO 6000", "12"), ("A100", "8")])
-def test_sinks_off_10x_is_a_violation_by_itself(dev, major):
-    a = run(cfg(sinks=True), simulated_node(dev))
+@pytest.mark.parametrize("dev,expected", [("H100", ("fa3", "xqa")), ("RTX PRO 6000", ("fa2", "xqa"))])
+def test_sinks_on_9_0_and_12x_decode_on_xqa(dev, expected):
+    """v2: vLLM 0.33 serves sinks on 9.0/12.x with XQA decode; prefill runs FlashInfer's sink wrapper."""
+    a = run(cfg(sinks=True, sliding_window=128), simulated_node(dev))
+    assert a.ok, a.violations
+    assert a.backends() == expected
+    assert a.plan.prefill.call == "sink"
+    assert a.plan.prefill.entry_point == "flashinfer.BatchAttentionWithAttentionSinkWrapper"
+    assert a.plan.decode.call == "xqa_decode" and a.plan.decode.returns_lse is False
+    assert a.plan.attention.sinks and a.plan.attention.window_left == 127
+
+
+def test_sinks_off_9_0_10x_12x_is_an_engine_violation_by_itself():
+    a = run(cfg(sinks=True), simulated_node("A100"))
     assert a.status == "rejected"
-    v = the_violation(a, "sinks", "both", None)
-    assert obs(v).startswith(major)
-    assert "10" in v.required
+    v = the_violation(a, "vllm.sinks", "both", None)
+    assert obs(v, "node.capability") == "80" and v.layer == "engine"
+    k = run(cfg(sinks=True), simulated_node("A100"), FI)       # FlashInfer's sink wrapper runs it on fa2
+    assert k.ok and k.backends() == ("fa2", "fa2") and k.plan.decode.call == "sink"
 
 
 def test_sinks_on_10x_without_trtllm_rejected():
     a = run(cfg(sinks=True), cubins_missing())
     assert a.status == "rejected"
-    assert not viols(a, "sinks", "both")
+    assert not viols(a, "vllm.sinks", "both")
     for phase in ("prefill", "decode"):
-        v = the_violation(a, "sinks", phase, "fa2")
+        v = the_violation(a, "vllm.sinks", phase, "fa2")
         assert obs(v) == "fa2"
         assert TRT in v.required
 
@@ -681,7 +787,16 @@ def test_sinks_on_10x_without_trtllm_rejected():
 def test_sinks_forced_fa2_rejected():
     a = run(cfg(sinks=True, attention_backend="fa2"), simulated_node("B200"))
     assert a.status == "rejected"
+    assert the_violation(a, "vllm.sinks", "prefill", "fa2")
+    k = run(cfg(sinks=True, attention_backend="fa2"), simulated_node("B200"), FI)
+    assert k.ok and k.plan.prefill.call == k.plan.decode.call == "sink"
+
+
+def test_sinks_never_on_mla_or_over_nvfp4_in_the_sink_wrapper():
+    a = run(cfg(sinks=True, kv_cache_dtype="nvfp4", attention_backend="fa2"), simulated_node("H100"), FI)
     assert the_violation(a, "sinks", "prefill", "fa2")
+    m = run(mla(sinks=True), simulated_node("B200"))
+    assert m.status == "rejected" and viols(m, "sinks")
 
 
 def test_sinks_off_passes_native():
@@ -720,14 +835,21 @@ def test_mla_family_off_10x():
     assert the_violation(a, "mla.family", "decode", "trtllm-gen-mla")
 
 
-@pytest.mark.parametrize("dev", ["B200", "A100"])
-def test_mla_dims_kv_lora_rank(dev):
-    a = run(mla(kv_lora_rank=256), simulated_node(dev))
+def test_mla_dims_kv_lora_rank():
+    a = run(mla(kv_lora_rank=256), simulated_node("A100"))
     assert a.status == "rejected"
-    dec = "trtllm-gen-mla" if dev == "B200" else "fa2-mla"
-    v = the_violation(a, "mla.dims", "decode", dec)
+    v = the_violation(a, "mla.dims", "decode", "fa2-mla")
     assert obs(v) == "256"
     assert "512" in v.required
+    # trtllm-gen MLA decode also has (256, 64); trtllm-ragged prefill does not
+    b = run(mla(kv_lora_rank=256), simulated_node("B200"))
+    assert b.ok and b.backends() == ("fa2", "trtllm-gen-mla")
+    assert b.plan.prefill.modules[-1].params["kernel"] == "merge_state"
+
+
+def test_mla_trtllm_decode_refuses_64_to_128_heads():
+    a = run(mla(num_qo_heads=96, attention_backend=TRT), simulated_node("B200"))
+    assert the_violation(a, "mla.heads", "decode", "trtllm-gen-mla").observed == "96"
 
 
 def test_mla_dims_rope():
@@ -833,7 +955,7 @@ def test_mla_prefill_dims_native():
 def test_mla_falls_back_to_native_on_10x_when_trtllm_is_out():
     # batch-invariant mode rules out trtllm-ragged and trtllm-gen-mla; DeepSeek's (192, 128)
     # prefill and 512/64 latent cache run natively (SPEC §4: first candidate with no violation).
-    a = run(mla(), simulated_node("B200", batch_invariant=True))
+    a = run(mla(), simulated_node("B200", batch_invariant=True), FI)
     assert a.ok, a.violations
     assert a.backends() == ("fa2", "fa2-mla")
     assert a.plan.kv_cache.layout == "NHD"
@@ -863,18 +985,22 @@ def test_mla_fa3_mla_on_hopper():
 
 # -- rejections list every violation ------------------------------------------------------
 def test_rejection_lists_every_violated_rule_not_the_first():
-    a = run(cfg(head_dim=512, kv_cache_dtype="nvfp4", page_size=128, attention_backend="fa2"), simulated_node("B200"))
+    a = run(cfg(head_dim=96, kv_cache_dtype="nvfp4", page_size=128, attention_backend="fa3"), simulated_node("B200"))
     assert a.status == "rejected"
     for phase in ("prefill", "decode"):
-        rules = {v.rule for v in a.violations if v.phase == phase and v.backend == "fa2"}
-        assert {"head-size", "page-size", "kv.dtype", "kv.nvfp4-sm100f"} <= rules, rules
+        rules = {v.rule for v in a.violations if v.phase == phase and v.backend == "fa3"}
+        assert {"fa3.arch", "head-size", "kv.dtype", "vllm.head-size", "vllm.nvfp4"} <= rules, rules
+        if phase == "decode":
+            assert "vllm.page-size" in rules                  # pages over 64 only with trtllm-gen decode
+        layers = {v.layer for v in a.violations if v.phase == phase}
+        assert layers == {"kernel", "engine"}
 
 
 def test_rejection_lists_every_candidate():
-    a = run(cfg(head_dim=512), simulated_node("H100"))
+    a = run(cfg(head_dim=96), simulated_node("H100"), FI)
     assert a.status == "rejected"
     assert {(v.phase, v.backend) for v in a.violations if v.rule == "head-size"} == {
-        ("prefill", "fa3"), ("prefill", "fa2"), ("decode", "fa2")}
+        ("prefill", "fa3"), ("prefill", "fa2")}                # decode has xqa, which takes 96
 
 
 def test_forced_backend_never_falls_back():
@@ -888,20 +1014,25 @@ def suggested(answer) -> dict[tuple[str, object], tuple[str, str]]:
     return {(s.field, s.value): (s.prefill, s.decode) for s in answer.suggestions}
 
 
-def assert_verified(config, node, answer):
+def assert_verified(config, node, answer, engine=None):
     for s in answer.suggestions:
         c2, n2 = policy.apply_suggestion(config, node, s)
-        again = policy.evaluate(c2, n2)
+        again = policy.evaluate(c2, n2, engine=engine)
         assert again.ok and again.backends() == (s.prefill, s.decode), s
+
+
+def test_evaluate_never_suggests():
+    a = policy.evaluate(cfg(kv_cache_dtype="nvfp4"), simulated_node("T4"))
+    assert a.status == "rejected" and a.suggestions == ()
 
 
 def test_suggestion_batch_invariant_off_from_config():
     config, node = cfg(batch_invariant=True, attention_backend=TRT), simulated_node("B200")
-    a = run(config, node)
+    a = run(config, node, FI)
     got = suggested(a)
     assert got[("batch_invariant", False)] == (TRT, TRT)
     assert got[("attention_backend", "auto")] == ("fa2", "fa2")
-    assert_verified(config, node, a)
+    assert_verified(config, node, a, FI)
 
 
 def test_suggestion_batch_invariant_off_from_env():
@@ -939,6 +1070,9 @@ def test_suggestion_install_flashinfer_cubin():
     s = [s for s in a.suggestions if s.field == "flashinfer_cubin"]
     assert len(s) == 1 and s[0].value == SUPPORTED and s[0].target == "node"
     assert (s[0].prefill, s[0].decode) == (TRT, TRT)
+    # the package index stops at flashinfer-cubin 0.6.13: never "pip install flashinfer-cubin==0.7.2.post1"
+    assert "pip install flashinfer-cubin==" not in s[0].message
+    assert "wheel index" in s[0].message and "FLASHINFER_CUBIN_DIR" in s[0].message
     assert_verified(config, node, a)
 
 

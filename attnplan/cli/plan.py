@@ -14,6 +14,12 @@ from .options import add_config_args, add_node_args, add_rules_arg, config_from_
 from attnplan.render import render_answer, render_explain, render_node, render_rules, rules_json
 
 
+def add_engine_arg(p: argparse.ArgumentParser, help_: str = "") -> None:
+    p.add_argument("--engine", metavar="ENGINE", default=None,
+                   help=help_ or "engine layer: vllm (default: the vllm installed here, else the newest modelled), "
+                                 "vllm==0.33.0, or flashinfer (kernel rules alone)")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("plan", help="the backend plan for an attention config on a node",
@@ -25,6 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_node_args(p)
     p.add_argument("--json", action="store_true", help="print the JSON contract (SPEC §8) instead of tables")
     p.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
+    add_engine_arg(p)
     add_rules_arg(p)
     p.set_defaults(run=run_plan)
 
@@ -35,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_config_args(p)
     add_node_args(p)
     p.add_argument("--json", action="store_true", help="print the grid as JSON")
+    add_engine_arg(p)
     add_rules_arg(p)
     p.set_defaults(run=run_explain)
 
@@ -43,14 +51,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run_node)
 
-    p = sub.add_parser("rules", help="every rule: id, title, backends, source")
+    p = sub.add_parser("rules", help="every rule: id, layer, versions, title, backends, source, provenance")
     p.add_argument("--json", action="store_true", help="print JSON, with each rule's conditions")
+    add_engine_arg(p, "show only the rules of this engine layer (vllm, vllm==X, flashinfer); default: all")
     add_rules_arg(p)
     p.set_defaults(run=run_rules)
 
     p = sub.add_parser("matrix", help="capability matrix derived from the rules")
     p.add_argument("--format", choices=["markdown", "json"], default="markdown")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    add_engine_arg(p, "one engine layer (vllm or flashinfer); default: every engine layer in turn")
     add_rules_arg(p)
     p.set_defaults(run=run_matrix)
 
@@ -63,7 +73,7 @@ def _node(args: argparse.Namespace):
 def run_plan(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     rs = ruleset_from_args(args)
-    answer = plan_for(config, _node(args), ruleset=rs)
+    answer = plan_for(config, _node(args), ruleset=rs, engine=args.engine)
     if args.json:
         emit_json(answer.to_json(trace=not args.no_trace))
     else:
@@ -73,13 +83,14 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    e = explain(config, _node(args), ruleset_from_args(args))
+    e = explain(config, _node(args), ruleset_from_args(args), engine=args.engine)
     if args.json:
         emit_json({
             "status": e.answer.status,
+            "engine": e.answer.engine.model_dump(),
             "selected": dict(zip(("prefill", "decode"), e.answer.backends())),
             "columns": [f"{ph}/{b}" if ph != "both" else "pair" for ph, b in e.columns],
-            "cells": [{"rule": r, "phase": ph, "backend": None if b == "-" else b, "verdict": t.verdict,
+            "cells": [{"rule": r, "layer": t.layer, "phase": ph, "backend": None if b == "-" else b, "verdict": t.verdict,
                        "inputs": t.inputs, "required": t.required} for (r, ph, b), t in e.cells.items()],
         })
     else:
@@ -98,10 +109,16 @@ def run_node(args: argparse.Namespace) -> int:
 
 def run_rules(args: argparse.Namespace) -> int:
     rs = ruleset_from_args(args)
+    only = None
+    if args.engine:
+        from attnplan.policy import NodeFacts, resolve_engine
+
+        ref = resolve_engine(args.engine, NodeFacts(), rs)
+        only = {r.id for r in rs.rules if r.applies(ref.name, ref.version if ref.name == "vllm" else None, None)}
     if args.json:
-        emit_json(rules_json(rs))
+        emit_json(rules_json(rs, only=only))
     else:
-        print(render_rules(rs))
+        print(render_rules(rs, only=only))
     return 0
 
 
@@ -110,9 +127,12 @@ def run_matrix(args: argparse.Namespace) -> int:
     if args.format == "json":
         import json
 
-        text = json.dumps({"rules_revision": rs.revision, "rows": capability_matrix(rs)}, indent=2) + "\n"
+        engines = [args.engine] if args.engine else list(rs.engines)
+        text = json.dumps({"rules_revision": rs.revision,
+                           "engines": {e: capability_matrix(rs, engine=e) for e in engines},
+                           "rows": capability_matrix(rs, engine=args.engine)}, indent=2) + "\n"
     else:
-        text = matrix_markdown(rs)
+        text = matrix_markdown(rs, engine=args.engine)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -10,6 +10,8 @@ Imports neither torch nor flashinfer.
 
 from .answer import (
     BatchMetadata,
+    EngineRef,
+    Fallback,
     JitModule,
     KVCachePlan,
     MetadataPlan,
@@ -24,7 +26,11 @@ from .api import clear_cache, plan_for, require_plan
 from .capability import format_capability, parse_capability
 from .config import BACKEND_CHOICES, CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig
 from .devices import Catalog, Device, catalog, simulated_node
-from .engine import apply_suggestion, default_ruleset, evaluate, load_rules, page_domain, suggestions_for
+from .candidates import CandidateResult, evaluate_candidate, page_domain
+from .engine import default_ruleset, evaluate, load_rules
+from .engines import engine_names, resolve_engine
+from .probe import needs_artifactory_check
+from .suggest import apply_suggestion, suggestions_for
 from .errors import (
     AttnplanError,
     InvalidInputError,
@@ -47,6 +53,8 @@ __all__ = [
     "local_node", "probe_node", "ProbeIO", "NodeCache", "catalog", "Catalog", "Device",
     "config_from_hf", "fields_from_hf", "read_model_config", "make_config",
     "evaluate", "suggestions_for", "apply_suggestion", "default_ruleset", "load_rules", "page_domain", "RuleSet",
+    "evaluate_candidate", "CandidateResult", "resolve_engine", "engine_names", "EngineRef", "Fallback",
+    "needs_artifactory_check",
     "parse_capability", "format_capability", "clear_cache",
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError",
     "PlanMismatchError", "SUPPORTED_FLASHINFER", "CONFIG_FIELDS", "KV_CACHE_DTYPES", "QUERY_DTYPES", "BACKEND_CHOICES",

@@ -89,6 +89,7 @@ class TraceEntry:
     verdict: Literal["pass", "fail", "skip"]
     inputs: dict[str, Any]
     required: str
+    layer: str = "kernel"
 
 
 class JitModule(BaseModel):

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Optional, Union
 from .answer import PlanAnswer
 from .config import AttentionConfig
 from .engine import default_ruleset, evaluate
+from .suggest import suggestions_for
 from .errors import UnsupportedConfigurationError
 from .facts import NodeFacts
 from .hfconfig import make_config
@@ -19,30 +20,41 @@ ConfigLike = Union[AttentionConfig, Mapping[str, Any]]
 
 # ~22 KiB an answer (its trace included): 512 entries bound the memo near 11 MiB.
 @functools.lru_cache(maxsize=512)
-def _cached(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet) -> PlanAnswer:
-    return evaluate(config, node, ruleset)
+def _cached(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet, engine: Optional[str]) -> PlanAnswer:
+    return _answer(config, node, ruleset, engine)
 
 
-def plan_for(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None) -> PlanAnswer:
-    """The plan answer (ok or rejected) for ``config`` on ``node`` (default: this machine, probed once).
+def _answer(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet, engine: Optional[str]) -> PlanAnswer:
+    answer = evaluate(config, node, ruleset, engine=engine)
+    if answer.status == "ok":
+        return answer
+    return answer.model_copy(update={"suggestions": tuple(suggestions_for(config, node, ruleset, engine=engine))})
 
-    Answers are immutable and memoised: the rules are a pure function of (config, node).
+
+def plan_for(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,
+             engine: Optional[str] = None) -> PlanAnswer:
+    """The plan answer (ok or rejected, with verified suggestions) for ``config`` on ``node`` (default: this
+    machine, probed once), for the engine layer ``engine`` (None/"vllm", "vllm==0.33.0" or "flashinfer").
+
+    Answers are immutable and memoised: the rules are a pure function of (config, node, engine).
+    Raises InvalidInputError for an unknown engine or a version the rules do not model.
     """
     cfg = config if isinstance(config, AttentionConfig) else make_config(config)
     n = node if node is not None else local_node()
     rs = ruleset or default_ruleset()
     try:
-        return _cached(cfg, n, rs)
+        return _cached(cfg, n, rs, engine)
     except TypeError:  # an unhashable declared fact value: evaluate without the memo
-        return evaluate(cfg, n, rs)
+        return _answer(cfg, n, rs, engine)
 
 
-def require_plan(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None) -> PlanAnswer:
+def require_plan(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,
+                 engine: Optional[str] = None) -> PlanAnswer:
     """An ok plan, or ``UnsupportedConfigurationError`` with every violation and suggestion.
 
     Call it at engine init so that an unsupported setup fails at startup, not on the first request.
     """
-    answer = plan_for(config, node, ruleset=ruleset)
+    answer = plan_for(config, node, ruleset=ruleset, engine=engine)
     if answer.status != "ok":
         raise UnsupportedConfigurationError(answer)
     return answer

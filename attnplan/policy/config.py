@@ -14,13 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 QueryDType = Literal["fp16", "bf16", "fp32", "fp8_e4m3"]
 KVCacheDType = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
 Backend = Literal[
-    "auto", "fa2", "fa3", "trtllm-gen", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
+    "auto", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
 ]
 
 QUERY_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8_e4m3")
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4")
 BACKEND_CHOICES: tuple[str, ...] = (
-    "auto", "fa2", "fa3", "trtllm-gen", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged",
+    "auto", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged",
 )
 
 _DTYPE_ALIASES = {

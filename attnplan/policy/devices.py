@@ -14,6 +14,8 @@ from .errors import InvalidInputError, RulePackError, UnknownDeviceError
 from .facts import Fact, NodeFacts
 from .version import SUPPORTED_FLASHINFER
 
+ASSUMED_TORCH_CUDA = "13.0"
+
 
 class Device(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -137,6 +139,10 @@ def simulated_node(device: str | None = None, *, capability: str | int | None = 
         cubin_dir=Fact.assumed(None), cubin_dir_has_cubins=Fact.assumed(False if cubin_state is False else None),
         artifactory_reachable=reach,
         batch_invariant_env=Fact.declared(batch_invariant) if batch_invariant is not None else Fact.assumed(False),
+        # A current software stack: torch for CUDA 13.0 (as on the measured H100) and a JIT toolchain.
+        torch_cuda_version=Fact.assumed(ASSUMED_TORCH_CUDA, "assumed: a current torch CUDA build"),
+        jit_toolchain=Fact.assumed(True, "assumed: nvcc or flashinfer-jit-cache present"),
+        vllm_version=Fact.assumed(None, "not declared: the newest modelled vLLM is used"),
     )
 
 

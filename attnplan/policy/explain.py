@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Optional
+
 from .answer import PlanAnswer, TraceEntry
+from .candidates import evaluate_candidate
 from .config import AttentionConfig
-from .engine import PHASES, _eval_candidate, default_ruleset, evaluate, page_domain
+from .engine import PHASES, default_ruleset, evaluate
 from .facts import NodeFacts
-from .facts_catalog import base_context
 from .rulepack import RuleSet
 
 
@@ -18,6 +20,7 @@ class Explanation:
     columns: tuple[tuple[str, str], ...]          # (phase, backend), plus ("both", "-") for pair rules
     rules: tuple[str, ...]
     cells: dict[tuple[str, str, str], TraceEntry]  # (rule, phase, backend) -> the decisive entry
+    layers: dict[str, str] = None  # type: ignore[assignment]  # rule -> kernel | engine (both layers shown)
 
 
 def backends_for(config: AttentionConfig, phase: str, rs: RuleSet) -> list[str]:
@@ -29,11 +32,12 @@ def backends_for(config: AttentionConfig, phase: str, rs: RuleSet) -> list[str]:
     return out
 
 
-def explain(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None = None) -> Explanation:
+def explain(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None = None, *,
+            engine: Optional[str] = None) -> Explanation:
+    """Every backend of the model's kind, per phase, against every rule of the engine layer (kernel and
+    engine rules alike, each marked with its layer)."""
     rs = ruleset or default_ruleset()
-    answer = evaluate(config, node, rs)
-    base = base_context(config, node)
-    pages = (config.page_size,) if config.page_size is not None else page_domain(rs)
+    answer = evaluate(config, node, rs, engine=engine)
     cells: dict[tuple[str, str, str], TraceEntry] = {}
     columns: list[tuple[str, str]] = [("both", "-")]
     for e in answer.trace:
@@ -42,10 +46,10 @@ def explain(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None = 
     for phase in PHASES:
         for b in backends_for(config, phase, rs):
             columns.append((phase, b))
-            for e in _eval_candidate(rs, base, phase, b, pages, True).trace:
+            for e in evaluate_candidate(config, node, phase, b, ruleset=rs, engine=engine, trace=True).trace:
                 _put(cells, (e.rule, phase, b), e)
     order = [r.id for r in rs.rules]
-    return Explanation(answer, tuple(columns), tuple(order), cells)
+    return Explanation(answer, tuple(columns), tuple(order), cells, {r.id: r.layer for r in rs.rules})
 
 
 _RANK = {"fail": 2, "pass": 1, "skip": 0}

@@ -76,6 +76,9 @@ class NodeFacts(BaseModel):
     artifactory_url: Fact = Field(default_factory=_unknown, description="FLASHINFER_CUBINS_REPOSITORY")
     artifactory_reachable: Fact = Field(default_factory=_unknown)
     batch_invariant_env: Fact = Field(default_factory=_unknown, description="VLLM_BATCH_INVARIANT")
+    jit_toolchain: Fact = Field(default_factory=_unknown,
+                                description="FlashInfer can build JIT modules here: nvcc found, or flashinfer-jit-cache installed")
+    vllm_version: Fact = Field(default_factory=_unknown, description="installed vllm version (None: not installed)")
 
     @model_validator(mode="before")
     @classmethod
@@ -107,7 +110,8 @@ class NodeFacts(BaseModel):
         """Identical device + software facts -> identical fingerprint (preflight groups by it)."""
         keys = ("gpu_name", "capability", "gpu_count", "gpu_memory_gib", "driver_version", "mig_enabled",
                 "torch_version", "torch_cuda_version", "flashinfer_version", "flashinfer_cubin_version",
-                "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env")
+                "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env",
+                "jit_toolchain", "vllm_version")
         data = {k: getattr(self, k).value for k in keys}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -41,6 +41,7 @@ FACTS: dict[str, FactInfo] = {
     "config.head_dim_vo": FactInfo("value/output head size", _plain),
     "config.num_qo_heads": FactInfo("query heads", _plain),
     "config.num_kv_heads": FactInfo("KV heads", _plain),
+    "config.group_size": FactInfo("GQA group: query heads per KV head", _plain),
     "config.dtype": FactInfo("query dtype", _plain),
     "config.kv_cache_dtype": FactInfo("KV cache dtype as asked", _plain),
     "config.kv_dtype": FactInfo("KV element dtype (auto -> query dtype, fp8 -> fp8_e4m3)", _plain),
@@ -68,6 +69,8 @@ FACTS: dict[str, FactInfo] = {
     "node.torch_cuda_version": FactInfo("torch's CUDA version", _plain),
     "node.driver_version": FactInfo("NVIDIA driver version", _plain),
     "node.mig_enabled": FactInfo("MIG mode", _plain),
+    "node.jit_toolchain": FactInfo("JIT modules can be built (nvcc, or flashinfer-jit-cache installed)", _plain),
+    "node.vllm_version": FactInfo("installed vllm version", _plain),
 }
 
 PAGE_SIZE = "config.page_size"
@@ -86,6 +89,7 @@ def base_context(config: AttentionConfig, node: NodeFacts) -> dict[str, Any]:
         "config.head_dim_vo": config.vo_head_dim,
         "config.num_qo_heads": config.num_qo_heads,
         "config.num_kv_heads": config.kv_heads,
+        "config.group_size": config.num_qo_heads // config.kv_heads if config.num_qo_heads % config.kv_heads == 0 else None,
         "config.dtype": config.dtype,
         "config.kv_cache_dtype": config.kv_cache_dtype,
         "config.kv_dtype": config.kv_dtype,
@@ -113,6 +117,8 @@ def base_context(config: AttentionConfig, node: NodeFacts) -> dict[str, Any]:
         "node.torch_cuda_version": node.torch_cuda_version.value,
         "node.driver_version": node.driver_version.value,
         "node.mig_enabled": node.mig_enabled.value,
+        "node.jit_toolchain": node.jit_toolchain.value,
+        "node.vllm_version": node.vllm_version.value,
     }
 
 

@@ -12,9 +12,10 @@ from typing import Any
 from .capability import format_capability
 from .config import KV_CACHE_DTYPES, AttentionConfig
 from .devices import catalog
-from .engine import _eval_candidate, default_ruleset, page_domain
+from .candidates import evaluate_candidate, page_domain
+from .engine import default_ruleset
+from .engines import resolve_engine
 from .facts import Fact, NodeFacts
-from .facts_catalog import base_context
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER
 
@@ -29,17 +30,20 @@ def _node(cap: int) -> NodeFacts:
                      flashinfer_version=Fact.declared(SUPPORTED_FLASHINFER),
                      flashinfer_cubin_version=Fact.declared(SUPPORTED_FLASHINFER),
                      cubin_dir_has_cubins=Fact.declared(False), artifactory_reachable=Fact.declared(True),
-                     batch_invariant_env=Fact.declared(False))
+                     batch_invariant_env=Fact.declared(False), torch_cuda_version=Fact.declared("13.0"),
+                     jit_toolchain=Fact.declared(True), vllm_version=Fact.declared(None))
 
 
 def _passes(rs: RuleSet, cfg: AttentionConfig, node: NodeFacts, phase: str, backend: str,
-            pages: tuple[int, ...] | None = None) -> bool:
-    pages = pages if pages is not None else ((cfg.page_size,) if cfg.page_size else page_domain(rs))
-    return _eval_candidate(rs, base_context(cfg, node), phase, backend, pages, False).ok
+            engine: str | None = None) -> bool:
+    return evaluate_candidate(cfg, node, phase, backend, ruleset=rs, engine=engine).ok
 
 
-def capability_matrix(ruleset: RuleSet | None = None) -> list[dict[str, Any]]:
+def capability_matrix(ruleset: RuleSet | None = None, *, engine: str | None = None) -> list[dict[str, Any]]:
+    """One row per (backend, model kind, phase) and group of capabilities, for one engine layer."""
     rs = ruleset or default_ruleset()
+    eng = engine or rs.default_engine
+    resolve_engine(eng, _node(90), rs)  # an unknown engine is an error before any work
     caps = sorted({d.capability_int for d in catalog().devices})
     rows: list[dict[str, Any]] = []
     for backend, spec in rs.backends.items():
@@ -50,7 +54,7 @@ def capability_matrix(ruleset: RuleSet | None = None) -> list[dict[str, Any]]:
             for cap in caps:
                 node = _node(cap)
                 for phase in phases:
-                    if not _passes(rs, base, node, phase, backend):
+                    if not _passes(rs, base, node, phase, backend, eng):
                         continue
                     row: dict[str, Any] = {
                         "backend": backend, "model": model, "phase": phase,
@@ -58,19 +62,19 @@ def capability_matrix(ruleset: RuleSet | None = None) -> list[dict[str, Any]]:
                         "devices": [d.name for d in catalog().for_capability(cap)],
                     }
                     if model == "standard":
-                        row["head_sizes"] = [h for h in HEAD_SIZES if _passes(rs, base.replace(head_dim=h), node, phase, backend)]
+                        row["head_sizes"] = [h for h in HEAD_SIZES if _passes(rs, base.replace(head_dim=h), node, phase, backend, eng)]
                     elif phase == "prefill":
                         row["head_sizes"] = [f"{base.qk_head_dim}/{base.vo_head_dim}"]
                     else:
                         row["head_sizes"] = [f"{base.kv_lora_rank}+{base.qk_rope_head_dim}"]
                     row["kv_cache_dtypes"] = [k for k in KV_CACHE_DTYPES
-                                              if _try(lambda k=k: _passes(rs, base.replace(kv_cache_dtype=k), node, phase, backend))]
-                    row["page_sizes"] = [p for p in page_domain(rs) if _passes(rs, base.replace(page_size=p), node, phase, backend)]
-                    row["sinks"] = model == "standard" and _passes(rs, base.replace(sinks=True), node, phase, backend)
-                    row["logits_soft_cap"] = _passes(rs, base.replace(logits_soft_cap=30.0), node, phase, backend)
-                    row["sliding_window"] = _passes(rs, base.replace(sliding_window=4096), node, phase, backend)
-                    row["fp8_query"] = _passes(rs, base.replace(dtype="fp8_e4m3", kv_cache_dtype="fp8"), node, phase, backend)
-                    row["batch_invariant"] = _passes(rs, base.replace(batch_invariant=True), node, phase, backend)
+                                              if _try(lambda k=k: _passes(rs, base.replace(kv_cache_dtype=k), node, phase, backend, eng))]
+                    row["page_sizes"] = [p for p in sorted({1, 8, *page_domain(rs)}) if _passes(rs, base.replace(page_size=p), node, phase, backend, eng)]
+                    row["sinks"] = model == "standard" and _passes(rs, base.replace(sinks=True), node, phase, backend, eng)
+                    row["logits_soft_cap"] = _passes(rs, base.replace(logits_soft_cap=30.0), node, phase, backend, eng)
+                    row["sliding_window"] = _passes(rs, base.replace(sliding_window=4096), node, phase, backend, eng)
+                    row["fp8_query"] = _passes(rs, base.replace(dtype="fp8_e4m3", kv_cache_dtype="fp8"), node, phase, backend, eng)
+                    row["batch_invariant"] = _passes(rs, base.replace(batch_invariant=True), node, phase, backend, eng)
                     rows.append(row)
     return _group(rows)
 
@@ -102,9 +106,10 @@ def _yn(v: bool) -> str:
     return "yes" if v else "no"
 
 
-def matrix_markdown(ruleset: RuleSet | None = None) -> str:
+def matrix_markdown(ruleset: RuleSet | None = None, *, engine: str | None = None) -> str:
+    """The matrix of one engine layer (``engine`` given), or of every engine layer in turn."""
     rs = ruleset or default_ruleset()
-    rows = capability_matrix(rs)
+    engines = [engine] if engine else list(rs.engines)
     out = [
         "# Capability matrix",
         "",
@@ -112,6 +117,26 @@ def matrix_markdown(ruleset: RuleSet | None = None) -> str:
         "do not edit by hand. Each cell is found by evaluating the rules with one field changed from a",
         "baseline (bf16, 32/8 heads, head_dim 128; MLA: DeepSeek-V3 dims) on a node whose software facts",
         "all pass, so it shows hardware and configuration limits. `attnplan explain` shows a single case.",
+        "Engine layers: `vllm` = FlashInfer's kernel rules plus vLLM's own gates (the default);",
+        "`flashinfer` = the kernel rules alone (`attnplan matrix --engine flashinfer`).",
+    ]
+    for eng in engines:
+        out += _engine_table(rs, eng)
+    out += ["", "## Rules", "", "| id | layer | versions | title | source | verified |", "|---|---|---|---|---|---|"]
+    for rule in rs.rules:
+        versions = (f"vllm {rule.vllm}" if rule.vllm else f"flashinfer {rule.flashinfer}" if rule.flashinfer else "-")
+        out.append(f"| `{rule.id}` | {rule.layer} | {versions} | {rule.title} | {rule.source} | {rule.provenance()} |")
+    return "\n".join(out) + "\n"
+
+
+def _engine_table(rs: RuleSet, engine: str) -> list[str]:
+    rows = capability_matrix(rs, engine=engine)
+    spec = rs.engines[resolve_engine(engine, _node(90), rs).name]
+    out = [
+        "",
+        f"## Engine `{engine}`" + (f" ({spec.covers})" if spec.covers else ""),
+        "",
+        spec.doc,
         "",
         "| backend | model | phase | capabilities | devices | head sizes | KV cache dtypes | page sizes | sinks | soft-cap | sliding window | fp8 query | batch-invariant |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -123,7 +148,4 @@ def matrix_markdown(ruleset: RuleSet | None = None) -> str:
             ", ".join(map(str, r["page_sizes"])) or "-", _yn(r["sinks"]), _yn(r["logits_soft_cap"]),
             _yn(r["sliding_window"]), _yn(r["fp8_query"]), _yn(r["batch_invariant"]),
         ]) + " |")
-    out += ["", "## Rules", "", "| id | title | source |", "|---|---|---|"]
-    for rule in rs.rules:
-        out.append(f"| `{rule.id}` | {rule.title} | {rule.source} |")
-    return "\n".join(out) + "\n"
+    return out

@@ -65,7 +65,8 @@ def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str
     return (JitModule(name=name, kind=kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
 
 
-def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int) -> PhasePlan:
+def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int,
+                batch_invariant: bool = False) -> PhasePlan:
     spec = ruleset.backends[backend]
     trtllm = spec.family == "trtllm-gen"
     storage, view = kv_dtypes(config)
@@ -73,14 +74,17 @@ def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: Rule
     out = TORCH_DTYPE[config.dtype] if config.dtype in ("fp16", "bf16") else "bfloat16"
     q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
     kernel = spec.kernels[phase]  # type: ignore[index]
-    call = (spec.mla_calls.get(phase) if config.is_mla else None) or spec.calls[phase]  # type: ignore[index]
+    sink_call = spec.sink_calls.get(phase) if config.sinks else None  # type: ignore[call-overload]
+    call = (spec.mla_calls.get(phase) if config.is_mla else None) or sink_call or spec.calls[phase]  # type: ignore[index]
     use_tc = None
     on_prefill = False
-    if phase == "decode" and not trtllm and not config.is_mla:
-        use_tc = config.group_size >= TENSOR_CORE_GROUP or backend == "fa3"
+    if phase == "decode" and spec.family == "native" and not config.is_mla:
+        # FlashInfer's fixed_split_size (batch invariance) is taken by tensor-core decode only
+        # (flashinfer/decode.py BatchDecodeWithPagedKVCacheWrapper.plan).
+        use_tc = config.group_size >= TENSOR_CORE_GROUP or backend == "fa3" or batch_invariant
         # Native decode kernels take one query token per request; speculative decode runs the
         # (causal) prefill kernel over q_len tokens instead.
-        if q_len > 1:
+        if q_len > 1 and sink_call is None:
             on_prefill = True
             kernel = spec.kernels["prefill"]
             call = spec.calls["prefill"]
@@ -90,6 +94,10 @@ def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: Rule
         kernel_kind = "mla_decode"
     elif trtllm:
         kernel_kind = "trtllm_context" if phase == "prefill" else "trtllm_decode"
+    elif spec.family == "xqa":
+        kernel_kind = "xqa_decode"
+    elif sink_call is not None:
+        kernel_kind = "attention_sink"
     elif phase == "prefill" or on_prefill or use_tc:
         kernel_kind = "batch_prefill"
     else:
@@ -99,18 +107,43 @@ def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: Rule
         entry_point=call.entry_point, returns_lse=call.returns_lse, kernel=kernel, query_dtype=q, kv_storage_dtype=storage, kv_view_dtype=view,
         output_dtype=out, workspace_bytes=spec.workspace_bytes, zero_workspace=spec.zero_workspace,
         use_tensor_cores=use_tc, q_len_per_req=q_len, runs_on_prefill_kernel=on_prefill,
-        modules=_modules(config, phase, backend, kernel_kind, q, view, out, trtllm, page_size),
+        modules=_modules(config, phase, backend, kernel_kind, q, view, out, trtllm, page_size)
+        + _merge_modules(config, phase, backend, out),
     )
 
 
-def attention_plan(config: AttentionConfig) -> AttentionPlan:
+def _merge_modules(config: AttentionConfig, phase: str, backend: str, out: str) -> tuple[JitModule, ...]:
+    """The merge module wherever a phase merges partial attention by LSE: MLA chunked prefill merges
+    context and new-token attention (seed 004); cascade merges shared-prefix and suffix attention.
+    (flashinfer/cascade.py merge_state; the adapter's merge.py for MLA.)"""
+    if not ((config.is_mla and phase == "prefill") or config.cascade):
+        return ()
+    params = {"kernel": "merge_state", "dtype_o": out, "head_dim_vo": config.vo_head_dim}
+    return (JitModule(name=f"merge_state:{backend}:o={out}:hd={config.vo_head_dim}", kind="jit", phase=phase,  # type: ignore[arg-type]
+                      backend=backend, params=params),)
+
+
+# Batch invariance: one KV split for every batch shape. vLLM 0.33's FlashInferMetadataBuilder used
+# 2048 tokens for decode (decode_fixed_split_size); FlashInfer's fixed_split_size counts pages.
+FIXED_SPLIT_TOKENS = 2048
+
+
+def attention_plan(config: AttentionConfig, *, page_size: int = 16, capability: int | None = None,
+                   native_nvfp4: bool = False, batch_invariant: bool = False) -> AttentionPlan:
     """The scalars every phase applies. HF's sliding_window counts the query's own token;
-    FlashInfer's window_left does not."""
+    FlashInfer's window_left does not. split_kv: ``fixed`` under batch invariance (FlashInfer's
+    ``fixed_split_size``); ``disabled`` for NVFP4 KV read by fa2 on 12.x, as FlashInfer does itself
+    (flashinfer/prefill.py _nvfp4_kv_requires_disabled_split_kv)."""
+    split, fixed = "auto", None
+    if batch_invariant:
+        split, fixed = "fixed", max(1, FIXED_SPLIT_TOKENS // page_size)
+    elif native_nvfp4 and isinstance(capability, int) and capability // 10 == 12:
+        split = "disabled"
     return AttentionPlan(
         sm_scale=1.0 / math.sqrt(config.qk_head_dim),
         window_left=config.sliding_window - 1 if config.sliding_window is not None else -1,
         logits_soft_cap=float(config.logits_soft_cap or 0.0),
-        sinks=config.sinks,
+        sinks=config.sinks, split_kv=split, fixed_split_size=fixed,  # type: ignore[arg-type]
     )
 
 
@@ -130,8 +163,15 @@ def metadata_needs(config: AttentionConfig, prefill_trtllm: bool, decode_trtllm:
     return MetadataPlan(prefill_only=kind(True, False), decode_only=kind(False, True), mixed=kind(True, True))
 
 
+def uses_trtllm_api(ruleset: RuleSet, backend: str) -> bool:
+    """Whether a backend is called through FlashInfer's trtllm API (block tables + seq_lens, no
+    paged_kv_indices): trtllm-gen and XQA alike (vLLM 0.33 counts XQA as its trtllm decode too)."""
+    return ruleset.backends[backend].family in ("trtllm-gen", "xqa")
+
+
 def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: int,
-               valid_pages: tuple[int, ...], ruleset: RuleSet) -> Plan:
+               valid_pages: tuple[int, ...], ruleset: RuleSet, *, capability: int | None = None,
+               batch_invariant: bool = False) -> Plan:
     trt_p, trt_d = is_trtllm(ruleset, prefill), is_trtllm(ruleset, decode)
     storage, view = kv_dtypes(config)
     nvfp4 = config.kv_dtype == "nvfp4"
@@ -148,10 +188,12 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
         nvfp4_block_size=NVFP4_BLOCK if nvfp4 else None,
         page_valid_sizes=valid_pages,
     )
+    native_nvfp4 = nvfp4 and any(ruleset.backends[b].family == "native" for b in (prefill, decode))
     return Plan(
-        attention=attention_plan(config),
-        prefill=_phase_plan(config, "prefill", prefill, ruleset, page_size),
-        decode=_phase_plan(config, "decode", decode, ruleset, page_size),
+        attention=attention_plan(config, page_size=page_size, capability=capability, native_nvfp4=native_nvfp4,
+                                 batch_invariant=batch_invariant),
+        prefill=_phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant),
+        decode=_phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant),
         kv_cache=kv,
-        metadata=metadata_needs(config, trt_p, trt_d),
+        metadata=metadata_needs(config, uses_trtllm_api(ruleset, prefill), uses_trtllm_api(ruleset, decode)),
     )

@@ -8,6 +8,8 @@ its facts ``unknown`` with the reason - the probe itself never raises.
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import socket
 import threading
 import time
@@ -65,32 +67,96 @@ def package_version(dist: str) -> Optional[str]:
         return None
 
 
-def dir_has_cubins(path: str, limit: int = 20000) -> bool:
-    seen = 0
-    for _root, _dirs, files in os.walk(path):
-        for f in files:
-            if f.endswith(".cubin"):
-                return True
-            seen += 1
-            if seen >= limit:
-                return False
+# What trtllm-gen loads: flashinfer/artifacts.py ArtifactPath.TRTLLM_GEN_FMHA ("<hash>/fmha/trtllm-gen/")
+# holds checksums.txt ("<sha256> <file>" lines); flashinfer/jit/cubin_loader.py get_artifact reads each
+# listed file from FLASHINFER_CUBIN_DIR before downloading it. A directory counts when it holds that
+# manifest and the files it lists, not any *.cubin.
+TRTLLM_FMHA_MANIFEST = os.path.join("fmha", "trtllm-gen", "checksums.txt")
+
+
+def dir_has_cubins(path: str, limit: int = 64) -> bool:
+    """Whether ``path`` holds trtllm-gen's FMHA manifest and every cubin it lists (checked up to ``limit``)."""
+    with os.scandir(path) as entries:
+        hashes = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    for base in hashes[:limit]:
+        manifest = os.path.join(base, TRTLLM_FMHA_MANIFEST)
+        if not os.path.isfile(manifest):
+            continue
+        with open(manifest, encoding="utf-8", errors="replace") as fh:
+            listed = [ln.split()[1] for ln in fh.read(1 << 20).splitlines() if len(ln.split()) == 2]
+        cubins = [f for f in listed if f.endswith(".cubin")]
+        folder = os.path.dirname(manifest)
+        if cubins and all(os.path.isfile(os.path.join(folder, f)) for f in cubins[:limit]):
+            return True
     return False
 
 
+def default_cubin_dir(env: Mapping[str, str]) -> str:
+    """FlashInfer's default cubin cache (flashinfer/jit/env.py FLASHINFER_CACHE_DIR / "cubins")."""
+    base = env.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~")
+    return os.path.join(base, ".cache", "flashinfer", "cubins")
+
+
 def http_reachable(url: str, timeout: float) -> tuple[bool, str]:
-    """HEAD the artifactory; any HTTP answer (even 403/404) means the host serves."""
+    """GET the artifactory as vLLM's has_nvidia_artifactory does: reachable on HTTP 200 only, within a
+    TOTAL deadline of ``timeout`` seconds (a server dripping bytes cannot hold the caller: the request
+    runs in a daemon thread that is abandoned at the deadline)."""
     import urllib.error
+    import urllib.parse
     import urllib.request
 
     try:
-        req = urllib.request.Request(url, method="HEAD")  # a malformed URL raises here
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - URL is config
-            return True, f"HTTP {resp.status}"
-    except urllib.error.HTTPError as exc:
-        return exc.code < 500, f"HTTP {exc.code}"
-    except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return False, f"unreachable: {reason}"
+        scheme = urllib.parse.urlsplit(url).scheme.lower()
+    except ValueError as exc:
+        return False, f"unreachable: {exc}"
+    if scheme not in ("http", "https"):
+        return False, f"not an HTTP(S) URL ({scheme or 'no scheme'}): only an HTTP 200 answer counts"
+    result: dict[str, tuple[bool, str]] = {}
+
+    def run() -> None:
+        try:
+            req = urllib.request.Request(url, method="GET")
+            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - URL is config
+                result["r"] = (resp.status == 200, f"HTTP {resp.status}")
+        except urllib.error.HTTPError as exc:
+            result["r"] = (False, f"HTTP {exc.code}")
+        except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
+            result["r"] = (False, f"unreachable: {getattr(exc, 'reason', exc)}")
+        except Exception as exc:  # noqa: BLE001 - an odd URL must not crash the probe
+            result["r"] = (False, f"unreachable: {type(exc).__name__}: {exc}")
+
+    t = threading.Thread(target=run, name="attnplan-artifactory-check", daemon=True)
+    t.start()
+    t.join(timeout)
+    if "r" not in result:
+        return False, f"no complete answer within {timeout:g}s (total deadline)"
+    return result["r"]
+
+
+def read_torch_cuda() -> Optional[str]:
+    """torch.version.cuda read from torch/version.py without importing torch (PyPI's CUDA wheels,
+    e.g. torch 2.11.0 for CUDA 13.0, carry no +cuXXX tag in their version)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for loc in spec.submodule_search_locations:
+        path = os.path.join(loc, "version.py")
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                m = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([0-9.]+)['\"]", fh.read(1 << 16), re.M)
+            return m.group(1) if m else None
+    return None
+
+
+def nvcc_path(env: Mapping[str, str], which: Callable[[str], Optional[str]] = shutil.which) -> Optional[str]:
+    """The nvcc FlashInfer's JIT would run (vllm/utils/flashinfer.py _flashinfer_nvcc_path)."""
+    cuda_home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
+    if not cuda_home:
+        found = which("nvcc")
+        cuda_home = os.path.dirname(os.path.dirname(found)) if found else "/usr/local/cuda"
+    return which(os.path.join(cuda_home, "bin", "nvcc"))
 
 
 @dataclass
@@ -103,6 +169,23 @@ class ProbeIO:
     dir_has_cubins: Callable[[str], bool] = dir_has_cubins
     http_reachable: Callable[[str, float], tuple[bool, str]] = http_reachable
     hostname: Callable[[], str] = socket.gethostname
+    torch_cuda: Callable[[], Optional[str]] = read_torch_cuda
+    which: Callable[[str], Optional[str]] = shutil.which
+    default_cubin_dir: Optional[Callable[[Mapping[str, str]], str]] = default_cubin_dir
+
+
+# Capabilities where trtllm-gen runs (rules/packs/trtllm.yaml trtllm.family), and where vLLM 0.33 gates
+# XQA decode on the same artifactory check (vllm/utils/flashinfer.py supports_trtllm_attention).
+TRTLLM_CAPABILITIES = (100, 103, 107)
+
+
+def needs_artifactory_check(node: NodeFacts) -> bool:
+    """Whether this node's plans can depend on the artifactory check: trtllm-gen's cubins (10.0, 10.3,
+    10.7) or vLLM 0.33's gate on XQA decode (9.0, 12.x). The one place this is decided."""
+    cap = node.capability.value
+    if not isinstance(cap, int) or isinstance(cap, bool):
+        return False
+    return cap in TRTLLM_CAPABILITIES or cap == 90 or cap // 10 == 12
 
 
 def _torch_cuda(version: Optional[str]) -> Optional[str]:
@@ -115,7 +198,7 @@ def _torch_cuda(version: Optional[str]) -> Optional[str]:
 
 
 def artifactory_policy(env: Mapping[str, str]) -> str:
-    """``auto`` (check only where a 10.x GPU could use trtllm-gen), ``always`` or ``never``."""
+    """``auto`` (check where ``needs_artifactory_check`` says so), ``always`` or ``never``."""
     value = env.get("ATTNPLAN_ARTIFACTORY_CHECK", "auto").strip().lower()
     return value if value in ("auto", "always", "never") else "auto"
 
@@ -157,31 +240,45 @@ def probe_node(io: ProbeIO | None = None, *, artifactory_timeout: float = DEFAUL
 
     tv = io.package_version("torch")
     facts["torch_version"] = Fact.measured(tv, "package metadata") if tv else Fact.unknown("torch not installed")
-    facts["torch_cuda_version"] = Fact.measured(_torch_cuda(tv), "torch local version tag") if tv else Fact.unknown("torch not installed")
+    if tv:
+        try:
+            cuda = io.torch_cuda()
+            how = "torch/version.py"
+        except OSError:
+            cuda, how = None, ""
+        if cuda is None:
+            cuda, how = _torch_cuda(tv), "torch local version tag"
+        facts["torch_cuda_version"] = (Fact.measured(cuda, how) if cuda is not None
+                                       else Fact.measured(None, "torch built without CUDA"))
+    else:
+        facts["torch_cuda_version"] = Fact.unknown("torch not installed")
+    vv = io.package_version("vllm")
+    facts["vllm_version"] = Fact.measured(vv, "package metadata") if vv else Fact.measured(None, "vllm not installed")
+    jit_cache = io.package_version("flashinfer-jit-cache")
+    try:
+        nvcc = nvcc_path(io.env, io.which)
+    except OSError:
+        nvcc = None
+    if nvcc or jit_cache:
+        facts["jit_toolchain"] = Fact.measured(True, f"nvcc at {nvcc}" if nvcc else f"flashinfer-jit-cache {jit_cache}")
+    else:
+        facts["jit_toolchain"] = Fact.measured(False, "no nvcc (CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda) and no flashinfer-jit-cache")
     fi = io.package_version("flashinfer-python") or io.package_version("flashinfer")
     facts["flashinfer_version"] = Fact.measured(fi, "package metadata") if fi else Fact.measured(None, "flashinfer not installed")
     fc = io.package_version("flashinfer-cubin")
     facts["flashinfer_cubin_version"] = Fact.measured(fc, "package metadata") if fc else Fact.measured(None, "flashinfer-cubin not installed")
-    cubin_dir = io.env.get("FLASHINFER_CUBIN_DIR")
-    if cubin_dir:
-        facts["cubin_dir"] = Fact.measured(cubin_dir, "FLASHINFER_CUBIN_DIR")
-        try:
-            facts["cubin_dir_has_cubins"] = Fact.measured(io.dir_has_cubins(cubin_dir), cubin_dir)
-        except OSError as exc:
-            facts["cubin_dir_has_cubins"] = Fact.measured(False, f"unreadable: {exc}")
-    else:
-        facts["cubin_dir"] = Fact.measured(None, "FLASHINFER_CUBIN_DIR unset")
-        facts["cubin_dir_has_cubins"] = Fact.measured(False, "FLASHINFER_CUBIN_DIR unset")
+    facts["cubin_dir"], facts["cubin_dir_has_cubins"] = _cubin_dir_facts(io)
 
     policy = artifactory_policy(io.env)
-    cap = facts.get("capability", Fact.unknown()).value
     if check_artifactory_now is None:
-        check_artifactory_now = policy == "always" or (policy == "auto" and isinstance(cap, int) and cap // 10 == 10)
+        check_artifactory_now = policy == "always" or (policy == "auto" and needs_artifactory_check(NodeFacts(**{
+            k: v for k, v in facts.items() if k == "capability"})))
     url = io.env.get("FLASHINFER_CUBINS_REPOSITORY", DEFAULT_ARTIFACTORY)
     if check_artifactory_now:
         facts["artifactory_url"], facts["artifactory_reachable"] = check_artifactory(io, artifactory_timeout)
     else:
-        why = "not checked: no family-10.x GPU here" if policy == "auto" else "not checked (ATTNPLAN_ARTIFACTORY_CHECK=never)"
+        why = ("not checked: no GPU here that trtllm-gen or vLLM's XQA gate could use" if policy == "auto"
+               else "not checked (ATTNPLAN_ARTIFACTORY_CHECK=never)")
         facts["artifactory_url"] = Fact.measured(url)
         facts["artifactory_reachable"] = Fact.unknown(why)
 
@@ -189,6 +286,31 @@ def probe_node(io: ProbeIO | None = None, *, artifactory_timeout: float = DEFAUL
     facts["batch_invariant_env"] = Fact.measured(raw is not None and raw.strip().lower() in _TRUE,
                                                  f"VLLM_BATCH_INVARIANT={raw!r}" if raw is not None else "unset")
     return NodeFacts(**facts)
+
+
+def _cubin_dir_facts(io: ProbeIO) -> tuple[Fact, Fact]:
+    """FLASHINFER_CUBIN_DIR, else FlashInfer's default cubin cache; a missing, non-directory or
+    unreadable one is a fact with the reason, never silently "no cubins"."""
+    raw = io.env.get("FLASHINFER_CUBIN_DIR")
+    if raw:
+        path, origin = raw, "FLASHINFER_CUBIN_DIR"
+    elif io.default_cubin_dir is not None:
+        path, origin = io.default_cubin_dir(io.env), "FlashInfer's default cubin cache"
+    else:
+        return Fact.measured(None, "FLASHINFER_CUBIN_DIR unset"), Fact.measured(False, "FLASHINFER_CUBIN_DIR unset")
+    where = Fact.measured(path, origin)
+    try:
+        if not os.path.exists(path):
+            return where, Fact.measured(False, f"{origin} {path}: no such directory")
+        if not os.path.isdir(path):
+            return where, Fact.measured(False, f"{origin} {path}: not a directory")
+        if not os.access(path, os.R_OK | os.X_OK):
+            return where, Fact.measured(False, f"{origin} {path}: not readable")
+        has = io.dir_has_cubins(path)
+    except OSError as exc:
+        return where, Fact.measured(False, f"{origin} {path}: unreadable: {exc}")
+    return where, Fact.measured(has, f"{origin} {path}: " + ("trtllm-gen manifest and cubins present" if has
+                                                                else "no trtllm-gen manifest (fmha/trtllm-gen/checksums.txt) with its cubins"))
 
 
 class NodeCache:

@@ -10,7 +10,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -20,6 +20,8 @@ from .errors import RulePackError
 
 Phase = Literal["prefill", "decode"]
 Scope = Literal["candidate", "pair"]
+Layer = Literal["kernel", "engine"]
+EngineName = Literal["vllm", "flashinfer"]
 RULE_ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 
 
@@ -36,6 +38,27 @@ class CheckSpec(BaseModel):
     message: Optional[str] = None
 
 
+class VerifiedRecord(BaseModel):
+    """One measurement of a rule against a real GPU (issue 13): where, with what, and the verdict."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device: str
+    capability: str
+    flashinfer: str
+    date: str
+    verdict: Literal["consistent", "stale", "dangerous"]
+    note: str = ""
+
+
+class SourceOnly(BaseModel):
+    """A rule read from source and never measured, with why."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source_only: str = Field(min_length=1)
+
+
 class RuleSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -43,9 +66,21 @@ class RuleSpec(BaseModel):
     title: str
     reason: str
     source: str
+    layer: Layer = "kernel"
+    flashinfer: Optional[str] = None   # kernel rules: the flashinfer versions this rule describes
+    vllm: Optional[str] = None         # engine rules: the vLLM versions this rule was read for
+    verified: Optional[Union[list[VerifiedRecord], SourceOnly]] = None
     fix: Optional[str] = None
     fixed_in: Optional[str] = None
     checks: list[CheckSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _layer_ranges(self) -> "RuleSpec":
+        if self.layer == "kernel" and self.vllm is not None:
+            raise ValueError("a kernel rule has no vllm range (it says what FlashInfer runs)")
+        if self.layer == "engine" and self.flashinfer is not None:
+            raise ValueError("an engine rule has no flashinfer range (give it a vllm range)")
+        return self
 
     @model_validator(mode="before")
     @classmethod
@@ -86,6 +121,7 @@ class BackendSpec(BaseModel):
     flashinfer_backend: str
     calls: dict[Phase, CallSpec]
     mla_calls: dict[Phase, CallSpec] = {}   # a kind-"any" backend serving an MLA model's phase
+    sink_calls: dict[Phase, CallSpec] = {}  # with attention sinks (config.sinks), this call instead
     kernels: dict[Phase, str]
     workspace_bytes: int = Field(ge=0)
     zero_workspace: bool = False
@@ -97,14 +133,41 @@ class SelectionRow(BaseModel):
 
     capability_major: Optional[int] = None
     candidates: list[str] = Field(min_length=1)
+    note: str = ""
+
+
+Selection = dict[Literal["standard", "mla"], dict[Phase, list[SelectionRow]]]
+
+
+class EngineSpec(BaseModel):
+    """One engine layer (SPEC §10): the versions modelled and its selection order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    doc: str = ""
+    covers: Optional[str] = None        # packaging specifier of the versions the data models
+    versions: list[str] = []            # the modelled releases, newest last
+    selection: Selection
+
+
+class CubinIndexSpec(BaseModel):
+    """Where trtllm-gen cubins can come from (issue 12 item 3): kept as data, not guessed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pypi_max: str                        # the package index serves flashinfer-cubin up to this version
+    wheel_index: str                     # FlashInfer's own wheel index
+    doc: str = ""
 
 
 class BackendCatalogSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backends: dict[str, BackendSpec]
-    selection: dict[Literal["standard", "mla"], dict[Phase, list[SelectionRow]]]
+    default_engine: Literal["vllm", "flashinfer"] = "vllm"
+    engines: dict[Literal["vllm", "flashinfer"], EngineSpec]
     force: dict[Literal["standard", "mla"], dict[str, dict[Phase, str]]]
+    cubins: Optional[CubinIndexSpec] = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +200,40 @@ class Rule:
     pack: str
     file: str
     checks: tuple[Check, ...] = field(default=(), compare=False)
+    layer: str = "kernel"
+    flashinfer: Optional[str] = None
+    vllm: Optional[str] = None
+    verified: Any = field(default=None, compare=False)
+
+    def provenance(self) -> str:
+        """One line: where this rule was verified, or why it is read from source only."""
+        v = self.verified
+        if v is None:
+            return "unrecorded"
+        if isinstance(v, SourceOnly):
+            return f"source only: {v.source_only}"
+        return "; ".join(f"{r.verdict} on {r.device} ({r.capability}, flashinfer {r.flashinfer}, {r.date})" for r in v)
+
+    def applies(self, engine: str, engine_version: Optional[str], flashinfer_version: Any) -> bool:
+        """Whether this rule speaks for this engine layer and these versions (SPEC §10).
+
+        Engine rules apply under their engine and vLLM range only; a kernel rule's flashinfer range
+        limits it to those releases (an unknown flashinfer version keeps it: fail closed)."""
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
+
+        if self.layer == "engine":
+            if engine != "vllm":
+                return False
+            if self.vllm is None or engine_version is None:
+                return True
+            return SpecifierSet(self.vllm).contains(Version(engine_version), prereleases=True)
+        if self.flashinfer is None or flashinfer_version is None:
+            return True
+        try:
+            return SpecifierSet(self.flashinfer).contains(Version(str(flashinfer_version)), prereleases=True)
+        except InvalidVersion:
+            return True
 
 
 @dataclass(frozen=True, eq=False)  # identity-hashed: one loaded set keys the caches
@@ -145,10 +242,13 @@ class RuleSet:
 
     rules: tuple[Rule, ...]
     backends: dict[str, BackendSpec]
-    selection: dict[str, dict[str, list[SelectionRow]]]
+    selection: dict[str, dict[str, list[SelectionRow]]]   # the default engine's (kept for old readers)
     force: dict[str, dict[str, dict[str, str]]]
     revision: str
     files: tuple[str, ...]
+    engines: dict[str, EngineSpec] = field(default_factory=dict)
+    default_engine: str = "vllm"
+    cubins: Optional[CubinIndexSpec] = None
 
     @property
     def checks(self) -> tuple[Check, ...]:
@@ -208,12 +308,22 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
     except ValidationError as exc:
         raise RulePackError(str(backends_path), _pydantic_msg(exc)) from None
     known = set(catalog.backends)
-    for kind, phases in catalog.selection.items():
-        for phase, rows in phases.items():
-            for row in rows:
-                for b in row.candidates:
-                    if b not in known:
-                        raise RulePackError(str(backends_path), f"selection.{kind}.{phase} names unknown backend {b!r}")
+    if catalog.default_engine not in catalog.engines:
+        raise RulePackError(str(backends_path), f"default_engine {catalog.default_engine!r} has no engines entry")
+    for ename, eng in catalog.engines.items():
+        for raw in ([eng.covers] if eng.covers else []):
+            _specifier(str(backends_path), raw, f"engines.{ename}.covers")
+        for kind, phases in eng.selection.items():
+            for phase, rows in phases.items():
+                for row in rows:
+                    for b in row.candidates:
+                        if b not in known:
+                            raise RulePackError(str(backends_path),
+                                                f"engines.{ename}.selection.{kind}.{phase} names unknown backend {b!r}")
+    for name, spec in catalog.backends.items():
+        for phase in spec.phases:
+            if phase not in spec.calls:
+                raise RulePackError(str(backends_path), f"backend {name!r} lists phase {phase} but has no call for it")
     for kind, table in catalog.force.items():
         for name, per_phase in table.items():
             for b in per_phase.values():
@@ -245,7 +355,12 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
                     Version(spec.fixed_in)
                 except InvalidVersion:
                     raise RulePackError(str(path), f"fixed_in {spec.fixed_in!r} is not a version", rule=spec.id) from None
-            rule = Rule(spec.id, spec.title, spec.reason, spec.source, spec.fix, spec.fixed_in, pack.pack, str(path))
+            for key in ("flashinfer", "vllm"):
+                raw = getattr(spec, key)
+                if raw is not None:
+                    _specifier(str(path), raw, key, rule=spec.id)
+            rule = Rule(spec.id, spec.title, spec.reason, spec.source, spec.fix, spec.fixed_in, pack.pack, str(path),
+                        layer=spec.layer, flashinfer=spec.flashinfer, vllm=spec.vllm, verified=spec.verified)
             checks = []
             for i, c in enumerate(spec.checks):
                 for b in c.backends or ():
@@ -264,11 +379,24 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
                                     when, require, c.message))
             object.__setattr__(rule, "checks", tuple(checks))
             rules.append(rule)
+    default_sel = catalog.engines[catalog.default_engine].selection
     return RuleSet(
         rules=tuple(rules),
         backends=dict(catalog.backends),
-        selection={k: {p: list(v) for p, v in ph.items()} for k, ph in catalog.selection.items()},
+        selection={k: {p: list(v) for p, v in ph.items()} for k, ph in default_sel.items()},
         force={k: {n: dict(m) for n, m in t.items()} for k, t in catalog.force.items()},
         revision=digest.hexdigest()[:12],
         files=tuple(str(p) for p in sorted(pack_paths)),
+        engines=dict(catalog.engines),
+        default_engine=catalog.default_engine,
+        cubins=catalog.cubins,
     )
+
+
+def _specifier(file: str, raw: str, what: str, rule: str | None = None) -> None:
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+    try:
+        SpecifierSet(raw)
+    except InvalidSpecifier:
+        raise RulePackError(file, f"{what} {raw!r} is not a version specifier", rule=rule) from None

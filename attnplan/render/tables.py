@@ -38,14 +38,19 @@ def node_label(node: NodeFacts) -> str:
     return f"{name} (capability {cap}, {node.capability.source.value})"
 
 
+def _engine(a: PlanAnswer) -> str:
+    return a.engine.name + (f" {a.engine.version}" if a.engine.version else "")
+
+
 def render_answer(a: PlanAnswer) -> str:
     out: list[str] = []
     if a.ok and a.plan is not None:
         p = a.plan
-        out.append(f"{paint('OK', '32;1')}  {node_label(a.node)}")
+        out.append(f"{paint('OK', '32;1')}  {node_label(a.node)}  [engine {_engine(a)}]")
         out.append("")
         rows = [
             ("backend", p.prefill.backend, p.decode.backend),
+            ("call", p.prefill.call, p.decode.call),
             ("kernel", p.prefill.kernel, p.decode.kernel),
             ("query dtype", p.prefill.query_dtype, p.decode.query_dtype),
             ("KV view dtype", p.prefill.kv_view_dtype, p.decode.kv_view_dtype),
@@ -60,6 +65,10 @@ def render_answer(a: PlanAnswer) -> str:
         out.append("")
         out.append(f"KV cache: layout {kv.layout}, page_size {kv.page_size}, storage {kv.storage_dtype} viewed as "
                    f"{kv.view_dtype}, {kv.num_kv_heads} KV heads x {kv.head_dim_k}{' (MLA latent)' if kv.mla else ''}{extra}")
+        at = p.attention
+        split = at.split_kv + (f" ({at.fixed_split_size} pages)" if at.fixed_split_size else "")
+        out.append(f"attention: sm_scale {at.sm_scale:.4g}, window_left {at.window_left}, soft-cap {at.logits_soft_cap:g}, "
+                   f"sinks {at.sinks}, split-KV {split}")
         out.append("")
         m = p.metadata
         out.append(table(("batch kind", "all_uses_trtllm", "host seq_lens", "paged_kv_indices", "prefill indptr"), [
@@ -70,10 +79,10 @@ def render_answer(a: PlanAnswer) -> str:
         out.append("")
         out.append("warm-up: " + "; ".join(f"{m.kind} {m.name}" for m in mods))
     else:
-        out.append(f"{paint('REJECTED', '31;1')}  {node_label(a.node)}")
+        out.append(f"{paint('REJECTED', '31;1')}  {node_label(a.node)}  [engine {_engine(a)}]")
         out.append("")
-        out.append(table(("rule", "phase", "backend", "observed", "required"), [
-            (v.rule, v.phase, v.backend or "-", v.observed, v.required) for v in a.violations]))
+        out.append(table(("rule", "layer", "phase", "backend", "observed", "required"), [
+            (v.rule, v.layer, v.phase, v.backend or "-", v.observed, v.required) for v in a.violations]))
         out.append("")
         for v in a.violations:
             out.append(f"  [{v.rule}] {v.message}")
@@ -94,13 +103,17 @@ def render_answer(a: PlanAnswer) -> str:
 def render_explain(e: Explanation) -> str:
     verdict = {"pass": "pass", "fail": paint("FAIL", "31"), "skip": "n/a"}
     cols = [c for c in e.columns if any((r, c[0], c[1]) in e.cells for r in e.rules)]
-    headers = ["rule"] + [("pair" if ph == "both" else f"{ph}/{b}") for ph, b in cols]
+    headers = ["rule", "layer"] + [("pair" if ph == "both" else f"{ph}/{b}") for ph, b in cols]
     rows = []
     for r in e.rules:
         if not any((r, ph, b) in e.cells for ph, b in cols):
             continue
-        rows.append([r] + [verdict[e.cells[(r, ph, b)].verdict] if (r, ph, b) in e.cells else "-" for ph, b in cols])
-    out = [render_answer(e.answer).splitlines()[0], "", table(headers, rows), "", "facts each rule read:"]
+        rows.append([r, (e.layers or {}).get(r, "kernel")]
+                    + [verdict[e.cells[(r, ph, b)].verdict] if (r, ph, b) in e.cells else "-" for ph, b in cols])
+    eng = e.answer.engine
+    out = [render_answer(e.answer).splitlines()[0],
+           f"engine layer: {eng.name}{' ' + eng.version if eng.version else ''} (kernel rules: FlashInfer; engine rules: "
+           f"{'vLLM' if eng.name == 'vllm' else 'none'})", "", table(headers, rows), "", "facts each rule read:"]
     seen: set[str] = set()
     for r in e.rules:
         for ph, b in cols:
@@ -125,24 +138,38 @@ def render_node(node: NodeFacts) -> str:
     return table(("fact", "value", "source", "detail"), rows)
 
 
-def render_rules(rs: RuleSet) -> str:
+def _versions(r: Any) -> str:
+    return f"vllm {r.vllm}" if r.vllm else f"flashinfer {r.flashinfer}" if r.flashinfer else "-"
+
+
+def render_rules(rs: RuleSet, only: set[str] | None = None) -> str:
     rows = []
-    for r in rs.rules:
+    shown = [r for r in rs.rules if only is None or r.id in only]
+    for r in shown:
         backends = sorted({b for c in r.checks for b in (c.backends or ())}) or ["(pair)" if any(c.scope == "pair" for c in r.checks) else "all"]
-        rows.append((r.id, r.title, ",".join(backends), r.source))
-    return table(("id", "title", "backends", "source"), rows) + f"\n\nrules revision {rs.revision}; {len(rs.rules)} rules"
+        rows.append((r.id, r.layer, _versions(r), r.title, ",".join(backends), r.source, r.provenance()))
+    return (table(("id", "layer", "versions", "title", "backends", "source", "verified"), rows)
+            + f"\n\nrules revision {rs.revision}; {len(shown)} rules")
 
 
-def rules_json(rs: RuleSet) -> dict[str, Any]:
+def rules_json(rs: RuleSet, only: set[str] | None = None) -> dict[str, Any]:
+    def verified(r: Any) -> Any:
+        v = r.verified
+        if v is None:
+            return None
+        return v.model_dump() if hasattr(v, "model_dump") else [x.model_dump() for x in v]
+
     return {
         "rules_revision": rs.revision,
         "rules": [{
             "id": r.id, "title": r.title, "reason": r.reason, "source": r.source, "fix": r.fix,
-            "fixed_in": r.fixed_in, "pack": r.pack,
+            "fixed_in": r.fixed_in, "pack": r.pack, "layer": r.layer, "flashinfer": r.flashinfer, "vllm": r.vllm,
+            "verified": verified(r), "provenance": r.provenance(),
             "checks": [{"scope": c.scope, "backends": sorted(c.backends) if c.backends else None,
                         "phases": sorted(c.phases) if c.phases else None,
                         "when": c.when.describe() if c.when else None, "require": c.require.describe()}
                        for c in r.checks],
-        } for r in rs.rules],
+        } for r in rs.rules if only is None or r.id in only],
         "backends": {n: b.model_dump() for n, b in rs.backends.items()},
+        "engines": {n: e.model_dump() for n, e in rs.engines.items()},
     }

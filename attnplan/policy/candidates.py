@@ -1,0 +1,158 @@
+"""One candidate backend for one phase, against every applicable check (SPEC §4).
+
+``evaluate_candidate`` is the public per-candidate evaluation that ``explain`` and ``matrix`` use;
+``evaluate`` (engine.py) runs it for each candidate the selection order names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+from .answer import TraceEntry, Violation
+from .conditions import Failure, Leaf
+from .config import AttentionConfig
+from .facts import NodeFacts
+from .facts_catalog import PAGE_SIZE, base_context, display
+from .rulepack import Check, RuleSet
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+(?:\.[a-z_]+)?)\}")
+
+
+def _message(check: Check, ctx: dict[str, Any], failures: list[Failure]) -> str:
+    if check.message:
+        return _PLACEHOLDER.sub(lambda m: display(m.group(1), ctx.get(m.group(1))), check.message)
+    return "; ".join(f"{f.fact} is {display(f.fact, f.observed) if not isinstance(f.observed, dict) else f.observed}, "
+                     f"needs {f.required}" for f in failures) or check.rule.title
+
+
+def violation(check: Check, ctx: dict[str, Any], phase: str, backend: Optional[str]) -> Violation:
+    failures = check.require.failures(ctx)
+    first = failures[0] if failures else None
+    observed: Any = None
+    if first is not None:
+        observed = first.observed if isinstance(first.observed, dict) else display(first.fact, first.observed)
+    return Violation(
+        rule=check.rule.id, phase=phase, backend=backend,  # type: ignore[arg-type]
+        fact=first.fact if first else None, observed=observed,
+        required=" and ".join(dict.fromkeys(f.required for f in failures)) or check.require.describe(),
+        message=_message(check, ctx, failures), fix=check.rule.fix, layer=check.rule.layer,  # type: ignore[arg-type]
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def _check_reads(check: Check) -> tuple[str, ...]:
+    return tuple(sorted(set(check.require.reads) | (set(check.when.reads) if check.when else set())))
+
+
+def trace_entry(check: Check, ctx: dict[str, Any], phase: str, backend: Optional[str], verdict: str) -> TraceEntry:
+    # Interned display strings: memoised answers share them instead of holding copies.
+    inputs = {f: sys.intern(display(f, ctx.get(f))) for f in _check_reads(check)}
+    return TraceEntry(rule=check.rule.id, check=check.index, phase=phase, backend=backend,  # type: ignore[arg-type]
+                      verdict=verdict, inputs=inputs, required=check.require.describe(),  # type: ignore[arg-type]
+                      layer=check.rule.layer)
+
+
+def _reads_page(check: Check) -> bool:
+    return PAGE_SIZE in check.require.reads or (check.when is not None and PAGE_SIZE in check.when.reads)
+
+
+def page_domain(ruleset: RuleSet) -> tuple[int, ...]:
+    """Every page size a rule names, ascending: the plan picks the smallest valid one (derived, not listed)."""
+    return _page_domain(ruleset)
+
+
+@functools.lru_cache(maxsize=8)
+def _page_domain(ruleset: RuleSet) -> tuple[int, ...]:
+    values: set[int] = set()
+
+    def walk(p: Any) -> None:
+        if isinstance(p, Leaf):
+            if p.fact == PAGE_SIZE and p.op in ("in", "eq"):
+                values.update(v for v in (p.operand if isinstance(p.operand, tuple) else (p.operand,)) if isinstance(v, int))
+        for child in getattr(p, "parts", ()):
+            walk(child)
+        if hasattr(p, "part"):
+            walk(p.part)
+
+    for c in ruleset.checks:
+        walk(c.require)
+    return tuple(sorted(values))
+
+
+@dataclass
+class CandidateResult:
+    phase: str
+    backend: str
+    violations: list[Violation] = field(default_factory=list)
+    pages: tuple[int, ...] = ()
+    trace: list[TraceEntry] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations and bool(self.pages)
+
+
+def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, backend: str,
+                  pages: tuple[int, ...], with_trace: bool) -> CandidateResult:
+    """The candidate-scope checks over one (phase, backend); page-reading checks keep the sizes that pass."""
+    ctx = dict(base)
+    ctx["phase"], ctx["backend"] = phase, backend
+    res = CandidateResult(phase, backend)
+    page_checks: list[Check] = []
+    for check in checks:
+        if check.scope != "candidate" or not check.applies_to(backend, phase):
+            continue
+        if _reads_page(check):
+            page_checks.append(check)
+            continue
+        if check.when is not None and not check.when.test(ctx):
+            if with_trace:
+                res.trace.append(trace_entry(check, ctx, phase, backend, "skip"))
+            continue
+        passed = check.require.test(ctx)
+        if not passed:
+            res.violations.append(violation(check, ctx, phase, backend))
+        if with_trace:
+            res.trace.append(trace_entry(check, ctx, phase, backend, "pass" if passed else "fail"))
+    ok_pages = []
+    for p in pages:
+        ctx[PAGE_SIZE] = p
+        if all(c.require.test(ctx) for c in page_checks if c.when is None or c.when.test(ctx)):
+            ok_pages.append(p)
+    res.pages = tuple(ok_pages)
+    fixed = base[PAGE_SIZE]
+    ctx[PAGE_SIZE] = fixed
+    for check in page_checks:
+        if not (check.when is None or check.when.test(ctx)):
+            if with_trace:
+                res.trace.append(trace_entry(check, ctx, phase, backend, "skip"))
+            continue
+        passed = bool(ok_pages) if fixed is None else check.require.test(ctx)
+        if not passed:
+            res.violations.append(violation(check, ctx, phase, backend))
+        if with_trace:
+            entry = trace_entry(check, ctx, phase, backend, "pass" if passed else "fail")
+            if fixed is None:
+                entry = dataclasses.replace(entry, inputs={**entry.inputs, PAGE_SIZE: f"unset (valid: {', '.join(map(str, ok_pages)) or 'none'})"})
+            res.trace.append(entry)
+    return res
+
+
+def evaluate_candidate(config: AttentionConfig, node: NodeFacts, phase: str, backend: str, *,
+                       ruleset: RuleSet | None = None, engine: Optional[str] = None,
+                       pages: Optional[tuple[int, ...]] = None, trace: bool = False) -> CandidateResult:
+    """Every candidate-scope rule of the engine layer over one (phase, backend), as ``evaluate`` sees it."""
+    from .engine import default_ruleset
+    from .engines import active_checks, resolve_engine
+
+    rs = ruleset or default_ruleset()
+    ref = resolve_engine(engine, node, rs)
+    if pages is None:
+        pages = (config.page_size,) if config.page_size is not None else page_domain(rs)
+    return run_candidate(active_checks(rs, ref, node.flashinfer_version.value), base_context(config, node),
+                         phase, backend, pages, trace)

@@ -1,0 +1,83 @@
+"""Engine layers (SPEC §10): which engine and version an answer speaks for, and which rules apply.
+
+``vllm`` (the default) is FlashInfer's kernel rules plus vLLM's own gates, read for the versions
+``rules/backends.yaml`` models; ``flashinfer`` is the kernel rules alone. A version the data does
+not model is an error naming the modelled ones, never a guess.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+from .answer import EngineRef
+from .errors import InvalidInputError
+from .facts import NodeFacts
+from .rulepack import Check, RuleSet
+
+
+def engine_names(rs: RuleSet) -> list[str]:
+    """What ``--engine`` accepts: each engine, and ``vllm==X`` for every modelled release."""
+    out = []
+    for name, spec in rs.engines.items():
+        out.append(name)
+        out += [f"{name}=={v}" for v in spec.versions]
+    return out
+
+
+def _covered(rs: RuleSet, name: str, version: str) -> bool:
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    spec = rs.engines[name]
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return False
+    if spec.covers is not None and SpecifierSet(spec.covers).contains(v, prereleases=True):
+        return True
+    return any(Version(m) == v for m in spec.versions)
+
+
+def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> EngineRef:
+    """``None``/``"vllm"``: the vllm installed on the node (``node.vllm_version``), else the newest
+    modelled; ``"vllm==X"``: that release; ``"flashinfer"``: kernel truth alone.
+    Raises InvalidInputError naming the covered engines for anything else."""
+    raw = (engine or rs.default_engine).strip().lower()
+    name, _, version = raw.partition("==")
+    name = name.strip()
+    allowed = engine_names(rs)
+    if name not in rs.engines:
+        raise InvalidInputError("engine", f"unknown engine {engine!r}", allowed)
+    spec = rs.engines[name]
+    if name == "flashinfer":
+        if version:
+            raise InvalidInputError("engine", "the flashinfer layer is the node's flashinfer (give --flashinfer-version)", allowed)
+        fi = node.flashinfer_version.value
+        return EngineRef(name="flashinfer", version=str(fi) if fi is not None else None)
+    if not version:
+        installed = node.vllm_version.value
+        version = str(installed) if installed else (spec.versions[-1] if spec.versions else "")
+        if installed and not _covered(rs, name, version):
+            raise InvalidInputError("engine", f"vllm {installed} is installed on this node, but the rules model "
+                                    f"{spec.covers or ', '.join(spec.versions)} only; pass --engine with a covered one", allowed)
+    version = version.strip()
+    if not _covered(rs, name, version):
+        raise InvalidInputError("engine", f"{name} {version} is not modelled (covered: {spec.covers or ', '.join(spec.versions)})",
+                                allowed)
+    return EngineRef(name=name, version=version)  # type: ignore[arg-type]
+
+
+def active_checks(rs: RuleSet, engine: EngineRef, flashinfer_version: object) -> tuple[Check, ...]:
+    """The checks of every rule that speaks for this engine and these versions."""
+    return _active(rs, engine.name, engine.version if engine.name == "vllm" else None,
+                   str(flashinfer_version) if flashinfer_version is not None else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _active(rs: RuleSet, name: str, version: Optional[str], fi: Optional[str]) -> tuple[Check, ...]:
+    return tuple(c for r in rs.rules if r.applies(name, version, fi) for c in r.checks)
+
+
+def selection_for(rs: RuleSet, engine: EngineRef) -> dict:
+    return rs.engines[engine.name].selection

@@ -1,0 +1,108 @@
+"""Suggestions (SPEC §4): single-field changes that make a config valid on this node, each verified
+by re-evaluating every rule of the same engine layer - never a guess."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from .answer import PlanAnswer, Suggestion
+from .candidates import page_domain
+from .config import KV_CACHE_DTYPES, AttentionConfig
+from .engine import default_ruleset, evaluate
+from .facts import Fact, NodeFacts
+from .rulepack import RuleSet
+from .version import SUPPORTED_FLASHINFER
+
+
+def _config_candidates(config: AttentionConfig, node: NodeFacts, rs: RuleSet) -> Iterable[tuple[str, Any]]:
+    seen_kv = {config.kv_dtype}
+    for kv in KV_CACHE_DTYPES:
+        norm = config.dtype if kv == "auto" else ("fp8_e4m3" if kv == "fp8" else kv)
+        if norm in seen_kv or kv == config.kv_cache_dtype:
+            continue
+        seen_kv.add(norm)
+        yield "kv_cache_dtype", kv
+    for p in page_domain(rs):
+        if p != config.page_size:
+            yield "page_size", p
+    effective_bi = config.batch_invariant if config.batch_invariant is not None else bool(node.batch_invariant_env.value)
+    if effective_bi:
+        yield "batch_invariant", False
+    if config.attention_backend != "auto":
+        yield "attention_backend", "auto"
+
+
+def _node_candidates(node: NodeFacts, rs: RuleSet) -> Iterable[tuple[str, Any, NodeFacts]]:
+    fi = node.flashinfer_version.value
+    if fi is not None and node.flashinfer_cubin_version.value != fi:
+        yield "flashinfer_cubin", fi, node.with_fact(flashinfer_cubin_version=Fact.declared(fi, "suggested install"))
+    from packaging.version import Version
+
+    versions = {SUPPORTED_FLASHINFER} | {r.fixed_in for r in rs.rules if r.fixed_in}
+    for v in sorted(versions, key=Version):
+        if v != fi:
+            # A new flashinfer comes with its matching flashinfer-cubin when one was installed.
+            update = {"flashinfer_version": Fact.declared(v, "suggested upgrade")}
+            if node.flashinfer_cubin_version.value is not None and node.flashinfer_cubin_version.value == fi:
+                update["flashinfer_cubin_version"] = Fact.declared(v, "suggested upgrade")
+            yield "flashinfer_version", v, node.with_fact(**update)
+
+
+def _cubin_words(value: Any, rs: RuleSet) -> str:
+    """Where flashinfer-cubin ``value`` can really come from (the package index stops at cubins.pypi_max)."""
+    from packaging.version import InvalidVersion, Version
+
+    idx = rs.cubins
+    try:
+        on_pypi = idx is None or Version(str(value)) <= Version(idx.pypi_max)
+    except InvalidVersion:
+        on_pypi = False
+    if on_pypi:
+        return f"pip install flashinfer-cubin=={value} (trtllm-gen cubins from the wheel)"
+    return (f"install flashinfer-cubin {value} from FlashInfer's wheel index ({idx.wheel_index}; the package index "
+            f"stops at {idx.pypi_max}), or point FLASHINFER_CUBIN_DIR at a directory holding its trtllm-gen cubins")
+
+
+_FIELD_WORDS = {
+    "kv_cache_dtype": "kv_cache_dtype={value}",
+    "page_size": "page_size={value}",
+    "batch_invariant": "turn batch-invariant mode off",
+    "attention_backend": "let attnplan choose the backend (attention_backend=auto)",
+    "flashinfer_version": "install flashinfer-python=={value}",
+}
+
+
+def suggestions_for(config: AttentionConfig, node: NodeFacts, rs: RuleSet | None = None, *,
+                    engine: Optional[str] = None) -> list[Suggestion]:
+    """Single-field changes that make the config valid on this node, each verified by re-evaluation."""
+    rs = rs or default_ruleset()
+    out: list[Suggestion] = []
+
+    def keep(field_: str, value: Any, target: str, answer: PlanAnswer) -> None:
+        if answer.status != "ok" or answer.plan is None:
+            return
+        pb, db = answer.plan.prefill.backend, answer.plan.decode.backend
+        what = _cubin_words(value, rs) if field_ == "flashinfer_cubin" else _FIELD_WORDS[field_].format(value=value)
+        out.append(Suggestion(field=field_, value=value, target=target,  # type: ignore[arg-type]
+                              message=f"{what}: then prefill runs {pb}, decode runs {db}", prefill=pb, decode=db))
+
+    for field_, value in _config_candidates(config, node, rs):
+        try:
+            trial = config.replace(**{field_: value})
+        except ValueError:
+            continue
+        keep(field_, value, "config", evaluate(trial, node, rs, trace=False, engine=engine))
+    for field_, value, trial_node in _node_candidates(node, rs):
+        keep(field_, value, "node", evaluate(config, trial_node, rs, trace=False, engine=engine))
+    return out
+
+
+def apply_suggestion(config: AttentionConfig, node: NodeFacts, s: Suggestion,
+                     ruleset: RuleSet | None = None) -> tuple[AttentionConfig, NodeFacts]:
+    """The (config, node) a suggestion describes - what tests and callers re-plan with (the caller's rules)."""
+    if s.target == "config":
+        return config.replace(**{s.field: s.value}), node
+    for field_, value, trial in _node_candidates(node, ruleset or default_ruleset()):
+        if field_ == s.field and value == s.value:
+            return config, trial
+    raise ValueError(f"suggestion {s.field}={s.value} does not apply to this node")
