@@ -1,0 +1,89 @@
+"""Every FlashInfer call verify makes binds to the installed FlashInfer's real signatures (CPU)."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("flashinfer")
+
+from attnplan.policy import default_ruleset, simulated_node  # noqa: E402
+from attnplan.verify import calls, generate  # noqa: E402
+
+
+def _bind(steps):
+    cls = None
+    for s in steps:
+        if s.kind == "new":
+            cls = calls.resolve(s.target)
+            inspect.signature(cls).bind(*s.args, **s.kwargs)
+        elif s.kind == "method":
+            fn = getattr(cls, s.target)
+            inspect.signature(getattr(fn, "__wrapped__", fn)).bind(None, *s.args, **s.kwargs)
+        else:
+            fn = calls.resolve(s.target)
+            inspect.signature(getattr(fn, "__wrapped__", fn)).bind(*s.args, **s.kwargs)
+
+
+def _spec(call, **over):
+    spec = dict(call=call, backend="fa2", flashinfer_backend="fa2", phase="decode", use_tensor_cores=True, q_len=1,
+                query_dtype="bfloat16", kv_view_dtype="bfloat16", output_dtype="bfloat16", head_dim_qk=64,
+                head_dim_vo=64, num_qo_heads=4, num_kv_heads=2, page_size=16, mla=False, kv_lora_rank=None,
+                qk_rope_head_dim=None, sm_scale=0.125, window_left=-1, logits_soft_cap=None, sinks=False,
+                tolerance=1e-2, seed=1)
+    spec.update(over)
+    return spec
+
+
+SPECS = [
+    _spec("paged_prefill", phase="prefill"),
+    _spec("paged_prefill", phase="prefill", kv_view_dtype="nvfp4", sinks=True),
+    _spec("paged_decode"),
+    _spec("paged_decode", kv_view_dtype="float8_e4m3fn", window_left=31, logits_soft_cap=30.0),
+    _spec("sink", phase="prefill", sinks=True, window_left=63),
+    _spec("xqa_decode", flashinfer_backend="xqa", sinks=True, q_len=2),
+    _spec("xqa_decode", flashinfer_backend="xqa", kv_view_dtype="nvfp4"),
+    _spec("mla_paged_decode", mla=True, kv_lora_rank=64, qk_rope_head_dim=16, num_qo_heads=4, num_kv_heads=4),
+    _spec("ragged_prefill", phase="prefill", head_dim_qk=96, head_dim_vo=64),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"{s['call']}-{s['kv_view_dtype']}")
+def test_each_call_binds_to_flashinfer(spec):
+    inp = calls.make_inputs(spec, torch, "cpu")
+    ws = torch.zeros(16, dtype=torch.uint8)
+    _bind(calls.CALLS[spec["call"]](spec, inp, torch, ws))
+
+
+def test_the_table_covers_every_runnable_call():
+    from attnplan.verify.select import RUNNABLE_CALLS
+
+    assert set(calls.CALLS) == set(RUNNABLE_CALLS)
+
+
+def test_reference_reads_the_cache_the_kernel_reads():
+    # The reference's keys are the paged cache's own contents, dequantized: an nvfp4 page holds
+    # e2m1 codes times fp8 scales, and the slots past a request's length are never read.
+    spec = _spec("paged_decode", kv_view_dtype="nvfp4")
+    inp = calls.make_inputs(spec, torch, "cpu")
+    assert inp.k.dtype == torch.uint8 and inp.sf[0].dtype == torch.float8_e4m3fn
+    assert [k.shape[0] for k in inp.keys] == list(calls.KV_LENS)
+    page = spec["page_size"]
+    first = inp.pages[0][0]
+    deq = calls._dequant_nvfp4(torch, inp.k[first], inp.sf[0][first])
+    assert torch.equal(inp.keys[0][:page], deq)
+    assert torch.isnan(inp.out).all()
+
+
+def test_generated_probes_for_the_shipped_rules_build_their_calls():
+    gen = generate(default_ruleset(), simulated_node("H100"), quick=True)
+    ran = 0
+    for p in gen.probes:
+        if p.skip or p.spec["query_dtype"] not in ("bfloat16", "float16"):
+            continue
+        inp = calls.make_inputs(p.spec, torch, "cpu")
+        _bind(calls.CALLS[p.call](p.spec, inp, torch, torch.zeros(16, dtype=torch.uint8)))
+        ran += 1
+    assert ran > 10
