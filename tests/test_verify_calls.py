@@ -21,7 +21,12 @@ def _bind(steps):
             inspect.signature(cls).bind(*s.args, **s.kwargs)
         elif s.kind == "method":
             fn = getattr(cls, s.target)
-            inspect.signature(getattr(fn, "__wrapped__", fn)).bind(None, *s.args, **s.kwargs)
+            sig = inspect.signature(getattr(fn, "__wrapped__", fn))
+            sig.bind(None, *s.args, **s.kwargs)
+            if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+                # BatchDecodeWithPagedKVCacheWrapper.plan(**kwargs) forwards to _plan_impl: bind there.
+                impl = getattr(cls, f"_{s.target}_impl")
+                inspect.signature(impl).bind(None, *s.args, **s.kwargs)
         else:
             fn = calls.resolve(s.target)
             inspect.signature(getattr(fn, "__wrapped__", fn)).bind(*s.args, **s.kwargs)

@@ -214,12 +214,14 @@ def sink(spec: dict[str, Any], inp: Inputs, torch: Any, ws: Any) -> list[Step]:
 
 def xqa_decode(spec: dict[str, Any], inp: Inputs, torch: Any, ws: Any) -> list[Step]:
     """XQA through trtllm_batch_decode_with_kv_cache(backend="xqa") - what FlashInfer's 'auto'
-    picks on 9.x/12.x and what vLLM 0.33 calls there. No soft-cap argument exists."""
+    picks on 9.x/12.x and what vLLM 0.33 calls there. No soft-cap argument exists. Sinks go as
+    one float32 tensor [Hq], as vLLM passes them: the XQA path reshapes it (decode.py,
+    xqa_batch_decode_with_kv_cache: ``sinks.reshape(num_kv_heads, -1)``), so a list would fail."""
     m = _meta(torch, inp, int(spec["page_size"]), ws.device)
     kw: dict[str, Any] = dict(
         query=inp.q, kv_cache=(inp.k, inp.v), workspace_buffer=ws, block_tables=m["table"], seq_lens=m["seq_lens_dev"],
         max_seq_len=max(inp.kv_lens), bmm1_scale=spec["sm_scale"], bmm2_scale=1.0, window_left=spec["window_left"],
-        out=inp.out, sinks=[inp.sinks] if inp.sinks is not None else None, kv_layout="NHD", backend="xqa",
+        out=inp.out, sinks=inp.sinks, kv_layout="NHD", backend="xqa",
         q_len_per_req=int(spec["q_len"]))
     if inp.sf is not None:
         kw["kv_cache_sf"] = inp.sf

@@ -1,9 +1,10 @@
 """Run probes in processes of their own, JIT modules first, every one under a time limit.
 
-Pass 1 (build): one probe per JIT module (``Probe.module``), ``jobs`` at a time, under the long
-build limit - FlashInfer compiles the module inside that probe's process (its own file lock
-keeps two builds of one module apart), and the probe's result counts. Pass 2: every other probe,
-``jobs`` at a time, under the short probe limit; their modules are on disk by then. A probe that
+The first probe of each JIT module (``Probe.module``) runs under the long build limit -
+FlashInfer compiles the module inside that probe's process (its file lock keeps two builds of
+one module apart) and the probe's result counts - and the modules are built ``jobs`` at a time
+(each build's ninja takes MAX_JOBS). As soon as a module is built, its other probes run first,
+under the short probe limit. A probe that
 outlives its limit is killed with its process group and recorded as ``hang``; the run goes on.
 A ``deadline`` (seconds from the start) stops new probes from starting: they are recorded as
 skipped, so a lease that ends still leaves a report.
@@ -13,13 +14,14 @@ The runner is injected: tests pass a function that stands in for FlashInfer.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Optional, Sequence
 
 from .generate import Probe
@@ -56,35 +58,106 @@ def subprocess_runner(command: Sequence[str] = CHILD, env: Optional[dict[str, st
     return run
 
 
+def build_order(probes: list[Probe]) -> list[Probe]:
+    """One probe per JIT module, breadth-first over the rules (each rule's first boundary, then
+    each rule's second...), so that a run cut short by its deadline still covers every rule."""
+    queues: dict[str, list[Probe]] = {}
+    for p in probes:
+        for b in p.boundaries:
+            queues.setdefault(b.rule, []).append(p)
+    order: list[Probe] = []
+    seen: set[str] = set()
+    while any(queues.values()):
+        for rule in list(queues):
+            while queues[rule]:
+                p = queues[rule].pop(0)
+                if p.module not in seen:
+                    seen.add(p.module)
+                    order.append(p)
+                    break
+    return order
+
+
+_BUILD_FAILURE = ("ninja", "nvcc", "compil", "build failed", "static_assert")
+
+
 def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_timeout: float = 420.0,
                probe_timeout: float = 90.0, deadline: Optional[float] = None,
                progress: Callable[[str], None] = lambda s: None) -> dict[str, dict[str, Any]]:
-    """Results by probe id (skipped probes included, with their reason)."""
+    """Results by probe id (skipped probes included, with their reason).
+
+    The first probe of each JIT module runs under ``build_timeout``; as soon as it finishes, the
+    module's other probes go to the front of the queue under ``probe_timeout``. If the first
+    probe hung, or failed compiling the module, the others are not run (they would only build it
+    again): they carry that result, naming the probe it came from."""
     start = time.monotonic()
     results: dict[str, dict[str, Any]] = {}
     for p in probes:
         if p.skip:
             results[p.id] = {"outcome": "skipped", "error": p.skip, "seconds": 0.0}
     todo = [p for p in probes if not p.skip]
-    first: dict[str, Probe] = {}
+    builds = build_order(todo)
+    builds += [p for p in todo if p.module not in {b.module for b in builds}]
+    first = {p.module: p for p in builds}
+    followers: dict[str, list[Probe]] = {}
     for p in todo:
-        first.setdefault(p.module, p)
-    builds = list(first.values())
-    rest = [p for p in todo if first[p.module] is not p]
+        if first[p.module] is not p:
+            followers.setdefault(p.module, []).append(p)
+    heap: list[tuple[int, int, str, Probe]] = [(1, i, "build", p) for i, p in enumerate(builds)]
+    heapq.heapify(heap)
+    lock = threading.Condition()
+    state = {"in_flight": 0, "seq": len(builds), "done": 0}
+    total = len(todo)
+    progress(f"{len(builds)} JIT module(s) to build, {total} probe(s); {jobs} process(es) at a time; "
+             f"limits: build {build_timeout:g}s, probe {probe_timeout:g}s")
 
-    def one(p: Probe, limit: float, label: str, n: int, total: int) -> None:
-        if deadline is not None and time.monotonic() - start > deadline:
-            results[p.id] = {"outcome": "skipped", "error": "time budget spent before this probe started", "seconds": 0.0}
-            return
-        res = runner(p, limit)
+    def finish(p: Probe, res: dict[str, Any], label: str) -> None:
         results[p.id] = res
-        progress(f"[{label} {n}/{total}] {res.get('seconds', 0.0):6.1f}s {res['outcome']:<7} {p.id} {p.backend}/{p.phase} "
-                 f"{p.call}" + (f"  module {p.module}" if label == "build" else ""))
+        state["done"] += 1
+        progress(f"[{state['done']}/{total}] {label:<5} {res.get('seconds', 0.0):6.1f}s {res['outcome']:<7} {p.id} "
+                 f"{p.backend}/{p.phase} {p.call}" + (f"  ({p.module})" if label == "build" else ""))
 
-    for label, batch, limit in (("build", builds, build_timeout), ("probe", rest, probe_timeout)):
-        if not batch:
-            continue
-        progress(f"{label}: {len(batch)} probe(s), {jobs} at a time, limit {limit:g}s each")
-        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-            list(pool.map(lambda a: one(a[1], limit, label, a[0] + 1, len(batch)), enumerate(batch)))
+    def after_build(p: Probe, res: dict[str, Any]) -> None:
+        err = str(res.get("error") or "").lower()
+        inherited = res["outcome"] == "hang" or (res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
+        for f in followers.get(p.module, []):
+            if inherited:
+                finish(f, {"outcome": res["outcome"], "seconds": 0.0,
+                           "error": f"its JIT module's first probe {p.id} ended so: {res.get('error')}"}, "same")
+            else:
+                state["seq"] += 1
+                heapq.heappush(heap, (0, state["seq"], "probe", f))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                while not heap and state["in_flight"]:
+                    lock.wait()
+                if not heap:
+                    lock.notify_all()
+                    return
+                _prio, _seq, label, p = heapq.heappop(heap)
+                late = deadline is not None and time.monotonic() - start > deadline
+                if late:
+                    finish(p, {"outcome": "skipped", "error": "time budget spent before this probe started",
+                               "seconds": 0.0}, label)
+                    if label == "build":
+                        for f in followers.get(p.module, []):
+                            finish(f, {"outcome": "skipped", "error": "time budget spent before this probe started",
+                                       "seconds": 0.0}, "probe")
+                    continue
+                state["in_flight"] += 1
+            res = runner(p, build_timeout if label == "build" else probe_timeout)
+            with lock:
+                state["in_flight"] -= 1
+                finish(p, res, label)
+                if label == "build":
+                    after_build(p, res)
+                lock.notify_all()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     return results
