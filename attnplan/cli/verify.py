@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--build-timeout", type=float, default=420.0, help="limit for a probe that builds its module (s)")
     p.add_argument("--probe-timeout", type=float, default=90.0, help="limit for every other probe (s)")
     p.add_argument("--deadline", type=float, default=None, help="start no probe after this many seconds")
+    p.add_argument("--build-jobs", type=int, default=None,
+                   help="MAX_JOBS for each probe's JIT build (default: 2 x cores / --jobs, at least 2)")
     add_node_args(p)
     add_rules_arg(p)
     p.set_defaults(run=run)
@@ -86,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
     log = lambda s: print(f"verify {time.monotonic() - t0:7.1f}s {s}", file=sys.stderr, flush=True)  # noqa: E731
     log(f"{gpu}: {len(gen.probes)} probes for {len(gen.rules)} kernel rules "
         f"({len({p.module for p in gen.probes if not p.skip})} JIT modules)")
-    results = run_probes(gen.probes, subprocess_runner(), jobs=args.jobs, build_timeout=args.build_timeout,
+    build_jobs = args.build_jobs or max(2, 2 * (os.cpu_count() or 8) // args.jobs)
+    env = dict(os.environ, MAX_JOBS=str(build_jobs))   # FlashInfer's ninja reads MAX_JOBS
+    log(f"{args.jobs} probe process(es) at a time, MAX_JOBS={build_jobs} for each build")
+    results = run_probes(gen.probes, subprocess_runner(env=env), jobs=args.jobs, build_timeout=args.build_timeout,
                          probe_timeout=args.probe_timeout, deadline=args.deadline, progress=log)
     report = build_report(gen, results, device=_device_label(gpu or ""), capability=node.capability_str,
                           flashinfer=node.flashinfer_version.value, torch=node.torch_version.value,

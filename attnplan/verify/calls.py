@@ -241,7 +241,7 @@ def mla_paged_decode(spec: dict[str, Any], inp: Inputs, torch: Any, ws: Any) -> 
                                         causal=int(spec["q_len"]) > 1, sm_scale=spec["sm_scale"],
                                         q_data_type=_dt(torch, spec["query_dtype"]), kv_data_type=_kv_dtype(torch, spec),
                                         query_layout="split", kv_cache_layout="packed")),
-        Step("method", "run", (), dict(query=(inp.q[..., :rank], inp.q[..., rank:]), kv_cache=inp.k, out=inp.out)),
+        Step("method", "run", (), dict(query=(inp.q[..., :rank].contiguous(), inp.q[..., rank:].contiguous()), kv_cache=inp.k, out=inp.out)),
     ]
 
 

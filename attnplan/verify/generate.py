@@ -326,12 +326,29 @@ def _pick(check: Check, rule: Rule, rules: list[Rule], node: NodeFacts, t: Targe
     if refuse:
         fewest = min(len(c.refused) for c in refuse)
         refuse = [c for c in refuse if len(c.refused) == fewest]
-    accept.sort(key=lambda c: len(c.changed))
-    refuse.sort(key=lambda c: len(c.changed))
+    # Fewest changes first; among those, values some rule names literally (another backend's
+    # head sizes, page sizes, dtypes) before the derived neighbours: they are the configs a
+    # user can actually ask for, so --quick probes them.
+    named = named_values(rules)
+    rank = lambda c: (len(c.changed), sum(v not in named.get(f, ()) for f, v in c.changed.items()))  # noqa: E731
+    accept.sort(key=rank)
+    refuse.sort(key=rank)
     limit = 1 if quick else MAX_PER_SIDE
     out = []
     for side, picked in (("accept", _distinct(accept)[:limit]), ("refuse", _distinct(refuse)[:limit])):
         out.append((side, picked, "" if picked else _side_gap_reason(check, side, cands)))
+    return out
+
+
+def named_values(rules: list[Rule]) -> dict[str, set[Any]]:
+    """fact -> the literal operands the rules' leaves name (no derived neighbours)."""
+    out: dict[str, set[Any]] = {}
+    for r in rules:
+        for c in r.checks:
+            for leaf in itertools.chain(leaves(c.require), leaves(c.when)):
+                op = leaf.operand
+                vals = op if isinstance(op, tuple) else (op,)
+                out.setdefault(leaf.fact, set()).update(v for v in vals if isinstance(v, (int, float, str, bool)))
     return out
 
 
