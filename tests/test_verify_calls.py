@@ -92,3 +92,42 @@ def test_generated_probes_for_the_shipped_rules_build_their_calls():
         _bind(calls.CALLS[p.call](p.spec, inp, torch, torch.zeros(16, dtype=torch.uint8)))
         ran += 1
     assert ran > 10
+
+
+def test_child_reports_an_untouched_output_as_nan_and_an_exception_as_error():
+    from attnplan.verify.child import run_probe
+
+    spec = _spec("paged_decode")
+    res = run_probe(spec, device="cpu", execute=lambda steps: None)      # writes nothing: NaN stays
+    assert res["outcome"] == "wrong" and res["nonfinite"] > 0 and "non-finite" in res["error"]
+
+    def boom(steps):
+        raise RuntimeError("Unsupported head_dim: 96")
+
+    res = run_probe(spec, device="cpu", execute=boom)
+    assert res == {"outcome": "error", "error": "RuntimeError: Unsupported head_dim: 96", "seconds": res["seconds"]}
+
+
+def test_child_accepts_a_correct_output_within_tolerance():
+    import itertools
+
+    from attnplan.adapter.reference import attention_ref
+    from attnplan.verify.child import compare, run_probe
+
+    spec = _spec("ragged_prefill", phase="prefill", head_dim_qk=64, head_dim_vo=64, window_left=40)
+
+    def kernel(steps):
+        # A correct 'kernel': attention over exactly what the run step was handed, written in bf16.
+        (q, k, v), out = steps[-1].args, steps[-1].kwargs["out"]
+        qo = [0, *itertools.accumulate(calls.PREFILL_Q)]
+        kv = [0, *itertools.accumulate(calls.KV_LENS)]
+        for r in range(len(calls.KV_LENS)):
+            o, _ = attention_ref(q[qo[r]:qo[r + 1]], k[kv[r]:kv[r + 1]], v[kv[r]:kv[r + 1]],
+                                 sm_scale=spec["sm_scale"], window_left=spec["window_left"])
+            out[qo[r]:qo[r + 1]] = o.to(out.dtype)
+        return out
+
+    res = run_probe(spec, device="cpu", execute=kernel)
+    assert res["outcome"] == "ok" and 0 < res["rel_err"] <= 1e-2
+    ref = torch.ones(4, 2, 8)
+    assert compare(ref + 0.05, ref, 1e-2)["outcome"] == "wrong"

@@ -12,19 +12,21 @@ import time
 from typing import Any
 
 
-def run_probe(spec: dict[str, Any]) -> dict[str, Any]:
+def run_probe(spec: dict[str, Any], device: str = "cuda", execute: Any = None) -> dict[str, Any]:
+    """Inputs, the FlashInfer call (``execute`` runs its steps: ``calls.execute``), the reference."""
     import torch
 
     from . import calls
 
     t0 = time.perf_counter()
     torch.manual_seed(int(spec.get("seed", 0)))
-    device = torch.device("cuda")
+    dev = torch.device(device)
     try:
-        inp = calls.make_inputs(spec, torch, device)
-        ws = torch.zeros(calls.WORKSPACE_BYTES, dtype=torch.uint8, device=device)
-        result = calls.execute(calls.CALLS[spec["call"]](spec, inp, torch, ws))
-        torch.cuda.synchronize()
+        inp = calls.make_inputs(spec, torch, dev)
+        ws = torch.zeros(calls.WORKSPACE_BYTES if dev.type == "cuda" else 16, dtype=torch.uint8, device=dev)
+        result = (execute or calls.execute)(calls.CALLS[spec["call"]](spec, inp, torch, ws))
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - every failure of the kernel call is the probe's result
         msg = " ".join(str(exc).split())[:600]
         return {"outcome": "error", "error": f"{type(exc).__name__}: {msg}", "seconds": time.perf_counter() - t0}
