@@ -51,6 +51,8 @@ SPECS = [
     _spec("xqa_decode", flashinfer_backend="xqa", sinks=True, q_len=2),
     _spec("xqa_decode", flashinfer_backend="xqa", kv_view_dtype="nvfp4"),
     _spec("mla_paged_decode", mla=True, kv_lora_rank=64, qk_rope_head_dim=16, num_qo_heads=4, num_kv_heads=4),
+    _spec("mla_paged_decode", mla=True, kv_lora_rank=64, qk_rope_head_dim=16, num_qo_heads=4, num_kv_heads=4,
+          sinks=True, q_len=2),
     _spec("ragged_prefill", phase="prefill", head_dim_qk=96, head_dim_vo=64),
 ]
 
@@ -131,3 +133,12 @@ def test_child_accepts_a_correct_output_within_tolerance():
     assert res["outcome"] == "ok" and 0 < res["rel_err"] <= 1e-2
     ref = torch.ones(4, 2, 8)
     assert compare(ref + 0.05, ref, 1e-2)["outcome"] == "wrong"
+
+
+def test_xqa_draft_mask_is_causal_bit_packed():
+    m = calls.causal_draft_mask(torch, batch=2, q_len=3, device="cpu")
+    assert m.dtype == torch.uint16 and tuple(m.shape) == (2, 3, 2)
+    assert [int(x) for x in m[0, :, 0].to(torch.int32)] == [0b1, 0b11, 0b111]
+    assert int(m[1, 2, 1].to(torch.int32)) == 0
+    m = calls.causal_draft_mask(torch, batch=1, q_len=20, device="cpu")
+    assert int(m[0, 19, 0].to(torch.int32)) == 0xFFFF and int(m[0, 19, 1].to(torch.int32)) == 0b1111

@@ -225,7 +225,22 @@ def xqa_decode(spec: dict[str, Any], inp: Inputs, torch: Any, ws: Any) -> list[S
         q_len_per_req=int(spec["q_len"]))
     if inp.sf is not None:
         kw["kv_cache_sf"] = inp.sf
+    if int(spec["q_len"]) > 1:
+        kw["mask"] = causal_draft_mask(torch, len(inp.kv_lens), int(spec["q_len"]), ws.device)
     return [Step("call", "flashinfer.decode.trtllm_batch_decode_with_kv_cache", (), kw)]
+
+
+def causal_draft_mask(torch: Any, batch: int, q_len: int, device: Any) -> Any:
+    """XQA's draft-block mask for speculative decode (flashinfer/xqa.py, ``mask``): uint16
+    [batch, q_len, ((q_len + 31) // 32) * 2], bit j of row i's 32-bit words set when draft token
+    i sees draft token j - causal: j <= i. XQA asserts a mask whenever q_len > 1."""
+    words = (q_len + 31) // 32
+    bits = torch.zeros(q_len, words * 32, dtype=torch.int64)
+    for i in range(q_len):
+        bits[i, : i + 1] = 1
+    weights = 2 ** torch.arange(16, dtype=torch.int64)
+    halves = (bits.view(q_len, words * 2, 16) * weights).sum(-1)       # little-endian: low half first
+    return halves.to(torch.int32).to(torch.uint16).expand(batch, q_len, words * 2).contiguous().to(device)
 
 
 def mla_paged_decode(spec: dict[str, Any], inp: Inputs, torch: Any, ws: Any) -> list[Step]:
@@ -240,8 +255,9 @@ def mla_paged_decode(spec: dict[str, Any], inp: Inputs, torch: Any, ws: Any) -> 
                                         head_dim_kpe=spec["qk_rope_head_dim"], page_size=spec["page_size"],
                                         causal=int(spec["q_len"]) > 1, sm_scale=spec["sm_scale"],
                                         q_data_type=_dt(torch, spec["query_dtype"]), kv_data_type=_kv_dtype(torch, spec),
-                                        query_layout="split", kv_cache_layout="packed")),
-        Step("method", "run", (), dict(query=(inp.q[..., :rank].contiguous(), inp.q[..., rank:].contiguous()), kv_cache=inp.k, out=inp.out)),
+                                        query_layout="split", kv_cache_layout="packed", use_sinks=inp.sinks is not None)),
+        Step("method", "run", (), dict(query=(inp.q[..., :rank].contiguous(), inp.q[..., rank:].contiguous()),
+                                       kv_cache=inp.k, out=inp.out, sinks=inp.sinks)),
     ]
 
 
