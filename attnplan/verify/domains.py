@@ -17,6 +17,7 @@ in the probed config, and its neighbours, when the config is known (``dynamic_va
 
 from __future__ import annotations
 
+import itertools
 from typing import Any, Iterable, Iterator
 
 from attnplan.policy.conditions import FactRef, Leaf, Pred
@@ -145,4 +146,16 @@ def static_domains(preds: Iterable[Pred | None]) -> dict[str, set[Any]]:
     for p in preds:
         for leaf in leaves(p):
             out.setdefault(leaf.fact, set()).update(leaf_values(leaf))
+    return out
+
+
+def named_values(rules: Iterable[Any]) -> dict[str, set[Any]]:
+    """fact -> the literal operands the rules' leaves name (no derived neighbours)."""
+    out: dict[str, set[Any]] = {}
+    for r in rules:
+        for c in r.checks:
+            for leaf in itertools.chain(leaves(c.require), leaves(c.when)):
+                op = leaf.operand
+                vals = op if isinstance(op, tuple) else (op,)
+                out.setdefault(leaf.fact, set()).update(v for v in vals if isinstance(v, (int, float, str, bool)))
     return out

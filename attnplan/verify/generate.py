@@ -27,7 +27,8 @@ from attnplan.policy.facts_catalog import base_context
 from attnplan.policy.plan import _phase_plan, attention_plan  # the plan's own derivation of the call
 from attnplan.policy.rulepack import Check, Rule, RuleSet
 
-from .domains import (CONFIG_FIELD, FIXED_BY_PROBE, dynamic_values, leaves, static_domains, why_unprobeable)
+from .domains import (CONFIG_FIELD, FIXED_BY_PROBE, dynamic_values, leaves, named_values, static_domains,
+                      why_unprobeable)
 from .select import is_kernel_rule, kernel_rules, unrunnable_reason
 
 STANDARD_BASE: dict[str, Any] = dict(head_dim=128, num_qo_heads=8, num_kv_heads=2, dtype="bf16",
@@ -292,7 +293,7 @@ def generate(ruleset: RuleSet, node: NodeFacts, *, only: Optional[list[str]] = N
                     reason = _no_base_reason(all_kernel, ruleset, node, t)
                     gaps += [Gap(rule.id, check.index, t.backend, t.phase, side, reason) for side in ("accept", "refuse")]
                     continue
-                for side, picked, reason in _pick(check, rule, all_kernel, node, t, base, domains, quick):
+                for side, picked, reason in _pick(check, rule, all_kernel, node, t, base, domains, quick, ruleset):
                     if not picked:
                         gaps.append(Gap(rule.id, check.index, t.backend, t.phase, side, reason))
                     for cand in picked:
@@ -312,8 +313,14 @@ def _no_base_reason(rules: list[Rule], ruleset: RuleSet, node: NodeFacts, t: Tar
     return (why + "; " if why else "") + f"no config is accepted by every kernel rule here (refused by {refused})"
 
 
+def _module_key(ruleset: RuleSet, t: Target, cfg: dict[str, Any]) -> str:
+    config = AttentionConfig.model_validate(cfg)
+    pp = _phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16))
+    return "|".join([pp.call, pp.flashinfer_backend, f"tc={bool(pp.use_tensor_cores)}", *(m.name for m in pp.modules)])
+
+
 def _pick(check: Check, rule: Rule, rules: list[Rule], node: NodeFacts, t: Target, base: dict[str, Any],
-          domains: dict[str, set[Any]], quick: bool) -> list[tuple[str, list[_Cand], str]]:
+          domains: dict[str, set[Any]], quick: bool, ruleset: RuleSet) -> list[tuple[str, list[_Cand], str]]:
     def want_pairs(cs: list[_Cand]) -> bool:
         return not any(c.when_ok and not c.req_ok and c.refused == (rule.id,) for c in cs) or \
             not any(c.when_ok and c.req_ok and not c.refused for c in cs)
@@ -329,26 +336,21 @@ def _pick(check: Check, rule: Rule, rules: list[Rule], node: NodeFacts, t: Targe
     # Fewest changes first; among those, values some rule names literally (another backend's
     # head sizes, page sizes, dtypes) before the derived neighbours: they are the configs a
     # user can actually ask for, so --quick probes them.
+    # The accepting side prefers a config that moves a fact the check requires (the largest head
+    # size it accepts, a page size it names) over the untouched base config.
     named = named_values(rules)
+    required = set(check.require.reads)
     rank = lambda c: (len(c.changed), sum(v not in named.get(f, ()) for f, v in c.changed.items()))  # noqa: E731
-    accept.sort(key=rank)
+    # In --quick, only when that costs no JIT module beyond the base config's (a page size does,
+    # a head size does not): a lease has minutes, and every module is a build.
+    base_module = _module_key(ruleset, t, base)
+    accept.sort(key=lambda c: (not (set(c.changed) & required) or (quick and _module_key(ruleset, t, c.cfg) != base_module),
+                               *rank(c)))
     refuse.sort(key=rank)
     limit = 1 if quick else MAX_PER_SIDE
     out = []
     for side, picked in (("accept", _distinct(accept)[:limit]), ("refuse", _distinct(refuse)[:limit])):
         out.append((side, picked, "" if picked else _side_gap_reason(check, side, cands)))
-    return out
-
-
-def named_values(rules: list[Rule]) -> dict[str, set[Any]]:
-    """fact -> the literal operands the rules' leaves name (no derived neighbours)."""
-    out: dict[str, set[Any]] = {}
-    for r in rules:
-        for c in r.checks:
-            for leaf in itertools.chain(leaves(c.require), leaves(c.when)):
-                op = leaf.operand
-                vals = op if isinstance(op, tuple) else (op,)
-                out.setdefault(leaf.fact, set()).update(v for v in vals if isinstance(v, (int, float, str, bool)))
     return out
 
 
@@ -383,7 +385,7 @@ def _add(probes: dict[str, Probe], ruleset: RuleSet, node: NodeFacts, t: Target,
         sm_scale=att.sm_scale, window_left=att.window_left, logits_soft_cap=att.logits_soft_cap or None,
         sinks=config.sinks, tolerance=tol, tolerance_kind=tol_kind, seed=int(digest, 16) % (2 ** 31),
     )
-    module = "|".join([pp.call, pp.flashinfer_backend, f"tc={bool(pp.use_tensor_cores)}", *(m.name for m in pp.modules)])
+    module = _module_key(ruleset, t, cand.cfg)
     probes[digest] = Probe(id=digest, backend=t.backend, phase=t.phase, call=pp.call, config=cand.cfg,
                            refused_by=cand.refused, boundaries=[why], spec=spec, module=module, skip=skip)
 

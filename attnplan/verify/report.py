@@ -142,10 +142,12 @@ def markdown(report: dict[str, Any]) -> str:
                 lines.append(f"| {pid} | {p['backend']}/{p['phase']} | {p['call']} | {changed} | {side} | "
                              f"{_fmt_result(p)} | {p['verdicts'].get(r['id'])} |")
             lines.append("")
-        for reason in dict.fromkeys(g["reason"] for g in r["gaps"]):
+        reasons = list(dict.fromkeys(g["reason"] for g in r["gaps"]))
+        for reason in reasons:
             where = sorted({f"{g['backend']}/{g['phase']} {g['side']}" for g in r["gaps"] if g["reason"] == reason})
             lines.append(f"- not probed ({', '.join(where)}): {reason}")
-        lines.append("")
+        if reasons:
+            lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
