@@ -142,3 +142,15 @@ def test_xqa_draft_mask_is_causal_bit_packed():
     assert int(m[1, 2, 1].to(torch.int32)) == 0
     m = calls.causal_draft_mask(torch, batch=1, q_len=20, device="cpu")
     assert int(m[0, 19, 0].to(torch.int32)) == 0xFFFF and int(m[0, 19, 1].to(torch.int32)) == 0b1111
+
+
+def test_soft_cap_probes_make_the_cap_matter():
+    # A kernel that ignored the soft cap must fail the comparison: the capped and uncapped
+    # references differ by far more than the 16-bit tolerance.
+    from attnplan.verify.child import compare
+
+    spec = _spec("paged_prefill", phase="prefill", logits_soft_cap=30.0)
+    inp = calls.make_inputs(spec, torch, "cpu")
+    capped = calls.reference(spec, inp)
+    uncapped = calls.reference(dict(spec, logits_soft_cap=None), inp)
+    assert compare(uncapped, capped, spec["tolerance"])["outcome"] == "wrong"

@@ -92,7 +92,7 @@ def make_inputs(spec: dict[str, Any], torch: Any, device: Any) -> Inputs:
     sinks = (torch.randn(hq, device=device) * 2).float() if spec.get("sinks") else None
     if spec["mla"] and spec["call"] == "mla_paged_decode":
         return _mla_inputs(spec, torch, device, q_lens, kv_lens, sinks)
-    q = torch.randn(sum(q_lens), hq, d, device=device).to(qdt)
+    q = (torch.randn(sum(q_lens), hq, d, device=device) * _q_std(spec)).to(qdt)
     if spec["call"] == "ragged_prefill":
         k, _, kf = _random_kv(torch, (sum(kv_lens), hk, d), view, device)
         v, _, vf = _random_kv(torch, (sum(kv_lens), hk, dv), view, device)
@@ -113,6 +113,13 @@ def make_inputs(spec: dict[str, Any], torch: Any, device: Any) -> Inputs:
     values = [vf[p].reshape(-1, hk, dv)[:n] for p, n in zip(pages, kv_lens)]
     sf = (ksf, vsf) if ksf is not None else None
     return Inputs(q, k, v, sf, keys, values, q_lens, kv_lens, pages, sinks, _poisoned(torch, spec, q, dv))
+
+
+def _q_std(spec: dict[str, Any]) -> float:
+    """Logits have the query's standard deviation (sm_scale = 1/sqrt(d), keys ~ N(0, 1)). With a
+    soft cap, make them as large as the cap, so a kernel that drops the cap is visibly wrong."""
+    cap = spec.get("logits_soft_cap")
+    return float(cap) if cap else 1.0
 
 
 def _mla_inputs(spec: dict[str, Any], torch: Any, device: Any, q_lens: list[int], kv_lens: list[int],
