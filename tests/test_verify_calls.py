@@ -154,3 +154,13 @@ def test_soft_cap_probes_make_the_cap_matter():
     capped = calls.reference(spec, inp)
     uncapped = calls.reference(dict(spec, logits_soft_cap=None), inp)
     assert compare(uncapped, capped, spec["tolerance"])["outcome"] == "wrong"
+
+
+def test_sink_probes_make_the_sinks_matter():
+    from attnplan.verify.child import compare
+
+    spec = _spec("sink", phase="prefill", sinks=True)
+    inp = calls.make_inputs(spec, torch, "cpu")
+    with_sinks = calls.reference(spec, inp)
+    inp.sinks = None
+    assert compare(calls.reference(spec, inp), with_sinks, spec["tolerance"])["outcome"] == "wrong"
