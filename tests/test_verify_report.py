@@ -161,3 +161,29 @@ def test_cli_list_runs_without_a_gpu(capsys, tmp_path):
     assert _cli(["--list", "--device", "H100", "--rules", str(tmp_path), "--rule", "t.query"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines and {tuple(x["refused_by"]) for x in lines} == {(), ("t.query",)}
+
+
+def test_cli_run_writes_jsonl_report_and_exits_1_on_a_dangerous_rule(tmp_path, monkeypatch, capsys):
+    # The whole command on the CPU: the GPU and its node are declared, the probes run on the stand-in.
+    import attnplan.cli.verify as cli
+    import attnplan.policy as policy
+    import attnplan.verify as verify
+
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "t.yaml").write_text(PACK)
+    monkeypatch.setattr(cli, "_gpu", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(policy, "local_node", lambda: simulated_node("H100"))
+    monkeypatch.setattr(verify, "subprocess_runner", lambda **kw: standin)
+    md = tmp_path / "docs" / "H100-flashinfer-x.md"
+    code = _cli(["--rules", str(rules), "--rule", "t.dangerous-page", "--out", str(tmp_path / "out"),
+                 "--report", str(md), "--jobs", "2"])
+    assert code == 1
+    out, err = capsys.readouterr()
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert lines and all("outcome" in x and "verdicts" in x for x in lines)
+    assert (tmp_path / "out" / "probes.jsonl").read_text().splitlines() == out.splitlines()
+    data = json.loads(md.with_suffix(".json").read_text())
+    assert data["device"] == "H100" and data["capability"] == "9.0"
+    assert [r["verdict"] for r in data["rules"]] == ["dangerous"]
+    assert "| `t.dangerous-page` | dangerous |" in err
