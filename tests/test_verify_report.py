@@ -186,3 +186,16 @@ def test_cli_run_writes_jsonl_report_and_exits_1_on_a_dangerous_rule(tmp_path, m
     assert data["device"] == "H100" and data["capability"] == "9.0"
     assert [r["verdict"] for r in data["rules"]] == ["dangerous"]
     assert "| `t.dangerous-page` | dangerous |" in err
+
+
+def test_cli_provenance_prints_each_rules_record(report, tmp_path, capsys):
+    js = write_report(report, str(tmp_path / "r.md"))
+    assert _cli(["--provenance", js]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {x["rule"]: x["verified"]["verdict"] for x in lines} == {
+        "t.stale-head": "stale", "t.dangerous-page": "dangerous", "t.query": "consistent"}
+    (tmp_path / "bad.json").write_text('{"rules": 3}')
+    from attnplan.policy import InvalidInputError
+
+    with pytest.raises(InvalidInputError):
+        _cli(["--provenance", str(tmp_path / "bad.json")])

@@ -29,6 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="write probes.jsonl, report.json and report.md here")
     p.add_argument("--report", metavar="FILE.md", help="write the markdown report here and its JSON beside it")
     p.add_argument("--list", action="store_true", help="print the probes (JSON lines) without running them (no GPU needed)")
+    p.add_argument("--provenance", metavar="REPORT.json",
+                   help="print each rule's `verified:` record from a report (JSON lines; no GPU needed)")
     p.add_argument("--jobs", type=int, default=6, help="probe processes at a time (default 6)")
     p.add_argument("--build-timeout", type=float, default=420.0, help="limit for a probe that builds its module (s)")
     p.add_argument("--probe-timeout", type=float, default=90.0, help="limit for every other probe (s)")
@@ -63,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     from attnplan.verify import build_report, exit_code, generate, run_probes, subprocess_runner, write_report
     from attnplan.verify.report import summary_table
 
+    if args.provenance:
+        return _print_provenance(args.provenance)
     if args.jobs < 1:
         raise InvalidInputError("--jobs", "must be at least 1")
     rs = ruleset_from_args(args)
@@ -102,6 +106,20 @@ def run(args: argparse.Namespace) -> int:
         log(f"report: {args.report} and {write_report(report, args.report)}")
     print(summary_table(report), file=sys.stderr)
     return exit_code(report)
+
+
+def _print_provenance(path: str) -> int:
+    from attnplan.safeio import parse_json, read_bounded
+    from attnplan.verify import provenance
+
+    report = parse_json(read_bounded(path, what="--provenance"), what="--provenance", name=path)
+    try:
+        records = list(provenance(report))
+    except (KeyError, TypeError) as exc:
+        raise InvalidInputError("--provenance", f"{path}: not a verify report ({exc})") from None
+    for rule, record in records:
+        print(json.dumps({"rule": rule, "verified": record}))
+    return 0
 
 
 def _emit(report: dict[str, Any], out: Optional[str]) -> None:

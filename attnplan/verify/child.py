@@ -7,6 +7,7 @@ Runs in its own process so that a crash, a CUDA error that poisons the context, 
 from __future__ import annotations
 
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -46,7 +47,8 @@ def compare(out: Any, ref: Any, tol: float, seconds: float = 0.0) -> dict[str, A
     ref = ref.to(out.device)
     err = float(((out - ref).abs().nan_to_num(float("inf"))).max() / ref.abs().max().clamp(min=1e-6))
     ok = nan == 0 and err <= tol
-    res = {"outcome": "ok" if ok else "wrong", "rel_err": err, "nonfinite": nan, "tolerance": tol, "seconds": seconds}
+    res = {"outcome": "ok" if ok else "wrong", "rel_err": err if math.isfinite(err) else None,  # JSON has no inf
+           "nonfinite": nan, "tolerance": tol, "seconds": seconds}
     if not ok:
         res["error"] = f"{nan} non-finite outputs" if nan else f"relative error {err:.3g} > {tol:g}"
     return res
