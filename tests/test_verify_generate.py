@@ -8,7 +8,6 @@ import pytest
 
 from attnplan.policy import AttentionConfig, load_rules, simulated_node
 from attnplan.policy.conditions import compile_condition
-from attnplan.policy.facts_catalog import base_context
 from attnplan.verify.domains import dynamic_values, leaf_values
 from attnplan.verify.generate import generate, refusals, targets
 
@@ -123,8 +122,3 @@ def test_shipped_rules_trtllm_is_read_from_source_only_on_hopper():
     gen = generate(default_ruleset(), simulated_node("H100"), only=["trtllm.family"], quick=True)
     assert not [p for p in gen.probes if not p.skip]
     assert gen.gaps and all(g.reason.startswith("read from source only") for g in gen.gaps)
-
-
-def test_base_context_of_probe_configs_is_what_the_engine_reads():
-    cfg = AttentionConfig(head_dim=128, num_qo_heads=8, num_kv_heads=2, page_size=16)
-    assert base_context(cfg, simulated_node("H100"))["config.page_size"] == 16
