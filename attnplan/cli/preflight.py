@@ -101,7 +101,7 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidInputError("timeout", f"{args.timeout} is out of range (0-3600 seconds)")
     if not 0 <= args.retries <= 10:
         raise InvalidInputError("retries", f"{args.retries} is out of range (0-10)")
-    if (args.flashinfer_version or args.cubins) and not args.simulate:
+    if (args.flashinfer_version or args.cubins) and args.simulate is None:
         raise InvalidInputError("flashinfer_version", "--flashinfer-version/--cubins declare simulated nodes: use them with --simulate")
     if args.ray_declare_label and args.ray is None:
         raise InvalidInputError("ray_declare_label", "--ray-declare-label is for --ray")
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     interrupted = False
     options: dict[str, Any] = {}
-    if args.simulate:
+    if args.simulate is not None:  # "" is a spec too (an empty one: bad input), not "no --simulate"
         from attnplan.preflight.simulate import simulate
 
         source, targets = "simulate", [args.simulate]
@@ -144,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
 
         from attnplan.preflight.http import HttpOptions, parse_hosts, query_hosts, read_hosts_file
 
-        hosts = read_hosts_file(args.hosts_file) if args.hosts_file else parse_hosts([args.hosts])
+        hosts = read_hosts_file(args.hosts_file) if args.hosts_file is not None else parse_hosts([args.hosts])
         source, targets = "hosts", [h.name for h in hosts]
         opts = HttpOptions(concurrency=args.concurrency, timeout=args.timeout if args.timeout is not None else 10.0,
                            retries=args.retries, token=os.environ.get("ATTNPLAN_TOKEN") or None)
