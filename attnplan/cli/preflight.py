@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from attnplan.policy import InvalidInputError
 
-from .options import add_config_args, config_fields_from_args, config_from_args
+from .options import add_config_args, add_rules_arg, config_fields_from_args, config_from_args, ruleset_from_args
 
 DESCRIPTION = """\
 For every node: can it run the config(s), on which prefill/decode backends, and if not, which
@@ -72,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s = p.add_argument_group("simulated nodes")
     s.add_argument("--flashinfer-version", help="declare the simulated nodes' flashinfer version")
     s.add_argument("--cubins", choices=["available", "missing"], help="declare whether the simulated nodes have cubins")
+    add_rules_arg(p)  # --simulate plans with these packs; remote nodes plan with their own
     p.set_defaults(run=run)
 
 
@@ -112,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from attnplan.preflight.report import build_report, render_text
 
     _check(args)
+    rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before any node is asked
     configs = _configs(args)
     t0 = time.perf_counter()
     interrupted = False
@@ -120,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
         from attnplan.preflight.simulate import simulate
 
         source, targets = "simulate", [args.simulate]
-        outcomes = simulate(args.simulate, configs, flashinfer_version=args.flashinfer_version, cubins=args.cubins)
+        outcomes = simulate(args.simulate, configs, flashinfer_version=args.flashinfer_version, cubins=args.cubins,
+                            ruleset=rs)
     elif args.ray is not None:
         from attnplan.preflight.ray_source import RayConnectError, ray_preflight
 
@@ -159,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         outcomes = [hsink.get(i) or Outcome(name=h.name, address=h.url, kind="skipped", reason="interrupted")
                     for i, h in enumerate(hosts)]
     report = build_report(source=source, targets=targets, configs=configs, outcomes=outcomes, options=options,
-                          elapsed_s=time.perf_counter() - t0, interrupted=interrupted)
+                          elapsed_s=time.perf_counter() - t0, interrupted=interrupted, ruleset=rs)
     if args.html:
         from attnplan.preflight.html import write_html
 

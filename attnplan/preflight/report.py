@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timezone
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
-from attnplan.policy import default_ruleset
+from attnplan.policy import RuleSet, default_ruleset
 
 from .grouping import groups as _groups, heterogeneity, mixed, nodes_text as _nodes
 from .model import NamedConfig, NodeRow, Outcome, PreflightReport, Query, QueryConfig, Summary, Warning
@@ -24,8 +24,9 @@ __all__ = ["build_report", "render_text", "compact_names", "answer_cell", "no_gp
 
 def build_report(*, source: str, targets: Sequence[str], configs: Sequence[NamedConfig],
                  outcomes: Sequence[Outcome], options: dict[str, Any] | None = None,
-                 elapsed_s: float = 0.0, interrupted: bool = False) -> PreflightReport:
-    revision = default_ruleset().revision
+                 elapsed_s: float = 0.0, interrupted: bool = False,
+                 ruleset: Optional[RuleSet] = None) -> PreflightReport:
+    revision = (ruleset if ruleset is not None else default_ruleset()).revision
     n_cfg = len(configs)
     rows = [node_row(o, n_cfg) for o in outcomes]
 
