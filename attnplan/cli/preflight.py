@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
         hosts = read_hosts_file(args.hosts_file) if args.hosts_file is not None else parse_hosts([args.hosts])
         source, targets = "hosts", [h.name for h in hosts]
         opts = HttpOptions(concurrency=args.concurrency, timeout=args.timeout if args.timeout is not None else 10.0,
-                           retries=args.retries, token=os.environ.get("ATTNPLAN_TOKEN") or None)
+                           retries=args.retries, token=os.environ.get("ATTNPLAN_TOKEN", "").strip() or None)
         options = {"concurrency": opts.concurrency, "timeout_s": opts.timeout, "retries": opts.retries,
                    "token": bool(opts.token)}
         _raise_nofile(len(hosts))
