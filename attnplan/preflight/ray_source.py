@@ -20,7 +20,7 @@ import socket
 import time
 from typing import Any, Callable, MutableMapping, Optional, Sequence
 
-from attnplan.policy import AttnplanError, NodeFacts, PlanAnswer
+from attnplan.policy import AttnplanError, NodeFacts
 
 from .model import NamedConfig, Outcome
 
