@@ -61,7 +61,9 @@ def serve_many(device: str, ports: int) -> None:
     raise_nofile(ports * 4 + 256)
     socks = [bind("127.0.0.1", 0) for _ in range(ports)]
     print(json.dumps([s.getsockname()[1] for s in socks]), flush=True)
-    server = uvicorn.Server(config(create_app(node=simulated_node(device)), log_level="error", access_log=False))
+    # One process stands in for many nodes: its connection cap covers all of their ports.
+    server = uvicorn.Server(config(create_app(node=simulated_node(device)), log_level="error", access_log=False,
+                                   max_connections=max(1000, ports * 2)))
     server.run(sockets=socks)
 
 

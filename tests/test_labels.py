@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from attnplan.cli.main import main as cli_main
-from attnplan.policy import Fact, NodeFacts, default_ruleset, simulated_node
+from attnplan.policy import Fact, InvalidInputError, NodeFacts, default_ruleset, simulated_node
 from attnplan.preflight.labels import node_labels, render_feature_file, sanitize_value, write_atomic
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +130,7 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", boom)
-    with pytest.raises(OSError):
+    with pytest.raises(InvalidInputError, match="no space left on device"):  # exit 2, one line
         write_atomic(target, "attnplan.io/fa2=false\n")
     assert target.read_text() == "attnplan.io/fa2=true\n"
     assert [p.name for p in tmp_path.iterdir()] == ["attnplan"]

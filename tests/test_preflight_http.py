@@ -121,8 +121,13 @@ async def garbage(reader, writer, n, stop):
     await writer.drain()
 
 
+def wire(answer) -> dict:
+    """An answer as the node service sends it (attnplan.rest.service.render_answer)."""
+    return {"schema_version": "1", **answer.to_json(trace=False)}
+
+
 async def schema_invalid(reader, writer, n, stop):
-    body = plan_for(LLAMA_CFG, simulated_node("B200")).to_json(trace=False)
+    body = wire(plan_for(LLAMA_CFG, simulated_node("B200")))
     body["status"] = "maybe"
     del body["config"]
     writer.write(respond(200, json.dumps(body).encode()))
@@ -135,7 +140,7 @@ async def server_error(reader, writer, n, stop):
 
 
 def recovering(device: str):
-    answer = json.dumps(plan_for(LLAMA_CFG, simulated_node(device)).to_json(trace=False)).encode()
+    answer = json.dumps(wire(plan_for(LLAMA_CFG, simulated_node(device)))).encode()
 
     async def handler(reader, writer, n, stop):
         if n == 1:

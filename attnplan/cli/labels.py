@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .options import add_node_args, node_from_args
+from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 
 NFD_FILE = "/etc/kubernetes/node-feature-discovery/features.d/attnplan"
 
@@ -23,6 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", "-o", metavar="FILE", help="write the feature file here (default: stdout)")
     p.add_argument("--json", action="store_true", help="print the labels as a JSON object instead")
     add_node_args(p)
+    add_rules_arg(p)
     p.set_defaults(run=run)
 
 
@@ -30,15 +31,16 @@ def run(args: argparse.Namespace) -> int:
     from attnplan.policy import local_node
     from attnplan.preflight.labels import node_labels, render_feature_file, write_atomic
 
+    rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before probing anything
     node = node_from_args(args) or local_node()
-    labels = node_labels(node)
+    labels = node_labels(node, rs)
     if args.json:
         from .main import emit_json
 
         emit_json(labels)
         return 0
-    text = render_feature_file(labels, node)
-    if args.output:
+    text = render_feature_file(labels, node, rs)
+    if args.output is not None:
         write_atomic(args.output, text)
     else:
         print(text, end="")

@@ -1,6 +1,7 @@
 """``attnplan``: which attention kernels will run on this GPU, for this model, and will it fail?
 
-Exit codes: 0 ok, 1 rejected, 2 bad input, 3 some nodes unreachable (preflight).
+Exit codes: 0 ok, 1 rejected, 2 bad input, 3 some nodes unreachable (preflight), 70 internal
+error (a bug: one line on stderr, the traceback only with ATTNPLAN_DEBUG=1), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -72,6 +73,25 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # noqa: BLE001 - a bug must never read as "rejected" (1) or "bad input" (2)
+        return internal_error(exc)
+
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): distinct from 1 (rejected), 2 (bad input), 3 (unreachable)
+
+
+def internal_error(exc: BaseException) -> int:
+    """One line naming the error; the traceback only when ATTNPLAN_DEBUG is set."""
+    import os
+
+    if os.environ.get("ATTNPLAN_DEBUG"):
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+    text = " ".join(str(exc).split())[:300]
+    print(f"attnplan: internal error: {type(exc).__name__}" + (f": {text}" if text else "")
+          + " (a bug: please report it; ATTNPLAN_DEBUG=1 shows the traceback)", file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def emit_json(data: object) -> None:

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 from attnplan.policy import InvalidInputError
 
-from .options import add_config_args, config_fields_from_args, config_from_args
+from .options import add_config_args, add_rules_arg, config_fields_from_args, config_from_args, ruleset_from_args
 
 DESCRIPTION = """\
 For every node: can it run the config(s), on which prefill/decode backends, and if not, which
@@ -72,6 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s = p.add_argument_group("simulated nodes")
     s.add_argument("--flashinfer-version", help="declare the simulated nodes' flashinfer version")
     s.add_argument("--cubins", choices=["available", "missing"], help="declare whether the simulated nodes have cubins")
+    add_rules_arg(p)  # --simulate plans with these packs; remote nodes plan with their own
     p.set_defaults(run=run)
 
 
@@ -101,7 +102,7 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidInputError("timeout", f"{args.timeout} is out of range (0-3600 seconds)")
     if not 0 <= args.retries <= 10:
         raise InvalidInputError("retries", f"{args.retries} is out of range (0-10)")
-    if (args.flashinfer_version or args.cubins) and not args.simulate:
+    if (args.flashinfer_version or args.cubins) and args.simulate is None:
         raise InvalidInputError("flashinfer_version", "--flashinfer-version/--cubins declare simulated nodes: use them with --simulate")
     if args.ray_declare_label and args.ray is None:
         raise InvalidInputError("ray_declare_label", "--ray-declare-label is for --ray")
@@ -112,15 +113,17 @@ def run(args: argparse.Namespace) -> int:
     from attnplan.preflight.report import build_report, render_text
 
     _check(args)
+    rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before any node is asked
     configs = _configs(args)
     t0 = time.perf_counter()
     interrupted = False
     options: dict[str, Any] = {}
-    if args.simulate:
+    if args.simulate is not None:  # "" is a spec too (an empty one: bad input), not "no --simulate"
         from attnplan.preflight.simulate import simulate
 
         source, targets = "simulate", [args.simulate]
-        outcomes = simulate(args.simulate, configs, flashinfer_version=args.flashinfer_version, cubins=args.cubins)
+        outcomes = simulate(args.simulate, configs, flashinfer_version=args.flashinfer_version, cubins=args.cubins,
+                            ruleset=rs)
     elif args.ray is not None:
         from attnplan.preflight.ray_source import RayConnectError, ray_preflight
 
@@ -144,10 +147,10 @@ def run(args: argparse.Namespace) -> int:
 
         from attnplan.preflight.http import HttpOptions, parse_hosts, query_hosts, read_hosts_file
 
-        hosts = read_hosts_file(args.hosts_file) if args.hosts_file else parse_hosts([args.hosts])
+        hosts = read_hosts_file(args.hosts_file) if args.hosts_file is not None else parse_hosts([args.hosts])
         source, targets = "hosts", [h.name for h in hosts]
         opts = HttpOptions(concurrency=args.concurrency, timeout=args.timeout if args.timeout is not None else 10.0,
-                           retries=args.retries, token=os.environ.get("ATTNPLAN_TOKEN") or None)
+                           retries=args.retries, token=os.environ.get("ATTNPLAN_TOKEN", "").strip() or None)
         options = {"concurrency": opts.concurrency, "timeout_s": opts.timeout, "retries": opts.retries,
                    "token": bool(opts.token)}
         _raise_nofile(len(hosts))
@@ -159,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
         outcomes = [hsink.get(i) or Outcome(name=h.name, address=h.url, kind="skipped", reason="interrupted")
                     for i, h in enumerate(hosts)]
     report = build_report(source=source, targets=targets, configs=configs, outcomes=outcomes, options=options,
-                          elapsed_s=time.perf_counter() - t0, interrupted=interrupted)
+                          elapsed_s=time.perf_counter() - t0, interrupted=interrupted, ruleset=rs)
     if args.html:
         from attnplan.preflight.html import write_html
 

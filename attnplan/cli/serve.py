@@ -16,36 +16,64 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Serve POST /v1/plan, GET /v1/node, /v1/rules, /v1/matrix, /healthz, /readyz, /metrics and a\n"
-            "status page at /. Binding a non-loopback address needs a bearer token (--token or\n"
-            "ATTNPLAN_TOKEN; the variable keeps it out of `ps`) unless --insecure is given."),
+            "status page at /. Binding a non-loopback address needs a bearer token of at least 16\n"
+            "characters (--token or ATTNPLAN_TOKEN; the variable keeps it out of `ps`) unless --insecure\n"
+            "is given. Connections that send no complete request headers within --header-timeout\n"
+            "seconds are closed; at --max-connections the oldest idle one makes room. /docs is off\n"
+            "unless --docs names local Swagger UI assets (no CDN on the status page's origin)."),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     p.add_argument("--token", help="require 'Authorization: Bearer TOKEN' (default: $ATTNPLAN_TOKEN)")
     p.add_argument("--insecure", action="store_true", help="allow a non-loopback address without a token")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
-    p.add_argument("--no-access-log", dest="access_log", action="store_false", help="do not log each request")
+    p.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="do not log each request (logged lines never carry the query string)")
+    p.add_argument("--max-connections", type=int, default=None, metavar="N",
+                   help="open connections at most (default 1000, lowered to fit the descriptor limit)")
+    p.add_argument("--header-timeout", type=float, default=None, metavar="SECONDS",
+                   help="close a connection whose request headers are not complete by then (default 5)")
+    p.add_argument("--docs", metavar="DIR", default=None,
+                   help="serve Swagger UI at /docs from DIR (swagger-ui-bundle.js and swagger-ui.css, e.g. the "
+                        "swagger-ui-dist npm package); off by default")
     add_node_args(p)
     add_rules_arg(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnplan.rest.security import is_loopback, resolve_token
+    from pathlib import Path
+
+    from attnplan.rest.connections import HEADER_TIMEOUT_S, MAX_CONNECTIONS
+    from attnplan.rest.security import check_token, is_loopback, resolve_token
 
     if not 0 <= args.port <= 65535:
         raise InvalidInputError("port", f"{args.port} is not a TCP port (0-65535)")
-    token = resolve_token(args.token, os.environ)
+    max_connections = MAX_CONNECTIONS if args.max_connections is None else args.max_connections
+    if not 1 <= max_connections <= 1_000_000:
+        raise InvalidInputError("max_connections", f"{max_connections} is out of range (1-1000000)")
+    header_timeout = HEADER_TIMEOUT_S if args.header_timeout is None else args.header_timeout
+    if not 0.1 <= header_timeout <= 600:  # NaN fails this too
+        raise InvalidInputError("header_timeout", f"{header_timeout} is out of range (0.1-600 seconds)")
+    token = resolve_token(args.token, os.environ)  # stripped; whitespace only is refused
     if not is_loopback(args.host) and token is None and not args.insecure:
         raise InvalidInputError("host", f"{args.host} is not a loopback address: give --token or ATTNPLAN_TOKEN "
                                         "(or --insecure to serve it to anyone who can connect)")
+    check_token(token, args.host)  # a public bind needs a token that cannot be guessed
     node = node_from_args(args)  # bad node flags fail here, before anything listens
+    docs_dir = Path(args.docs) if args.docs is not None else None
+    if docs_dir is not None:
+        from attnplan.rest.docs import load_assets
+
+        load_assets(docs_dir)  # missing assets: exit 2 now, not a broken page later
 
     # Imported here so that `attnplan plan` never pays for fastapi/uvicorn.
     from attnplan.rest.app import create_app
     from attnplan.rest.server import serve
 
     where = f"declared node {node.gpu_name.value}" if node is not None else "this node, probed in the background"
-    serve(create_app(node=node, token=token, rules_dir=rules_dir_from_args(args)), args.host, args.port, log_level=args.log_level,
-          access_log=args.access_log, banner=f"{where}; bearer token {'required' if token else 'not required'}")
+    app = create_app(node=node, token=token, rules_dir=rules_dir_from_args(args), docs_dir=docs_dir)
+    serve(app, args.host, args.port, log_level=args.log_level, access_log=args.access_log,
+          max_connections=max_connections, header_timeout=header_timeout,
+          banner=f"{where}; bearer token {'required' if token else 'not required'}")
     return 0

@@ -5,9 +5,11 @@
     attnplan preflight --simulate "B200=8,H100=16"    # declared nodes (preflight.simulate)
     attnplan labels --output .../features.d/attnplan  # Kubernetes/NFD labels (preflight.labels)
 
-Sources yield per-node ``model.Outcome``s; ``report.build_report`` judges them (verdicts,
-groups by fingerprint, heterogeneity) into a ``model.PreflightReport`` (SPEC §9), rendered as
-text (``report.render_text``), JSON (``PreflightReport.to_json``) or one HTML page
-(``html.render_html``). Nothing is imported here, so ``import preflight`` stays free; httpx and
-ray are imported only by the source that needs them.
+Sources yield per-node ``model.Outcome``s (an HTTP answer counts only when ``answers``
+accepts it); ``report.build_report`` judges them (``verdicts``: one node; ``grouping``: groups
+by fingerprint, heterogeneity) into a ``model.PreflightReport`` (SPEC §9), rendered as text
+(``text.render_text``, node strings cleaned of control characters), JSON
+(``PreflightReport.to_json``) or one HTML page (``html.render_html``). Nothing is imported
+here, so ``import attnplan.preflight`` stays free; httpx and ray are imported only by the
+source that needs them.
 """

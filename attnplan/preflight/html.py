@@ -19,7 +19,7 @@ from attnplan.policy import AttentionConfig
 from .configs import describe
 from .files import replace_atomically
 from .model import PreflightReport
-from .report import compact_names
+from .text import compact_names
 
 CSS = """
 :root{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;color:#1b1f24;background:#fff}

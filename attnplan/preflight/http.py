@@ -6,7 +6,10 @@ requests included), retries with exponential backoff and jitter on connect error
 502/503/504, ``Authorization: Bearer $ATTNPLAN_TOKEN``. Each answer is validated against
 ``policy.PlanAnswer``. Nothing a node does aborts the run: refused connections, timeouts, a
 node that hangs mid-response, 401, 5xx, malformed or schema-invalid JSON each become that
-node's row with the reason.
+node's row with the reason: an answer counts only when ``answers.parse_answer`` accepts it
+(bounded size and nesting, schema_version, the config sent, coherent facts), and a host string
+that can never name a host (``999.999.999.999``, an invalid IDNA label) is bad input (exit 2)
+before anything is sent.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from typing import Any, Iterable, MutableMapping, Optional, Sequence
 from urllib.parse import urlsplit
 
 from attnplan.policy import InvalidInputError, PlanAnswer
+from attnplan.safeio import read_bounded
 
+from .answers import BadAnswer, parse_answer
 from .model import NamedConfig, Outcome
 
 DEFAULT_PORT = 8000
 MAX_HOSTS = 100_000
 MAX_ANSWER_BYTES = 4 << 20
+MAX_HOSTS_FILE_BYTES = 16 << 20
 RETRY_STATUS = frozenset({502, 503, 504})
 
 
@@ -71,7 +77,21 @@ def parse_host(raw: str) -> Host:
     name = text.split("://", 1)[-1].rstrip("/")
     if ":" not in name.replace(f"[{host}]", ""):
         name = f"{name}:{port}"
+    _check_url(text, base)
     return Host(name=name, url=base)
+
+
+def _check_url(text: str, base: str) -> None:
+    """Refuse what httpx would refuse at request time (an IPv4 address out of range, an IDNA
+    label it cannot encode, a control character): one bad-input line, not a traceback mid-run."""
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in text):
+        raise InvalidInputError("hosts", f"{text!r}: control characters or spaces in a host")
+    try:
+        url = _httpx().URL(base + "/v1/plan")
+        url.host.encode("ascii")
+    except Exception as exc:  # noqa: BLE001 - httpx.InvalidURL, idna.IDNAError (a UnicodeError), ...
+        why = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise InvalidInputError("hosts", f"{text!r} is not a host name or address: {why}") from None
 
 
 def parse_hosts(items: Iterable[str]) -> list[Host]:
@@ -92,13 +112,8 @@ def parse_hosts(items: Iterable[str]) -> list[Host]:
 
 
 def read_hosts_file(path: str) -> list[Host]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read(16 << 20)
-    except FileNotFoundError:
-        raise InvalidInputError("hosts_file", f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError("hosts_file", f"{path}: cannot read: {exc}") from None
+    # Bounded, regular files only: a FIFO or /dev/zero is bad input, not a hang.
+    text = read_bounded(path, what="hosts_file", max_bytes=MAX_HOSTS_FILE_BYTES)
     try:
         return parse_hosts([text])
     except InvalidInputError as exc:
@@ -114,9 +129,12 @@ class NodeFailure(Exception):
 
 
 def _detail(body: bytes) -> str:
+    from attnplan.policy import AttnplanError
+    from attnplan.safeio import parse_json
+
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = parse_json(body[:65536].decode("utf-8", "replace"), what="answer", name="answer", max_depth=16)
+    except AttnplanError:
         text = body[:120].decode("utf-8", "replace").strip()
         return text or "empty body"
     if isinstance(data, dict) and "detail" in data:
@@ -125,7 +143,7 @@ def _detail(body: bytes) -> str:
             return "; ".join(f"{e.get('field') or '.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}"
                              for e in d[:3] if isinstance(e, dict)) or "invalid request"
         return str(d)[:200]
-    return json.dumps(data)[:120]
+    return json.dumps(data, default=str)[:120]
 
 
 def _connect_reason(exc: Exception) -> str:
@@ -168,27 +186,11 @@ def _cache_missing_sniffio() -> None:
 
 
 def validate_answer(body: bytes, nc: NamedConfig) -> PlanAnswer:
-    from pydantic import ValidationError
-
+    """The node's answer, or ``NodeFailure`` ("error") saying why it does not count."""
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise NodeFailure("error", f"malformed JSON: {str(exc)[:120]}") from None
-    if not isinstance(data, dict):
-        raise NodeFailure("error", f"schema-invalid answer: expected a JSON object, got {type(data).__name__}")
-    try:
-        answer = PlanAnswer.model_validate(data)
-    except ValidationError as exc:
-        errs = exc.errors()
-        e = errs[0]
-        where = ".".join(str(p) for p in e.get("loc", ())) or "answer"
-        more = f" (+{len(errs) - 1} more)" if len(errs) > 1 else ""
-        raise NodeFailure("error", f"schema-invalid answer: {where}: {e.get('msg')}{more}") from None
-    if answer.config != nc.config:
-        sent, got = nc.config.model_dump(), answer.config.model_dump()
-        diff = next((k for k in sent if sent[k] != got.get(k)), "?")
-        raise NodeFailure("error", f"answered for another config ({diff}: sent {sent.get(diff)!r}, got {got.get(diff)!r})")
-    return answer
+        return parse_answer(body, nc)
+    except BadAnswer as exc:
+        raise NodeFailure("error", str(exc)) from None
 
 
 async def _post_plan(client: Any, host: Host, nc: NamedConfig, opts: HttpOptions, state: dict[str, str]) -> PlanAnswer:
@@ -252,6 +254,8 @@ async def query_node(host: Host, configs: Sequence[NamedConfig], opts: HttpOptio
 
         try:
             answers = await asyncio.wait_for(ask(), opts.timeout)
+        except asyncio.CancelledError:
+            raise
         except NodeFailure as f:
             return Outcome(name=host.name, address=host.url, kind=f.kind, reason=f.reason,  # type: ignore[arg-type]
                            elapsed_ms=(time.perf_counter() - t0) * 1000)
@@ -262,6 +266,11 @@ async def query_node(host: Host, configs: Sequence[NamedConfig], opts: HttpOptio
             else:
                 why = f"no answer within {opts.timeout:g}s ({stage})"
             return Outcome(name=host.name, address=host.url, kind="unreachable", reason=why,
+                           elapsed_ms=(time.perf_counter() - t0) * 1000)
+        except Exception as exc:  # noqa: BLE001 - nothing one node does may abort the run: it is its row
+            why = str(exc).splitlines()[0][:160] if str(exc) else ""
+            return Outcome(name=host.name, address=host.url, kind="error",
+                           reason=f"{type(exc).__name__}: {why}".rstrip(": "),
                            elapsed_ms=(time.perf_counter() - t0) * 1000)
         return Outcome(name=host.name, address=host.url, answers=answers, elapsed_ms=(time.perf_counter() - t0) * 1000)
 

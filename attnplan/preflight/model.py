@@ -116,6 +116,8 @@ class GroupCell(Cell):
 
     details: list[dict[str, Any]] = Field(default_factory=list, description="violation entries (SPEC §9)")
     suggestions: list[dict[str, Any]] = Field(default_factory=list)
+    fallbacks: list[dict[str, Any]] = Field(default_factory=list,
+                                            description="backends skipped for a lower-priority one: phase, skipped, rules, used")
     notes: list[str] = Field(default_factory=list)
 
 

@@ -20,7 +20,7 @@ import socket
 import time
 from typing import Any, Callable, MutableMapping, Optional, Sequence
 
-from attnplan.policy import AttnplanError, NodeFacts, PlanAnswer
+from attnplan.policy import AttnplanError, NodeFacts
 
 from .model import NamedConfig, Outcome
 
@@ -89,8 +89,6 @@ def _failure(exc: BaseException) -> tuple[str, str]:
 
 def _outcome(result: Any, node_id: str, name: str, address: str, configs: Sequence[NamedConfig],
              elapsed_ms: float, extra: dict[str, Any]) -> Outcome:
-    from pydantic import ValidationError
-
     base = dict(name=name, address=address, elapsed_ms=elapsed_ms, extra=extra)
     if not isinstance(result, dict) or not isinstance(result.get("answers"), list):
         return Outcome(kind="error", reason="schema-invalid task result", **base)  # type: ignore[arg-type]
@@ -99,17 +97,14 @@ def _outcome(result: Any, node_id: str, name: str, address: str, configs: Sequen
                        **base)  # type: ignore[arg-type]
     if len(result["answers"]) != len(configs):
         return Outcome(kind="error", reason="schema-invalid task result: wrong number of answers", **base)  # type: ignore[arg-type]
+    from .answers import BadAnswer, validate_data
+
     answers = []
     for nc, data in zip(configs, result["answers"]):
         try:
-            a = PlanAnswer.model_validate(data)
-        except ValidationError as exc:
-            e = exc.errors()[0]
-            where = ".".join(str(p) for p in e.get("loc", ())) or "answer"
-            return Outcome(kind="error", reason=f"schema-invalid answer: {where}: {e.get('msg')}", **base)  # type: ignore[arg-type]
-        if a.config != nc.config:
-            return Outcome(kind="error", reason="answered for another config (attnplan version skew?)", **base)  # type: ignore[arg-type]
-        answers.append(a)
+            answers.append(validate_data(data, nc))
+        except BadAnswer as exc:
+            return Outcome(kind="error", reason=str(exc), **base)  # type: ignore[arg-type]
     extra.update(hostname=result.get("hostname"), declared=result.get("declared"))
     return Outcome(answers=answers, **base)  # type: ignore[arg-type]
 

@@ -11,7 +11,7 @@ import re
 import time
 from typing import Optional, Sequence
 
-from attnplan.policy import InvalidInputError, NodeFacts, plan_for, simulated_node
+from attnplan.policy import InvalidInputError, NodeFacts, RuleSet, plan_for, simulated_node
 
 from .model import NamedConfig, Outcome
 
@@ -57,7 +57,9 @@ def declared(name: str, *, flashinfer_version: Optional[str] = None, cubins: Opt
 
 
 def simulate(spec: str, configs: Sequence[NamedConfig], *, flashinfer_version: Optional[str] = None,
-             cubins: Optional[str] = None) -> list[Outcome]:
+             cubins: Optional[str] = None, ruleset: Optional[RuleSet] = None) -> list[Outcome]:
+    """Plan every declared node with ``ruleset`` (the shipped rules by default: ``--rules DIR``
+    plans the simulated cluster with your own packs)."""
     entries = parse_spec(spec)
     # Validate every device first: a typo is bad input (exit 2), not a node row.
     facts = []
@@ -70,7 +72,7 @@ def simulate(spec: str, configs: Sequence[NamedConfig], *, flashinfer_version: O
     used: dict[str, int] = {}
     for name, count, node in facts:
         t0 = time.perf_counter()
-        answers = [plan_for(c.config, node) for c in configs]
+        answers = [plan_for(c.config, node, ruleset=ruleset) for c in configs]
         ms = (time.perf_counter() - t0) * 1000
         base = slug(name)
         start = used.get(base, 0)

@@ -24,7 +24,9 @@ from .metrics import Metrics, MetricsMiddleware
 from .presets import default_examples_dir
 from .readiness import PROBE_DEADLINE_S, NodeService
 from .routes import router, static_routes
-from .security import MAX_BODY_BYTES, OPEN_PATHS, OPEN_PREFIXES, BearerAuth, BodyLimit
+from .docs import docs_routes
+from .readiness import REFRESH_INTERVAL_S
+from .security import MAX_BODY_BYTES, OPEN_PATHS, OPEN_PREFIXES, BearerAuth, BodyLimit, NoTokenInURL
 from .service import Service
 
 log = logging.getLogger("attnplan.api")
@@ -77,13 +79,17 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
                artifactory_ttl: float = ARTIFACTORY_TTL_S, artifactory_timeout: float = DEFAULT_TIMEOUT_S,
                probe_deadline: float = PROBE_DEADLINE_S, examples_dir: Optional[Path] = None,
                max_body_bytes: int = MAX_BODY_BYTES, rules_dir: Optional[Path] = None,
-               ruleset: Optional[RuleSet] = None) -> FastAPI:
+               ruleset: Optional[RuleSet] = None, refresh_interval: float = REFRESH_INTERVAL_S,
+               docs_dir: Optional[Path] = None) -> FastAPI:
     """The service. ``node``: serve these declared facts (no probing); else probe this machine in
     the background (through ``node_cache`` / ``probe_io`` when given). ``token``: require
     ``Authorization: Bearer <token>`` on everything but health, readiness and the page shell.
     A probe still running after ``probe_deadline`` seconds counts as a probe failure.
     ``rules_dir``: rule packs to serve instead of the shipped ones; packs that fail to load keep
-    the service not ready (``/readyz`` 503 naming the pack) and plan routes at 503."""
+    the service not ready (``/readyz`` 503 naming the pack) and plan routes at 503.
+    ``refresh_interval``: ``?refresh=true`` within this many seconds of the last probe is served
+    from it. ``docs_dir``: serve Swagger UI at ``/docs`` from these local assets (off when None:
+    nothing on this origin, where the status page keeps the token, loads from a CDN)."""
     rules_error: Optional[str] = None
     if ruleset is None:
         try:
@@ -94,7 +100,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     metrics = Metrics()
     nodes = NodeService(metrics=metrics, node=node, node_cache=node_cache, probe_io=probe_io,
                         artifactory_ttl=artifactory_ttl, artifactory_timeout=artifactory_timeout,
-                        probe_deadline=probe_deadline)
+                        probe_deadline=probe_deadline, refresh_interval=refresh_interval)
     svc = Service(metrics=metrics, nodes=nodes,
                   examples_dir=examples_dir if examples_dir is not None else default_examples_dir(),
                   ruleset=ruleset, rules_error=rules_error)
@@ -108,7 +114,8 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
             nodes.stop()
 
     app = FastAPI(
-        title="attnplan", version=_version(), lifespan=lifespan, redoc_url=None,
+        title="attnplan", version=_version(), lifespan=lifespan, redoc_url=None, docs_url=None,
+        swagger_ui_oauth2_redirect_url=None,
         description="Which attention kernels will run on this node, for this model, and why not. "
                     "`POST /v1/plan` answers as `attnplan plan --json` does (SPEC §8).",
     )
@@ -116,6 +123,8 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     static = static_routes(_static_files())
     app.include_router(router)
     app.include_router(static)
+    if docs_dir is not None:
+        app.include_router(docs_routes(docs_dir, title=app.title))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> ErrorResponse:
@@ -136,6 +145,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     if token:
         app.add_middleware(BearerAuth, token=token)
+    app.add_middleware(NoTokenInURL)
     # Requests refused before routing (401, 413) have no matched route: label them by path when
     # it is one of ours. (Recent FastAPI keeps included routers whole in app.routes.)
     paths = {getattr(r, "path", None) for r in (*app.routes, *router.routes, *static.routes)}

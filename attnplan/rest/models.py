@@ -14,9 +14,12 @@ class NodeSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    device: Optional[str] = Field(None, max_length=100, description="catalog device, e.g. B200, GB300, H100, 'RTX PRO 6000'")
-    capability: Optional[str] = Field(None, max_length=16, description="compute capability, e.g. '10.3'")
-    flashinfer_version: Optional[str] = Field(None, max_length=64, description="the node's flashinfer version (default: supported)")
+    # min_length=1 (after stripping): "" names no device, and the schema says so as the code does.
+    device: Optional[str] = Field(None, min_length=1, max_length=100,
+                                  description="catalog device, e.g. B200, GB300, H100, 'RTX PRO 6000'")
+    capability: Optional[str] = Field(None, min_length=1, max_length=16, description="compute capability, e.g. '10.3'")
+    flashinfer_version: Optional[str] = Field(None, min_length=1, max_length=64,
+                                              description="the node's flashinfer version (default: supported)")
     cubins: Optional[Literal["available", "missing"]] = Field(None, description="whether trtllm-gen cubins are available")
 
 

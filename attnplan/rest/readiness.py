@@ -8,6 +8,7 @@ round-trip to a remote host must never sit on a request's path. Until the first 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -27,6 +28,9 @@ PROBE_DEADLINE_S = 30.0
 # Until a first probe succeeds, a failed one is retried this often (liveness stays green, so
 # nothing else would restart the process).
 PROBE_RETRY_S = 10.0
+# ``?refresh=true`` within this long of the last finished probe is answered from it: a client
+# looping on refresh cannot make the node re-probe (and spawn threads) faster than this.
+REFRESH_INTERVAL_S = 10.0
 
 
 class NotReady(Exception):
@@ -41,7 +45,7 @@ class NodeService:
     def __init__(self, *, metrics: Metrics, node: Optional[NodeFacts] = None, node_cache: Optional[NodeCache] = None,
                  probe_io: Optional[ProbeIO] = None, artifactory_ttl: float = ARTIFACTORY_TTL_S,
                  artifactory_timeout: float = DEFAULT_TIMEOUT_S, probe_deadline: float = PROBE_DEADLINE_S,
-                 clock: Callable[[], float] = time.monotonic):
+                 refresh_interval: float = REFRESH_INTERVAL_S, clock: Callable[[], float] = time.monotonic):
         self.metrics = metrics
         self.declared = node
         self.io = probe_io or ProbeIO()
@@ -50,7 +54,10 @@ class NodeService:
         self.artifactory_ttl = artifactory_ttl
         self.artifactory_timeout = artifactory_timeout
         self.probe_deadline = probe_deadline
+        self.refresh_interval = refresh_interval
         self._clock = clock
+        self._probed_at: Optional[float] = None  # when the last probe finished
+        self.probes_started = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -112,6 +119,30 @@ class NodeService:
             raise NotReady(f"probe failed: {error}")
         return self.node()
 
+    async def refresh_async(self, timeout: float) -> NodeFacts:
+        """``refresh`` for a request: coalesced (one probe in flight, shared by every caller; a
+        probe finished less than ``refresh_interval`` ago is the answer) and awaited without
+        holding a worker thread per caller."""
+        if self.declared is not None:
+            return self.declared
+        with self._lock:
+            probed_at, error = self._probed_at, self._probe_error
+        if (probed_at is not None and error is None and self._served is not None
+                and self._clock() - probed_at < self.refresh_interval):
+            return self._served
+        done = self._start_probe(refresh=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not done.is_set():
+            if loop.time() >= deadline:
+                raise NotReady(f"re-probe still running after {timeout:.0f}s")
+            await asyncio.sleep(0.05)
+        with self._lock:
+            error = self._probe_error
+        if error:
+            raise NotReady(f"probe failed: {error}")
+        return self.node()
+
     # -- the probe -------------------------------------------------------------------------
     def _start_probe(self, refresh: bool) -> threading.Event:
         with self._lock:
@@ -119,6 +150,7 @@ class NodeService:
                 return self._probe_done
             self._probe_done = threading.Event()
             self._probing_since = self._clock()
+            self.probes_started += 1
             done = self._probe_done
             self._probe_thread = threading.Thread(target=self._probe, args=(refresh, done), name="attnplan-probe",
                                                   daemon=True)
@@ -148,6 +180,7 @@ class NodeService:
         with self._lock:
             self._probing_since = None
             self._probe_error = error
+            self._probed_at = self._clock()
         done.set()
         if error and self._served is None and not self._stop.is_set():
             retry = threading.Timer(PROBE_RETRY_S, self._retry)

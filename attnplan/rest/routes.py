@@ -83,10 +83,11 @@ async def plan(body: PlanRequest, request: Request,
 
 @router.get("/v1/node", response_class=JSONResponse, summary="This service's node facts, each with its source",
             responses={200: {"model": NodeOut}, **UNAUTHORIZED, **INVALID, **NOT_READY})
-async def node(request: Request, refresh: bool = Query(False, description="re-probe this machine first")) -> Response:
+async def node(request: Request, refresh: bool = Query(False, description="re-probe this machine first (coalesced: "
+                                                                        "one probe at a time, at most one per interval)")) -> Response:
     svc = service(request)
     try:
-        facts = await anyio.to_thread.run_sync(svc.nodes.refresh, REFRESH_WAIT_S) if refresh else svc.nodes.node()
+        facts = await svc.nodes.refresh_async(REFRESH_WAIT_S) if refresh else svc.nodes.node()
     except NotReady as exc:
         raise not_ready(exc) from None
     return Response(svc.node_body(facts), media_type=JSON)

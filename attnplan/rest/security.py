@@ -1,7 +1,10 @@
 """Who may call the service and how much they may send: bearer token and body limit (ASGI).
 
 Both run before routing, so an unauthenticated or oversized request never reaches a handler
-(nor a JSON parser). The token is compared in constant time and never logged or echoed.
+(nor a JSON parser). The token is compared in constant time and never logged or echoed; both
+the server's token and the client's are stripped of surrounding whitespace (a Kubernetes secret
+often ends in a newline). A token in the URL (``?token=``) is refused outright: URLs end up in
+access logs, proxies and browser history.
 """
 
 from __future__ import annotations
@@ -11,15 +14,21 @@ import ipaddress
 import json
 from typing import Iterable, Mapping, Optional
 
+from urllib.parse import parse_qsl
+
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from attnplan.policy import InvalidInputError
+
 MAX_BODY_BYTES = 64 * 1024
+MIN_TOKEN_CHARS = 16  # for a non-loopback bind; `openssl rand -hex 32` gives 64
+URL_TOKEN_PARAMS = frozenset({"token", "access_token", "bearer", "api_key", "apikey"})
 
 # Open without a token: the Docker HEALTHCHECK and orchestrators' probes, and the status page's
 # static shell and the API schema, which hold no node data (the page asks for the token and
 # sends it with every data call). Everything else needs the token when one is set.
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/", "/docs", "/docs/oauth2-redirect", "/openapi.json"})
-OPEN_PREFIXES = ("/static/",)
+OPEN_PREFIXES = ("/static/", "/docs/assets/")
 
 
 def is_loopback(host: str) -> bool:
@@ -34,9 +43,32 @@ def is_loopback(host: str) -> bool:
 
 
 def resolve_token(flag: Optional[str], env: Mapping[str, str]) -> Optional[str]:
-    """--token wins over ATTNPLAN_TOKEN; an empty value means no token."""
-    token = flag if flag else env.get("ATTNPLAN_TOKEN", "")
+    """--token wins over ATTNPLAN_TOKEN; an empty value means no token; surrounding whitespace
+    is stripped (as from the client's); a value that is only whitespace is refused (whoever set
+    it meant to require a token, and no client could ever send it)."""
+    raw = flag if flag else env.get("ATTNPLAN_TOKEN", "")
+    token = raw.strip()
+    if raw and not token:
+        where = "--token" if flag else "ATTNPLAN_TOKEN"
+        raise InvalidInputError("token", f"{where} is blank (only whitespace): unset it or give a real token")
     return token or None
+
+
+def check_token(token: Optional[str], host: str) -> None:
+    """A token guarding a non-loopback bind must be long enough not to be guessed."""
+    if token is not None and not is_loopback(host) and len(token) < MIN_TOKEN_CHARS:
+        raise InvalidInputError("token", f"the token is {len(token)} characters; a non-loopback bind needs at least "
+                                         f"{MIN_TOKEN_CHARS} (e.g. `openssl rand -hex 32`)")
+
+
+def token_in_url(query_string: bytes) -> bool:
+    if not query_string:
+        return False
+    try:
+        names = {k.lower() for k, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True)}
+    except ValueError:
+        return False
+    return bool(names & URL_TOKEN_PARAMS)
 
 
 async def send_json(send: Send, status: int, detail: str, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
@@ -47,10 +79,23 @@ async def send_json(send: Send, status: int, detail: str, headers: Iterable[tupl
     await send({"type": "http.response.body", "body": body})
 
 
+class NoTokenInURL:
+    """400 for any request carrying a token in its query string, whether or not it is right."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and token_in_url(scope.get("query_string", b"")):
+            await send_json(send, 400, "never put a token in the URL: send 'Authorization: Bearer TOKEN'")
+            return
+        await self.app(scope, receive, send)
+
+
 class BearerAuth:
     def __init__(self, app: ASGIApp, token: str):
         self.app = app
-        self._expected = token.encode("utf-8")
+        self._expected = token.strip().encode("utf-8")
 
     def _allowed(self, scope: Scope) -> bool:
         header = b""

@@ -23,6 +23,9 @@ from .models import NodeSpec
 from .readiness import NodeService
 
 ANSWER_CACHE_SIZE = 256  # ~10-20 KiB of JSON each
+# The version of the /v1/plan answer schema; preflight counts only answers that name the one
+# it reads (attnplan.preflight.answers.ANSWER_SCHEMA_VERSION).
+ANSWER_SCHEMA_VERSION = "1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +44,8 @@ def dumps(data: Any) -> bytes:
 def render_answer(config: AttentionConfig, node: NodeFacts, trace: bool, ruleset: RuleSet) -> Rendered:
     answer = plan_for(config, node, ruleset=ruleset)
     prefill, decode = answer.backends()
-    return Rendered(dumps(answer.to_json(trace=trace)), answer.status, prefill or "none", decode or "none")
+    body = {"schema_version": ANSWER_SCHEMA_VERSION, **answer.to_json(trace=trace)}
+    return Rendered(dumps(body), answer.status, prefill or "none", decode or "none")
 
 
 def declared_node(spec: NodeSpec) -> NodeFacts:

@@ -1,0 +1,703 @@
+"""Replay every fault of issue 16 against a fresh ``serve``, the CLI and the preflight.
+
+    python bench/replay_faults.py            # every case, full size (5,000 idle connections)
+    python bench/replay_faults.py --quick    # reduced sizes (tests/test_hardening_replay.py)
+    python bench/replay_faults.py --skip-owner h1,h3
+
+One line per case: ``held`` or ``failed``, the case id, the issue item, who owns the fix, and
+what was seen. Exit 0 only if every case that ran held. Owners: ``h2`` (hardening: preflight,
+REST, CLI output), ``h1`` (policy: probe deadlines, artifactory facts, rule-pack limits),
+``h3`` (model configs: hfconfig, ``--device ""``), ``integrator`` (one-line changes in files no
+helper owns, e.g. ``matrix -o`` in cli/plan.py), ``landed`` (already fixed on main). Every CLI
+case runs in a subprocess with a timeout: a hang is ``failed``, never a stuck replay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LLAMA = ["--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8"]
+TOKEN = "replay-token-0123456789"
+CASES: list[tuple[str, str, str, Callable[["Ctx"], tuple[bool, str]]]] = []
+
+
+def case(cid: str, item: str, owner: str) -> Callable:
+    def deco(fn: Callable[["Ctx"], tuple[bool, str]]) -> Callable:
+        CASES.append((cid, f"#{item}", owner, fn))
+        return fn
+    return deco
+
+
+class Ctx:
+    def __init__(self, tmp: Path, quick: bool):
+        self.tmp = tmp
+        self.quick = quick
+        self.timeout = 30.0 if quick else 90.0
+
+
+# -- helpers ---------------------------------------------------------------------------------
+class Result:
+    def __init__(self, rc: Optional[int], out: str, err: str, seconds: float):
+        self.rc, self.out, self.err, self.seconds = rc, out, err, seconds
+
+    @property
+    def hung(self) -> bool:
+        return self.rc is None
+
+    def one_line(self, code: int = 2) -> bool:
+        return self.rc == code and len(self.err.strip().splitlines()) == 1 and "Traceback" not in self.err
+
+    def say(self) -> str:
+        if self.hung:
+            return f"hung past {self.seconds:.0f}s"
+        tail = self.err.strip().splitlines()[-1][:140] if self.err.strip() else ""
+        return f"exit {self.rc} in {self.seconds:.1f}s: {tail}"
+
+
+def cli(ctx: Ctx, *argv: str, env: Optional[dict[str, str]] = None, timeout: Optional[float] = None) -> Result:
+    e = dict(os.environ, PYTHONPATH=str(ROOT))
+    e.pop("ATTNPLAN_TOKEN", None)
+    e.update(env or {})
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run([sys.executable, "-m", "attnplan", *argv], capture_output=True, text=True,
+                           timeout=timeout or ctx.timeout, env=e, stdin=subprocess.DEVNULL, errors="replace")
+        return Result(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+    except subprocess.TimeoutExpired:
+        return Result(None, "", "", time.monotonic() - t0)
+
+
+def exit2(r: Result) -> tuple[bool, str]:
+    return r.one_line(2), r.say()
+
+
+class FakeNode:
+    """A node service answering every POST with one status and body."""
+
+    def __init__(self, body: bytes, status: int = 200):
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                self.send_response(outer.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(outer.body)))
+                self.end_headers()
+                self.wfile.write(outer.body)
+
+            def log_message(self, *a):
+                pass
+
+        self.body, self.status = body, status
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.host = f"127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> "FakeNode":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class Dripper:
+    """Accepts connections and sends one byte a second, forever (a slow artifactory)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except (socket.timeout, OSError):
+                continue
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        data = b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
+        try:
+            for b in data:
+                if self.stop.is_set():
+                    break
+                conn.sendall(bytes([b]))
+                time.sleep(1)
+        except OSError:
+            pass
+        conn.close()
+
+    def __enter__(self) -> "Dripper":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+class Serve:
+    """A fresh ``attnplan serve`` subprocess on a free loopback port."""
+
+    def __init__(self, ctx: Ctx, *args: str, env: Optional[dict[str, str]] = None, nofile: Optional[int] = None):
+        self.log = ctx.tmp / f"serve-{time.monotonic_ns()}.log"
+        e = dict(os.environ, PYTHONPATH=str(ROOT))
+        e.pop("ATTNPLAN_TOKEN", None)
+        e.update(env or {})
+
+        def limit() -> None:
+            if nofile:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        with open(self.log, "wb") as fh:
+            self.proc = subprocess.Popen([sys.executable, "-m", "attnplan", "serve", "--port", "0", *args],
+                                         stdout=fh, stderr=subprocess.STDOUT, env=e, preexec_fn=limit)
+        deadline = time.monotonic() + 60
+        self.port = 0
+        while not self.port and time.monotonic() < deadline and self.proc.poll() is None:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.text())
+            self.port = int(m.group(1)) if m else 0
+            time.sleep(0.1)
+        if not self.port:
+            self.close()
+            raise RuntimeError(f"serve did not start: {self.text()[-300:]}")
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> "Serve":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def wire(answer: Any, **changes: Any) -> bytes:
+    body = {"schema_version": "1", **answer.to_json(trace=False)}
+    body.update(changes)
+    return json.dumps(body).encode()
+
+
+def preflight_json(ctx: Ctx, *hosts: str, extra: tuple[str, ...] = ()) -> tuple[Result, dict[str, dict]]:
+    r = cli(ctx, "preflight", "--hosts", ",".join(hosts), *LLAMA, *extra, "--json", "--retries", "0")
+    try:
+        rows = {n["name"]: n for n in json.loads(r.out)["nodes"]}
+    except (ValueError, KeyError, TypeError):
+        rows = {}
+    return r, rows
+
+
+def hf_config(path: Path, **over: Any) -> Path:
+    data = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "torch_dtype": "bfloat16"}
+    data.update(over)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def packs_copy(ctx: Ctx, name: str) -> Path:
+    from attnplan.rules import PACKS_DIR
+
+    d = ctx.tmp / name
+    shutil.copytree(PACKS_DIR, d)
+    return d
+
+
+# -- 1. preflight crashes ----------------------------------------------------------------------
+@case("preflight-deep-json-node", "1", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    from attnplan.policy import make_config, plan_for, simulated_node
+
+    good = wire(plan_for(make_config({"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}), simulated_node("B200")))
+    with FakeNode(good) as ok, FakeNode(b"[" * 100_000) as deep:
+        r, rows = preflight_json(ctx, ok.host, deep.host)
+        held = (r.rc == 3 and rows.get(ok.host, {}).get("status") == "ok"
+                and rows.get(deep.host, {}).get("status") == "error" and "Traceback" not in r.err)
+        return held, f"exit {r.rc}; deep node: {rows.get(deep.host, {}).get('reason')}"
+
+
+@case("preflight-mistyped-hosts", "1", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    seen = []
+    for h in ("999.999.999.999:1", "xn--invalid-.example:1", ""):
+        r = cli(ctx, "preflight", "--hosts", h, *LLAMA)
+        if not r.one_line(2):
+            return False, f"{h!r}: {r.say()}"
+        seen.append(r.rc)
+    return True, f"exits {seen}, one line each"
+
+
+# -- 2. CLI inputs -------------------------------------------------------------------------------
+@case("hfconfig-zero-heads", "2", "h3")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    p = hf_config(ctx.tmp / "zero-heads.json", num_attention_heads=0, head_dim=None)
+    r1 = cli(ctx, "plan", "--device", "B200", "--model-config", str(p))
+    y = ctx.tmp / "zero.yaml"
+    y.write_text(f"- model_config: {p}\n")
+    r2 = cli(ctx, "preflight", "--simulate", "B200=1", "--configs", str(y))
+    return r1.one_line(2) and r2.one_line(2), f"plan: {r1.say()}; preflight: {r2.say()}"
+
+
+@case("presets-zero-heads", "2", "h3")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+
+    from attnplan.policy import simulated_node
+    from attnplan.rest.app import create_app
+    from attnplan.rest.server import BackgroundServer
+
+    d = ctx.tmp / "presets"
+    d.mkdir(exist_ok=True)
+    hf_config(d / "zero.json", num_attention_heads=0, head_dim=None)
+    hf_config(d / "fine.json")
+    with BackgroundServer(create_app(node=simulated_node("B200"), examples_dir=d), log_level="critical") as srv:
+        r = httpx.get(srv.url + "/v1/presets", timeout=10)
+    body = r.json() if r.headers.get("content-type", "").startswith("application/json") else {}
+    held = r.status_code == 200 and any("zero" in e for e in body.get("errors", []))
+    return held, f"HTTP {r.status_code}: errors={body.get('errors')}"
+
+
+@case("hfconfig-deep-nesting", "2", "h3")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    p = ctx.tmp / "deep-config.json"
+    p.write_text('{"a": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    return exit2(cli(ctx, "plan", "--device", "B200", "--model-config", str(p)))
+
+
+@case("configs-yaml-deep-nesting", "2", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    p = ctx.tmp / "deep.yaml"
+    p.write_text("[" * 200_000 + "]" * 200_000)
+    return exit2(cli(ctx, "preflight", "--simulate", "B200=1", "--configs", str(p)))
+
+
+@case("model-config-dev-zero", "2", "h3")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return exit2(cli(ctx, "plan", "--device", "B200", "--model-config", "/dev/zero", timeout=20))
+
+
+@case("model-config-fifo", "2", "h3")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    fifo = ctx.tmp / "model.fifo"
+    os.mkfifo(fifo)
+    return exit2(cli(ctx, "plan", "--device", "B200", "--model-config", str(fifo), timeout=20))
+
+
+@case("hosts-file-fifo", "2", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    fifo = ctx.tmp / "hosts.fifo"
+    os.mkfifo(fifo)
+    return exit2(cli(ctx, "preflight", "--hosts-file", str(fifo), *LLAMA, timeout=20))
+
+
+@case("configs-fifo", "2", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    fifo = ctx.tmp / "configs.fifo"
+    os.mkfifo(fifo)
+    return exit2(cli(ctx, "preflight", "--simulate", "B200=1", "--configs", str(fifo), timeout=20))
+
+
+@case("matrix-output-missing-dir", "2", "integrator")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return exit2(cli(ctx, "matrix", "-o", "/nonexistent/m.md"))
+
+
+@case("matrix-output-directory", "2", "integrator")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return exit2(cli(ctx, "matrix", "-o", str(ctx.tmp)))
+
+
+@case("labels-output-directory", "2", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return exit2(cli(ctx, "labels", "--device", "B200", "--output", str(ctx.tmp)))
+
+
+@case("preflight-simulate-empty", "2", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return exit2(cli(ctx, "preflight", "--simulate", "", *LLAMA))
+
+
+# -- 3. rule packs -------------------------------------------------------------------------------
+def _pack_case(ctx: Ctx, name: str, text: str, *, raw: Optional[bytes] = None, timeout: float = 30) -> tuple[bool, str]:
+    d = packs_copy(ctx, name)
+    f = d / "zz-evil.yaml"
+    if raw is not None:
+        f.write_bytes(raw)
+    else:
+        f.write_text(text)
+    r = cli(ctx, "rules", "--rules", str(d), timeout=timeout)
+    return r.one_line(2) and r.seconds < timeout, r.say()
+
+
+RULE = """pack: evil
+rules:
+  - id: evil.rule
+    title: evil
+    reason: evil
+    source: replay
+    backends: [fa2]
+"""
+
+
+@case("rulepack-alias-bomb", "3", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    # Inside a condition: 9 anchors, each nine of the previous: 9^10 values once expanded.
+    levels = ["&a0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    return _pack_case(ctx, "alias", RULE + "    require: {fact: config.head_dim, in: [" + ", ".join(levels) + "]}\n"
+                                           "    message: m\n", timeout=20)
+
+
+@case("rulepack-deep-flow", "3", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return _pack_case(ctx, "deep", RULE + "    require: " + "[" * 100_000 + "]" * 100_000 + "\n")
+
+
+@case("rulepack-deep-not", "3", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    cond = "{fact: node.capability_major, eq: 10}"
+    for _ in range(3000):
+        cond = "{not: " + cond + "}"
+    return _pack_case(ctx, "not", RULE + f"    require: {cond}\n")
+
+
+@case("rulepack-not-utf8", "3", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return _pack_case(ctx, "utf8", "", raw=b"pack: evil\nrules: []\n# \xff\xfe\n")
+
+
+@case("rulepack-duplicate-require", "3", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return _pack_case(ctx, "dup", RULE + "    require: {fact: node.capability_major, eq: 10}\n"
+                                         "    require: {fact: node.capability_major, eq: 9}\n    message: m\n")
+
+
+@case("rulepack-divisible-by-zero", "3", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return _pack_case(ctx, "div0", RULE + "    require: {fact: config.head_dim, divisible_by: 0}\n    message: m\n")
+
+
+@case("configs-duplicate-key", "3", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    p = ctx.tmp / "dup.yaml"
+    p.write_text("- {head_dim: 128, num_qo_heads: 32, head_dim: 64}\n")
+    return exit2(cli(ctx, "preflight", "--simulate", "B200=1", "--configs", str(p)))
+
+
+# -- 4. serve with a bad pack ---------------------------------------------------------------------
+@case("serve-bad-pack-not-ready", "4", "landed")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+
+    d = packs_copy(ctx, "broken")
+    (d / "core.yaml").write_text("pack: core\nrules: [\n")
+    with Serve(ctx, "--device", "B200", "--rules", str(d)) as srv:
+        ready = httpx.get(srv.url + "/readyz", timeout=5)
+        plan = httpx.post(srv.url + "/v1/plan", json={"config": {"head_dim": 128, "num_qo_heads": 32}}, timeout=5)
+    return ready.status_code == 503 and plan.status_code == 503, f"/readyz {ready.status_code}, /v1/plan {plan.status_code}"
+
+
+# -- 5. idle connections -----------------------------------------------------------------------------
+@case("serve-silent-connection-closed", "5", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    with Serve(ctx, "--device", "B200", "--header-timeout", "1") as srv:
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=5)
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")
+        t0 = time.monotonic()
+        s.settimeout(0.25)
+        closed = False
+        while time.monotonic() - t0 < 10 and not closed:
+            try:
+                s.sendall(b"X")
+                closed = s.recv(10) == b""
+            except socket.timeout:
+                continue
+            except OSError:
+                closed = True
+        s.close()
+        return closed, f"closed after {time.monotonic() - t0:.1f}s" if closed else "still open after 10s"
+
+
+@case("serve-idle-flood-1024-fds", "5", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+    import resource
+
+    n = 600 if ctx.quick else 5000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n + 256:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 512), hard))
+    held = []
+    with Serve(ctx, "--device", "B200", "--header-timeout", "60", "--no-access-log",
+               nofile=(256 if ctx.quick else 1024)) as srv:
+        try:
+            for _ in range(n):
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", srv.port))
+                held.append(s)
+            time.sleep(1.5)
+            worst = 0.0
+            for _ in range(5):
+                t0 = time.monotonic()
+                r = httpx.get(srv.url + "/healthz", timeout=5)
+                worst = max(worst, time.monotonic() - t0)
+                if r.status_code != 200:
+                    return False, f"/healthz {r.status_code}"
+            size = srv.log.stat().st_size
+        except httpx.HTTPError as exc:
+            return False, f"/healthz failed: {type(exc).__name__}"
+        finally:
+            for s in held:
+                s.close()
+    return worst < 1.0 and size < 64 * 1024, f"{n} idle: /healthz worst {worst * 1000:.0f} ms, log {size} bytes"
+
+
+# -- 6. refresh -------------------------------------------------------------------------------------
+@case("refresh-coalesced-and-authed", "6", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+
+    from attnplan.policy import NodeCache, simulated_node
+    from attnplan.rest.app import create_app
+    from attnplan.rest.server import BackgroundServer
+
+    def probe() -> Any:
+        time.sleep(0.1)
+        return simulated_node("B200")
+
+    app = create_app(node_cache=NodeCache(probe), token=TOKEN)
+    with BackgroundServer(app, log_level="critical") as srv:
+        deadline = time.monotonic() + 20
+        while httpx.get(srv.url + "/readyz", timeout=5).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        anon = httpx.get(srv.url + "/v1/node", params={"refresh": "true"}, timeout=5).status_code
+        threads = threading.active_count()
+
+        async def many() -> list[int]:
+            async with httpx.AsyncClient(base_url=srv.url, timeout=20,
+                                         headers={"Authorization": f"Bearer {TOKEN}"}) as c:
+                rs = await asyncio.gather(*(c.get("/v1/node", params={"refresh": "true"}) for _ in range(80)))
+            return [r.status_code for r in rs]
+
+        codes = asyncio.run(many())
+        probes = app.state.attnplan.nodes.probes_started
+        grown = threading.active_count() - threads
+    held = anon == 401 and codes == [200] * 80 and probes <= 2 and grown <= 3
+    return held, f"no token: {anon}; 80 refreshes: {probes} probe(s), threads +{grown}"
+
+
+# -- 7. artifactory deadline -------------------------------------------------------------------------
+@case("artifactory-drip-total-deadline", "7", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    with Dripper() as d:
+        r = cli(ctx, "node", "--json", timeout=30,
+                env={"ATTNPLAN_ARTIFACTORY_CHECK": "always", "FLASHINFER_CUBINS_REPOSITORY": f"http://127.0.0.1:{d.port}/"})
+    return r.rc == 0 and r.seconds < 20, r.say()
+
+
+# -- 8. preflight trust --------------------------------------------------------------------------------
+@case("preflight-control-characters", "8", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    from attnplan.policy import make_config, plan_for, simulated_node
+
+    a = plan_for(make_config({"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}), simulated_node("B200"))
+    node = json.loads(wire(a))["node"]
+    node["gpu_name"]["value"] = "B200\x1b[2J\r\n9  999  forged  ok"
+    with FakeNode(wire(a, node=node)) as n:
+        r = cli(ctx, "preflight", "--hosts", n.host, *LLAMA, "--per-node")
+    bad = [c for c in ("\x1b", "\r") if c in r.out] + (["forged row"] if re.search(r"^9  999", r.out, re.M) else [])
+    return not bad and r.rc in (0, 3), f"exit {r.rc}; control characters in output: {bad or 'none'}"
+
+
+@case("preflight-untrusted-answers", "8", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    from attnplan.policy import make_config, plan_for, simulated_node
+
+    a = plan_for(make_config({"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}), simulated_node("B200"))
+    node = json.loads(wire(a))["node"]
+    bodies = {
+        "plan-null": wire(a, plan=None),
+        "capability-1e30": wire(a, node={**node, "capability": {"value": 10**30, "source": "measured"}}),
+        "gpu-name-list": wire(a, node={**node, "gpu_name": {"value": ["B200"], "source": "measured"}}),
+        "no-schema-version": json.dumps({k: v for k, v in json.loads(wire(a)).items() if k != "schema_version"}).encode(),
+        "schema-version-2": wire(a, schema_version="2"),
+    }
+    wrong = []
+    for name, body in bodies.items():
+        with FakeNode(body) as n:
+            r, rows = preflight_json(ctx, n.host)
+        row = rows.get(n.host, {})
+        if not (r.rc == 3 and row.get("verdict") == "error"):
+            wrong.append(f"{name}: exit {r.rc} verdict {row.get('verdict')}")
+    return not wrong, "; ".join(wrong) or f"{len(bodies)} bad answers: error rows, exit 3"
+
+
+# -- 9. tokens -------------------------------------------------------------------------------------------
+@case("token-server-side-whitespace", "9", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+
+    with Serve(ctx, "--device", "B200", env={"ATTNPLAN_TOKEN": TOKEN + "\n"}) as srv:
+        r = httpx.get(srv.url + "/v1/node", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5)
+    return r.status_code == 200, f"HTTP {r.status_code}"
+
+
+@case("token-blank-or-short-public", "9", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    r1 = cli(ctx, "serve", "--device", "B200", "--host", "0.0.0.0", "--port", "1", env={"ATTNPLAN_TOKEN": " "})
+    r2 = cli(ctx, "serve", "--device", "B200", "--host", "0.0.0.0", "--port", "1", env={"ATTNPLAN_TOKEN": "a"})
+    return r1.one_line(2) and r2.one_line(2), f"blank: {r1.say()}; 'a': {r2.say()}"
+
+
+@case("token-in-url-refused-not-logged", "9", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+
+    with Serve(ctx, "--device", "B200", env={"ATTNPLAN_TOKEN": TOKEN}) as srv:
+        r = httpx.get(srv.url + "/v1/node", params={"token": TOKEN}, timeout=5)
+        time.sleep(0.3)
+        logged = TOKEN in srv.text()
+    return r.status_code in (400, 401) and not logged, f"HTTP {r.status_code}; token in log: {logged}"
+
+
+# -- 10. /docs ------------------------------------------------------------------------------------------
+@case("docs-no-cdn", "10", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+
+    with Serve(ctx, "--device", "B200") as srv:
+        r = httpx.get(srv.url + "/docs", timeout=5)
+    cdn = "cdn." in r.text or "https://" in r.text
+    return not cdn, f"/docs HTTP {r.status_code}; CDN reference: {cdn}"
+
+
+# -- 11. facts and schema ----------------------------------------------------------------------------------
+@case("device-empty", "11", "h3")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    return exit2(cli(ctx, "plan", "--device", "", *LLAMA))
+
+
+@case("artifactory-file-url", "11", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    r = cli(ctx, "node", "--json", env={"ATTNPLAN_ARTIFACTORY_CHECK": "always",
+                                        "FLASHINFER_CUBINS_REPOSITORY": "file:///etc/passwd"})
+    try:
+        fact = json.loads(r.out)["node"]["artifactory_reachable"]
+    except (ValueError, KeyError):
+        return False, r.say()
+    return fact.get("value") is not True, f"artifactory_reachable={fact}"
+
+
+@case("cubin-dir-missing-has-reason", "11", "h1")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    r = cli(ctx, "node", "--json", env={"FLASHINFER_CUBIN_DIR": "/nonexistent/attnplan-cubins"})
+    try:
+        fact = json.loads(r.out)["node"]["cubin_dir_has_cubins"]
+    except (ValueError, KeyError):
+        return False, r.say()
+    detail = str(fact.get("detail") or "").lower().replace("/nonexistent/attnplan-cubins", "")
+    reason = any(w in detail for w in ("not exist", "no such", "missing", "not a directory", "unreadable", "cannot"))
+    return fact.get("value") is not True and reason, f"cubin_dir_has_cubins={fact}"
+
+
+@case("softcap-nan", "11", "h3")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    p = ctx.tmp / "nan.json"
+    p.write_text(hf_config(ctx.tmp / "base.json").read_text()[:-1] + ', "attn_logit_softcapping": NaN}')
+    return exit2(cli(ctx, "plan", "--device", "B200", "--model-config", str(p)))
+
+
+@case("openapi-device-min-length", "11", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    import httpx
+
+    with Serve(ctx, "--device", "B200") as srv:
+        schema = httpx.get(srv.url + "/openapi.json", timeout=5).json()
+        r = httpx.post(srv.url + "/v1/plan", json={"config": {"head_dim": 128, "num_qo_heads": 32},
+                                                   "node": {"device": ""}}, timeout=5)
+    spec = schema["components"]["schemas"]["NodeSpec"]["properties"]["device"]
+    min_len = any(o.get("minLength") == 1 for o in spec.get("anyOf", [spec]))
+    return min_len and r.status_code == 422, f"schema minLength=1: {min_len}; POST device '': HTTP {r.status_code}"
+
+
+# -- 12. --rules everywhere ----------------------------------------------------------------------------------
+@case("rules-dir-every-command", "12", "h2")
+def _(ctx: Ctx) -> tuple[bool, str]:
+    d = packs_copy(ctx, "broken12")
+    (d / "core.yaml").write_text("pack: core\nrules: [\n")
+    cmds = {"plan": ["plan", "--device", "B200", *LLAMA], "explain": ["explain", "--device", "B200", *LLAMA],
+            "matrix": ["matrix"], "preflight": ["preflight", "--simulate", "B200=1", *LLAMA],
+            "labels": ["labels", "--device", "B200"]}
+    wrong = []
+    for name, argv in cmds.items():
+        r = cli(ctx, *argv, "--rules", str(d))
+        if not (r.one_line(2) and "core.yaml" in r.err):
+            wrong.append(f"{name}: {r.say()}")
+    return not wrong, "; ".join(wrong) or f"{', '.join(cmds)} (and serve: case serve-bad-pack-not-ready) refuse it"
+
+
+# -- running ------------------------------------------------------------------------------------------------
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="reduced sizes (for the test suite)")
+    ap.add_argument("--skip-owner", default="", help="comma-separated owners whose cases are not run")
+    ap.add_argument("--only", default="", help="comma-separated case ids to run")
+    args = ap.parse_args(argv)
+    skip = {s.strip() for s in args.skip_owner.split(",") if s.strip()}
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="attnplan-replay-") as tmp:
+        for cid, item, owner, fn in CASES:
+            if owner in skip or (only and cid not in only):
+                continue
+            ctx = Ctx(Path(tmp) / cid, args.quick)
+            ctx.tmp.mkdir()
+            t0 = time.monotonic()
+            try:
+                held, detail = fn(ctx)
+            except Exception as exc:  # noqa: BLE001 - a case that crashes the replay did not hold
+                held, detail = False, f"replay error: {type(exc).__name__}: {str(exc)[:160]}"
+            failed += not held
+            print(f"{'held  ' if held else 'failed'}  {cid:<34} {item:<4} [{owner}] {time.monotonic() - t0:5.1f}s  "
+                  f"{' '.join(detail.split())[:200]}", flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
