@@ -18,6 +18,7 @@ from attnplan.policy import AttnplanError
 EXAMPLES = """\
 examples:
   attnplan plan --device B200 --head-dim 128 --num-heads 32 --num-kv-heads 8
+  attnplan plan --device H100 --model-config examples/llama-3.1-8b.json --engine flashinfer
   attnplan plan --device "RTX PRO 6000" --model-config examples/llama-3.1-8b.json --kv-cache-dtype nvfp4
   attnplan plan --capability 10.3 --flashinfer-version 0.6.7 --head-dim 128 --num-heads 32 --json
   attnplan explain --device H100 --model-config examples/gemma-2-9b.json
@@ -25,11 +26,13 @@ examples:
   attnplan rules                     # every rule, its reason and source
   attnplan matrix --format markdown  # capability matrix derived from the rules
   attnplan serve --port 8000         # REST service (127.0.0.1 by default)
+  attnplan verify --quick --report docs/verified/H100-flashinfer-0.7.2.post1.md   # on a GPU node
   attnplan preflight --simulate "B200=8,H100=16" --model-config examples/qwen3-32b.json
 """
 
 # Subcommands living in their own modules: name -> module exposing add_parser(sub) and run(args) -> int.
-COMMANDS = ("attnplan.cli.plan", "attnplan.cli.serve", "attnplan.cli.preflight", "attnplan.cli.labels")
+COMMANDS = ("attnplan.cli.plan", "attnplan.cli.serve", "attnplan.cli.preflight", "attnplan.cli.labels",
+            "attnplan.cli.verify")
 
 
 class _Parser(argparse.ArgumentParser):

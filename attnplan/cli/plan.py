@@ -133,9 +133,10 @@ def run_matrix(args: argparse.Namespace) -> int:
                            "rows": capability_matrix(rs, engine=args.engine)}, indent=2) + "\n"
     else:
         text = matrix_markdown(rs, engine=args.engine)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+    if args.output is not None:
+        from .output import write_output
+
+        write_output(args.output, text)
     else:
         print(text, end="")
     return 0
