@@ -76,6 +76,8 @@ def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: Rule
     kernel = spec.kernels[phase]  # type: ignore[index]
     sink_call = spec.sink_calls.get(phase) if config.sinks else None  # type: ignore[call-overload]
     call = (spec.mla_calls.get(phase) if config.is_mla else None) or sink_call or spec.calls[phase]  # type: ignore[index]
+    if sink_call is not None:
+        kernel = f"{sink_call.entry_point.rsplit('.', 1)[-1]}(backend={spec.flashinfer_backend})"
     use_tc = None
     on_prefill = False
     if phase == "decode" and spec.family == "native" and not config.is_mla:

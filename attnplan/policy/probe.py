@@ -98,7 +98,7 @@ def default_cubin_dir(env: Mapping[str, str]) -> str:
 
 
 def http_reachable(url: str, timeout: float) -> tuple[bool, str]:
-    """GET the artifactory as vLLM's has_nvidia_artifactory does: reachable on HTTP 200 only, within a
+    """Ask the artifactory as vLLM's has_nvidia_artifactory does: reachable on HTTP 200 only, within a
     TOTAL deadline of ``timeout`` seconds (a server dripping bytes cannot hold the caller: the request
     runs in a daemon thread that is abandoned at the deadline)."""
     import urllib.error
@@ -115,9 +115,16 @@ def http_reachable(url: str, timeout: float) -> tuple[bool, str]:
 
     def run() -> None:
         try:
-            req = urllib.request.Request(url, method="GET")
-            with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - URL is config
-                result["r"] = (resp.status == 200, f"HTTP {resp.status}")
+            for method in ("HEAD", "GET"):  # HEAD reads no body; GET (as vLLM asks) where HEAD is not served
+                try:
+                    req = urllib.request.Request(url, method=method)
+                    with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - URL is config
+                        result["r"] = (resp.status == 200, f"HTTP {resp.status}")
+                        return
+                except urllib.error.HTTPError as exc:
+                    result["r"] = (False, f"HTTP {exc.code}")
+                    if exc.code not in (405, 501):
+                        return
         except urllib.error.HTTPError as exc:
             result["r"] = (False, f"HTTP {exc.code}")
         except (urllib.error.URLError, TimeoutError, OSError, ValueError) as exc:
