@@ -28,7 +28,7 @@ examples:
 """
 
 # Subcommands living in their own modules: name -> module exposing add_parser(sub) and run(args) -> int.
-COMMANDS = ("attnplan.cli.plan", "attnplan.cli.serve", "attnplan.cli.preflight", "attnplan.cli.labels")
+COMMANDS = ("attnplan.cli.plan", "attnplan.cli.serve", "attnplan.cli.preflight", "attnplan.cli.labels", "attnplan.cli.vllm")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -143,6 +143,8 @@ class _Obj:
         self.cfg = cfg
 
     def get(self, key: str) -> Any:
+        if key == "torch_dtype":  # transformers 5's name (reading the old one warns)
+            key = "dtype"
         return getattr(self.cfg, key, None)
 
 
@@ -177,8 +179,11 @@ def _transformers_config(data: Mapping[str, Any]) -> Any:
         return None
     if mt not in CONFIG_MAPPING:
         return None
+    kwargs = {k: v for k, v in data.items() if k != "model_type"}
+    if "torch_dtype" in kwargs and "dtype" not in kwargs:  # transformers 5 renamed it (and warns)
+        kwargs["dtype"] = kwargs.pop("torch_dtype")
     try:
-        cfg = AutoConfig.for_model(mt, **{k: v for k, v in data.items() if k != "model_type"})
+        cfg = AutoConfig.for_model(mt, **kwargs)
     except Exception as exc:  # a config the family's own class refuses
         raise ModelConfigError("config.json", f"transformers' {mt} config refuses it: {exc}") from None
     # vLLM reads the language model's sub-config (transformers_utils/config.py get_hf_text_config).

@@ -112,7 +112,9 @@ def vllm_available() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _vllm_parser() -> Any:
-    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu") if not _has_cuda() else None
+    if not _has_cuda():
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's INFO lines are not this command's output
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     class Parser(FlexibleArgumentParser):
