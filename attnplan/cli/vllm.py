@@ -15,7 +15,7 @@ import sys
 from attnplan.policy import InvalidInputError, local_node
 
 from .main import emit_json
-from .options import node_from_args, ruleset_from_args
+from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 
 OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules")
 
@@ -26,6 +26,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     vsub = p.add_subparsers(dest="vllm_command", metavar="serve")
     s = vsub.add_parser("serve", help="plan a `vllm serve MODEL [flags]` line", prefix_chars="-",
                         add_help=True, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_node_args(s)
+    s.add_argument("--json", action="store_true", help="print the plan contract per rank (JSON)")
+    s.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
+    add_rules_arg(s)
     s.add_argument("line", nargs=argparse.REMAINDER, metavar="MODEL [vllm serve flags]")
     s.set_defaults(run=run)
     p.set_defaults(run=_need_serve)
@@ -35,10 +39,12 @@ def _need_serve(args: argparse.Namespace) -> int:
     raise InvalidInputError("vllm", "give a subcommand: attnplan vllm serve MODEL [flags]")
 
 
-def split_own(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    """attnplan's own flags out of a ``vllm serve`` line; the rest is vLLM's."""
-    own = argparse.Namespace(device=None, capability=None, flashinfer_version=None, cubins=None, rules=None,
-                             json=False, no_trace=False)
+def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """attnplan's own flags out of a ``vllm serve`` line; the rest is vLLM's. ``before``: the
+    values given before MODEL (parsed by argparse)."""
+    own = argparse.Namespace(**{k: getattr(before, k, None) for k in
+                                ("device", "capability", "flashinfer_version", "cubins", "rules")},
+                             json=bool(getattr(before, "json", False)), no_trace=bool(getattr(before, "no_trace", False)))
     rest: list[str] = []
     i = 0
     while i < len(argv):
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from attnplan.vllm.args import parse_serve_line
     from attnplan.vllm.serve import plan_serve, render_serve, serve_json
 
-    own, rest = split_own(list(args.line))
+    own, rest = split_own(list(args.line), args)
     line = parse_serve_line(rest)
     node = node_from_args(own)
     sa = plan_serve(line, node if node is not None else local_node(), ruleset_from_args(own))
