@@ -85,6 +85,8 @@ def test_vllm_parser_reads_a_serve_line():
     assert line.parser == "vllm"
     assert (line.tensor_parallel_size, line.max_model_len, line.attention_backend) == (4, 32000, "FLASHINFER")
     assert line.speculative["num_speculative_tokens"] == 4 and line.dtype == "auto" and line.block_size is None
+    assert parse_serve_line([LLAMA, "--attention-config", '{"backend": "FLASHINFER_MLA"}']).attention_backend == \
+        "FLASHINFER_MLA"
     for bad in (["--no-such-flag"], ["--speculative-config", "{bad"], ["-tp", "four"]):
         with pytest.raises(InvalidInputError):
             parse_serve_line([LLAMA, *bad])

@@ -173,6 +173,9 @@ def parse_serve_line(argv: Sequence[str]) -> ServeLine:
         raise InvalidInputError("model", "give the model: attnplan vllm serve MODEL [flags]")
     spec = parse_json_arg(getattr(ns, "speculative_config", None), "speculative_config")
     backend = getattr(ns, "attention_backend", None)
+    if backend is None:  # --attention-config '{"backend": ...}' (vLLM's AttentionConfig, config/attention.py)
+        ac = getattr(ns, "attention_config", None)
+        backend = ac.get("backend") if isinstance(ac, dict) else getattr(ac, "backend", None)
     backend = getattr(backend, "name", backend)
     return ServeLine(
         model=str(model),
