@@ -161,3 +161,33 @@ def test_plugin_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("ATTNPLAN_VLLM_PLUGIN", "off")
     register()
     assert Worker.load_model is original
+
+
+def test_config_from_vllm_mla_matches_the_serve_line_mapping():
+    from attnplan.policy import simulated_node
+    from attnplan.vllm import config_from_vllm
+    from attnplan.vllm.args import parse_serve_line
+    from attnplan.vllm.serve import plan_serve
+
+    dsv3 = str(MODELS / "vllm-deepseek-v3")
+    vc = engine_config(dsv3, tensor_parallel_size=8, block_size=64)
+    live = config_from_vllm(vc)
+    assert vc.model_config.use_mla and live.is_mla
+    assert (live.num_qo_heads, live.kv_lora_rank, live.qk_rope_head_dim) == (16, 512, 64)
+    # The block size is the platform's final word (vLLM's CPU platform resets MLA's to 16 here,
+    # CudaPlatform.check_and_update_config picks per backend): config_from_vllm reads what it set.
+    assert live.page_size == vc.cache_config.block_size
+    line = parse_serve_line([dsv3, "-tp", "8", "--block-size", "64"])
+    from_line = plan_serve(line, simulated_node("B200")).config
+    assert from_line.replace(page_size=None) == live.replace(page_size=None)
+
+
+def test_config_from_vllm_reads_speculative_tokens():
+    from attnplan.vllm import config_from_vllm
+
+    try:
+        vc = engine_config(LLAMA, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                                      "prompt_lookup_max": 3})
+    except Exception as exc:  # the CPU platform may refuse a speculative method a GPU accepts
+        pytest.skip(f"vLLM's CPU platform does not build this speculative config: {exc}")
+    assert config_from_vllm(vc).num_speculative_tokens == 3
