@@ -191,3 +191,23 @@ def test_config_from_vllm_reads_speculative_tokens():
     except Exception as exc:  # the CPU platform may refuse a speculative method a GPU accepts
         pytest.skip(f"vLLM's CPU platform does not build this speculative config: {exc}")
     assert config_from_vllm(vc).num_speculative_tokens == 3
+
+
+@pytest.mark.parametrize("argv", [
+    [LLAMA],
+    [LLAMA, "-tp", "4", "-pp", "2", "--dtype", "float16", "--kv-cache-dtype", "fp8_e5m2", "--block-size", "32"],
+    ["--model", LLAMA, "--decode-context-parallel-size", "2", "--attention-backend", "FLASHINFER",
+     "--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}', "--max-model-len", "8K",
+     "--hf-overrides", '{"num_key_value_heads": 4}', "--trust-remote-code"],
+])
+def test_subset_parser_agrees_with_vllms_parser(argv, monkeypatch):
+    """The fallback subset reads every flag it accepts exactly as vLLM's own parser does."""
+    import dataclasses
+
+    from attnplan.vllm.args import parse_serve_line
+
+    real = parse_serve_line(argv)
+    monkeypatch.setenv("ATTNPLAN_VLLM_PARSER", "subset")
+    subset = parse_serve_line(argv)
+    assert (real.parser, subset.parser) == ("vllm", "subset")
+    assert dataclasses.replace(real, parser="x") == dataclasses.replace(subset, parser="x")
