@@ -18,7 +18,7 @@ At that point ``check_vllm_config`` maps the config with :func:`config_from_vllm
 ``require_plan`` on this machine's probed facts (or ``ATTNPLAN_VLLM_DEVICE``, a catalog device,
 to check against a declared one); a rejection raises ``UnsupportedConfigurationError`` listing
 every violated rule and the verified suggestions, and vLLM's startup stops with it.
-``ATTNPLAN_VLLM_PLUGIN=off`` disables the check.
+``ATTNPLAN_VLLM_PLUGIN=off`` disables the check; ``ATTNPLAN_RULES=DIR`` uses your rule packs.
 """
 
 from __future__ import annotations
@@ -48,8 +48,11 @@ def check_vllm_config(vllm_config: Any, node: Any = None) -> PlanAnswer:
     """An ok plan for this rank's attention, or ``UnsupportedConfigurationError``."""
     from .serve import plan_with_engine
 
+    from attnplan.policy import load_rules
+
     config = config_from_vllm(vllm_config)
-    answer = plan_with_engine(config, node if node is not None else _node(), None)
+    rules = os.environ.get("ATTNPLAN_RULES", "").strip()  # the same override as the CLI's --rules
+    answer = plan_with_engine(config, node if node is not None else _node(), load_rules(rules) if rules else None)
     if answer.status != "ok":
         raise UnsupportedConfigurationError(answer)
     log.info("attnplan: attention plan ok: prefill %s, decode %s", *answer.backends())
