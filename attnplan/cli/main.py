@@ -17,6 +17,7 @@ from attnplan.policy import AttnplanError
 
 EXAMPLES = """\
 examples:
+  attnplan vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 4 --kv-cache-dtype fp8 --device B200
   attnplan plan --device B200 --head-dim 128 --num-heads 32 --num-kv-heads 8
   attnplan plan --device H100 --model-config examples/llama-3.1-8b.json --engine flashinfer
   attnplan plan --device "RTX PRO 6000" --model-config examples/llama-3.1-8b.json --kv-cache-dtype nvfp4
@@ -31,8 +32,8 @@ examples:
 """
 
 # Subcommands living in their own modules: name -> module exposing add_parser(sub) and run(args) -> int.
-COMMANDS = ("attnplan.cli.plan", "attnplan.cli.serve", "attnplan.cli.preflight", "attnplan.cli.labels",
-            "attnplan.cli.verify")
+COMMANDS = ("attnplan.cli.plan", "attnplan.cli.vllm", "attnplan.cli.serve", "attnplan.cli.preflight",
+            "attnplan.cli.labels", "attnplan.cli.verify")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -3,16 +3,23 @@
 Flag names mirror the field names (``--head-dim`` <-> ``head_dim``; ``--num-heads`` <->
 ``num_qo_heads``). Values stay strings until the pydantic model validates them, so every bad
 value is reported the same way: the field, what was given, what is allowed.
+
+vLLM's vocabulary is accepted too (attnplan/vllm): ``--attention-backend FLASHINFER`` (vLLM enum
+names through ``attnplan.vllm.backends``; a non-FlashInfer vLLM backend is refused), ``--block-size``
+(= ``--page-size``), ``--speculative-config JSON``, ``--dtype auto`` (the model's dtype),
+``--tensor-parallel-size`` (per-rank heads as vLLM's ModelConfig computes them), ``--model``
+(a directory, config.json or cached HuggingFace repo id; ``--model-config`` is an alias).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from attnplan.policy import (AttentionConfig, InvalidInputError, NodeFacts, RuleSet, config_from_hf, default_ruleset,
+from attnplan.policy import (AttentionConfig, InvalidInputError, NodeFacts, RuleSet, default_ruleset,
                              load_rules, make_config, simulated_node)
 from attnplan.policy.config import BACKEND_CHOICES, KV_CACHE_DTYPES, QUERY_DTYPES
 
@@ -22,9 +29,9 @@ CONFIG_FLAGS: list[tuple[str, str, str, str]] = [
     ("--head-dim-vo", "head_dim_vo", "int", "value/output head size (default: --head-dim)"),
     ("--num-heads", "num_qo_heads", "int", "query heads"),
     ("--num-kv-heads", "num_kv_heads", "int", "KV heads (default: --num-heads)"),
-    ("--dtype", "dtype", "str", f"query/model dtype: {', '.join(QUERY_DTYPES)} (default bf16)"),
+    ("--dtype", "dtype", "str", f"query/model dtype: auto (the model's, as vLLM), {', '.join(QUERY_DTYPES)} (default bf16)"),
     ("--kv-cache-dtype", "kv_cache_dtype", "str", f"KV cache dtype: {', '.join(KV_CACHE_DTYPES)} (default auto)"),
-    ("--page-size", "page_size", "int", "tokens per KV page (default: the smallest valid for both phases)"),
+    ("--page-size", "page_size", "int", "tokens per KV page, vLLM's --block-size (default: the smallest valid for both phases)"),
     ("--sliding-window", "sliding_window", "int", "sliding-window size in tokens"),
     ("--logits-soft-cap", "logits_soft_cap", "float", "logits soft-cap (Gemma-2: 50)"),
     ("--num-speculative-tokens", "num_speculative_tokens", "int", "speculative tokens per decode step"),
@@ -33,8 +40,11 @@ CONFIG_FLAGS: list[tuple[str, str, str, str]] = [
     ("--qk-rope-head-dim", "qk_rope_head_dim", "int", "MLA rope head size"),
     ("--v-head-dim", "v_head_dim", "int", "MLA value head size"),
     ("--dcp-world-size", "dcp_world_size", "int", "decode context-parallel world size"),
-    ("--attention-backend", "attention_backend", "str", f"force a backend in both phases: {', '.join(BACKEND_CHOICES)}"),
+    ("--attention-backend", "attention_backend", "str",
+     f"force a backend: vLLM's FLASHINFER, FLASHINFER_MLA, TRTLLM_RAGGED or {', '.join(BACKEND_CHOICES)}"),
 ]
+# Extra spellings of a flag (vLLM's names).
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {"--page-size": ("--block-size",)}
 BOOL_FLAGS: list[tuple[str, str, str]] = [
     ("--sinks", "sinks", "attention sinks (GPT-OSS)"),
     ("--cascade", "cascade", "cascade (shared-prefix) attention"),
@@ -44,9 +54,14 @@ BOOL_FLAGS: list[tuple[str, str, str]] = [
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("attention config (or --model-config; explicit flags win over the file)")
-    g.add_argument("--model-config", metavar="PATH", help="a HuggingFace config.json (or its directory)")
+    g.add_argument("--model", "--model-config", dest="model_config", metavar="MODEL",
+                   help="a model directory, its config.json, or a HuggingFace repo id in the local cache")
     for flag, field, _kind, help_ in CONFIG_FLAGS:
-        g.add_argument(flag, dest=field, metavar=field.upper(), help=help_)
+        g.add_argument(flag, *FLAG_ALIASES.get(flag, ()), dest=field, metavar=field.upper(), help=help_)
+    g.add_argument("--tensor-parallel-size", dest="tensor_parallel_size", metavar="TP",
+                   help="vLLM tensor parallelism: plan one rank (heads/TP query heads, max(1, kv/TP) KV heads)")
+    g.add_argument("--speculative-config", dest="speculative_config", metavar="JSON",
+                   help='vLLM\'s speculative config, e.g. \'{"method": "eagle", "num_speculative_tokens": 3}\'')
     for flag, field, help_ in BOOL_FLAGS:
         g.add_argument(flag, dest=field, action=argparse.BooleanOptionalAction, default=None, help=help_)
 
@@ -74,11 +89,25 @@ def _coerce(field: str, kind: str, raw: str) -> Any:
 
 
 def config_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    from attnplan.vllm.args import parse_json_arg, speculative_tokens
+    from attnplan.vllm.backends import backend_choice
+
     out: dict[str, Any] = {}
     for _flag, field, kind, _h in CONFIG_FLAGS:
         raw = getattr(args, field, None)
         if raw is not None:
             out[field] = _coerce(field, kind, raw)
+    if isinstance(out.get("dtype"), str) and out["dtype"].strip().lower() == "auto":
+        del out["dtype"]  # vLLM's default: the model's dtype (hfconfig), else bf16
+    if out.get("attention_backend") is not None:
+        out["attention_backend"] = backend_choice(out["attention_backend"])
+    spec = getattr(args, "speculative_config", None)
+    if spec is not None:
+        n = speculative_tokens(parse_json_arg(spec, "speculative_config"))
+        if "num_speculative_tokens" in out and out["num_speculative_tokens"] != n:
+            raise InvalidInputError("num_speculative_tokens", f"--num-speculative-tokens {out['num_speculative_tokens']} "
+                                    f"contradicts --speculative-config's {n}")
+        out["num_speculative_tokens"] = n
     for _flag, field, _h in BOOL_FLAGS:
         v = getattr(args, field, None)
         if v is not None:
@@ -87,16 +116,43 @@ def config_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def config_from_args(args: argparse.Namespace) -> AttentionConfig:
+    """The (per-rank, with --tensor-parallel-size) config the flags and model describe. Notes about
+    config.json fields attnplan's own parser did not read go to stderr."""
+    from attnplan.policy.hfconfig import read_model
+    from attnplan.vllm.mapping import per_rank_fields, startup_errors
+
     fields = config_fields_from_args(args)
-    if getattr(args, "model_config", None):
-        return config_from_hf(args.model_config, **fields)
-    if "num_qo_heads" not in fields:
-        raise InvalidInputError("num_qo_heads", "required: give --num-heads (or --model-config)")
+    model = getattr(args, "model_config", None)
+    if model is not None:
+        info = read_model(model)
+        for note in info.notes:
+            print(f"attnplan: note: {note}", file=sys.stderr)
+        fields = {**info.fields, **{k: v for k, v in fields.items() if v is not None}}
+    elif "num_qo_heads" not in fields:
+        raise InvalidInputError("num_qo_heads", "required: give --num-heads (or --model)")
+    tp_raw = getattr(args, "tensor_parallel_size", None)
+    if tp_raw is not None:
+        tp = _coerce("tensor_parallel_size", "int", tp_raw)
+        if tp < 1:
+            raise InvalidInputError("tensor_parallel_size", f"must be at least 1, got {tp}")
+        heads = fields["num_qo_heads"]
+        if isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1:
+            kv = fields.get("num_kv_heads") or heads
+            errs = startup_errors(heads, kv, tp, fields.get("dcp_world_size") or 1,
+                                  mla=fields.get("kv_lora_rank") is not None)
+            if errs:
+                raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + errs[0])
+            fields = per_rank_fields(fields, tp)
     return make_config(fields)
 
 
 def node_from_args(args: argparse.Namespace) -> Optional[NodeFacts]:
     """Declared facts when any node flag is given; None means probe this machine."""
+    for flag in ("device", "capability"):
+        v = getattr(args, flag, None)
+        if v is not None and not str(v).strip():
+            # An empty --device must not fall through to probing this machine.
+            raise InvalidInputError(flag, f"--{flag} is empty: name a catalog device (e.g. B200) or a capability (e.g. 10.0)")
     if getattr(args, "device", None) or getattr(args, "capability", None):
         return simulated_node(args.device, capability=args.capability,
                               flashinfer_version=args.flashinfer_version, cubins=args.cubins)

@@ -1,10 +1,27 @@
-"""A HuggingFace ``config.json`` -> attention config fields (SPEC §2)."""
+"""A HuggingFace model (directory, config.json or cached repo id) -> attention config fields (SPEC §2).
+
+Reading follows vLLM 0.33 (/work/ref/vllm-src/vllm/transformers_utils/config.py
+``CONFIG_FIELD_ALIASES`` and transformers_utils/model_arch_config_convertor.py
+``get_head_size``/``get_total_num_kv_heads``, ``FalconModelArchConfigConvertor``): KV heads come
+from the first of ``n_head_kv``, ``num_kv_heads``, ``num_key_value_heads``,
+``multi_query_group_num``, ``num_attention_groups``; the head size from ``head_dim`` (> 0) or
+``hidden_size / num_attention_heads``. When ``transformers`` is importable its config class for
+the ``model_type`` reads the file (``AutoConfig.for_model``), so family quirks (attribute maps,
+``text_config`` nesting) are read as the model's code reads them; otherwise the dict is read by
+hand and every field not understood is named in ``ModelInfo.notes``. Impossible values
+(0 or negative heads, NaN/inf soft-cap, heads not divisible by KV heads) are refused.
+Every file goes through :mod:`attnplan.safeio` (bounded, regular files only, nesting bounded,
+duplicate keys refused).
+"""
 
 from __future__ import annotations
 
-import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from pydantic import ValidationError
 
@@ -12,100 +29,266 @@ from .config import AttentionConfig
 from .errors import InvalidInputError, ModelConfigError
 
 MAX_CONFIG_BYTES = 4 << 20
+KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+HEAD_KEYS = ("num_attention_heads", "n_head", "n_heads", "num_heads")
+MLA_KEYS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# Keys read above or known not to affect the attention kernels (named so that the rest can be noted).
+_READ = set(KV_HEAD_KEYS + HEAD_KEYS + MLA_KEYS) | {
+    "head_dim", "hidden_size", "torch_dtype", "dtype", "sliding_window", "use_sliding_window",
+    "attn_logit_softcapping", "model_type", "text_config", "multi_query", "new_decoder_architecture"}
+_HARMLESS = {
+    "architectures", "auto_map", "bos_token_id", "eos_token_id", "pad_token_id", "vocab_size",
+    "intermediate_size", "num_hidden_layers", "max_position_embeddings", "rms_norm_eps",
+    "layer_norm_eps", "layer_norm_epsilon", "rope_theta", "rope_scaling", "rope_parameters",
+    "hidden_act", "initializer_range", "tie_word_embeddings", "transformers_version", "use_cache",
+    "attention_bias", "attention_dropout", "mlp_bias", "pretraining_tp", "q_lora_rank", "n_routed_experts",
+    "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size", "first_k_dense_replace",
+    "num_local_experts", "router_aux_loss_coef", "quantization_config", "final_logit_softcapping",
+    "query_pre_attn_scalar", "max_window_layers", "layer_types", "num_nextn_predict_layers",
+    "bias", "parallel_attn", "alibi", "hidden_dropout", "qk_layernorm", "topk_method", "n_group",
+    "topk_group", "routed_scaling_factor", "scoring_func", "norm_topk_prob", "ep_size", "moe_layer_freq",
+    "_name_or_path", "vision_config", "image_token_index", "num_experts", "output_router_logits",
+    "swiglu_limit", "experts_per_token", "initial_context_length", "rope_scaling_type", "head_dtype"}
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a model's config implies: the attention fields, where they came from and what was not read."""
+
+    fields: dict[str, Any]
+    source: str
+    reader: str  # "transformers" or "attnplan"
+    notes: list[str] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+# -- locating and reading the file ------------------------------------------------------------
+def hf_cache_dir() -> Path:
+    """The hub cache huggingface_hub uses: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(home) / "hub"
+
+
+def _cached_config(repo_id: str, revision: Optional[str]) -> Optional[Path]:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        try_to_load_from_cache = None
+    if try_to_load_from_cache is not None:
+        # Offline by construction: this reads the cache only (HF_HOME / HF_HUB_CACHE honoured).
+        got = try_to_load_from_cache(repo_id, "config.json", cache_dir=str(hf_cache_dir()), revision=revision)
+        return Path(got) if isinstance(got, str) else None
+    # Without huggingface_hub: the cache layout it documents (models--org--name/refs, snapshots).
+    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    ref = revision or "main"
+    try:
+        sha = (repo_dir / "refs" / ref).read_text(encoding="utf-8").strip() if (repo_dir / "refs" / ref).is_file() else ref
+    except OSError:
+        return None
+    p = repo_dir / "snapshots" / sha / "config.json"
+    return p if p.is_file() else None
+
+
+def resolve_model(ref: str | Path, revision: Optional[str] = None) -> Path:
+    """The config.json a model reference names: a config.json path, a directory holding one, or a
+    HuggingFace repo id found in the local cache (never downloaded)."""
+    s = str(ref)
+    if not s.strip():
+        raise ModelConfigError(repr(s), "empty model reference")
+    p = Path(s).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").exists():
+            raise ModelConfigError(s, "directory has no config.json")
+        return p / "config.json"
+    if p.exists() or s.startswith((".", "/", "~")) or s.endswith(".json") or not _REPO_ID.match(s):
+        return p
+    got = _cached_config(s, revision)
+    if got is None:
+        raise ModelConfigError(s, f"not a local path and not in the HuggingFace cache ({hf_cache_dir()}); "
+                                  f"fetch it with: huggingface-cli download {s} config.json")
+    return got
 
 
 def read_model_config(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
+    from attnplan.safeio import parse_json, read_bounded
+
+    p = resolve_model(path)
     try:
-        if p.is_dir():
-            p = p / "config.json"
-        size = p.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise ModelConfigError(str(path), f"{size} bytes is too large for a config.json")
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ModelConfigError(str(path), "no such file") from None
-    except IsADirectoryError:
-        raise ModelConfigError(str(path), "is a directory") from None
-    except PermissionError:
-        raise ModelConfigError(str(path), "permission denied") from None
-    except UnicodeDecodeError:
-        raise ModelConfigError(str(path), "not UTF-8 text") from None
-    except OSError as exc:
-        raise ModelConfigError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(str(path), f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+        data = parse_json(read_bounded(p, what="model_config", max_bytes=MAX_CONFIG_BYTES),
+                          what="model_config", name=str(path))
+    except ModelConfigError:
+        raise
+    except InvalidInputError as exc:
+        msg = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+        raise ModelConfigError(str(path), msg) from None
     if not isinstance(data, dict):
         raise ModelConfigError(str(path), "a config.json holds a JSON object")
     return data
 
 
-def _int(data: Mapping[str, Any], key: str, where: str) -> int | None:
-    v = data.get(key)
+# -- reading the fields -----------------------------------------------------------------------
+class _Dict:
+    def __init__(self, data: Mapping[str, Any]):
+        self.data = data
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+
+class _Obj:
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    def get(self, key: str) -> Any:
+        if key == "torch_dtype":  # transformers 5's name (reading the old one warns)
+            key = "dtype"
+        return getattr(self.cfg, key, None)
+
+
+def _int(src: Any, key: str, where: str, *, minimum: int = 1) -> Optional[int]:
+    v = src.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise ModelConfigError(where, f"{key} must be an integer, got {v!r}")
+    if v < minimum:
+        raise ModelConfigError(where, f"{key} must be at least {minimum}, got {v}")
     return v
 
 
-def fields_from_hf(data: Mapping[str, Any], where: str = "config.json") -> dict[str, Any]:
+def _first(src: Any, keys: tuple[str, ...], where: str) -> Optional[int]:
+    for k in keys:
+        v = _int(src, k, where)
+        if v is not None:
+            return v
+    return None
+
+
+def _transformers_config(data: Mapping[str, Any]) -> Any:
+    """The model's own config class, when transformers knows the model_type; None otherwise."""
+    mt = data.get("model_type")
+    if not isinstance(mt, str):
+        return None
+    try:
+        from transformers import AutoConfig
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except ImportError:
+        return None
+    if mt not in CONFIG_MAPPING:
+        return None
+    kwargs = {k: v for k, v in data.items() if k != "model_type"}
+    if "torch_dtype" in kwargs and "dtype" not in kwargs:  # transformers 5 renamed it (and warns)
+        kwargs["dtype"] = kwargs.pop("torch_dtype")
+    try:
+        cfg = AutoConfig.for_model(mt, **kwargs)
+    except Exception as exc:  # a config the family's own class refuses
+        raise ModelConfigError("config.json", f"transformers' {mt} config refuses it: {exc}") from None
+    # vLLM reads the language model's sub-config (transformers_utils/config.py get_hf_text_config).
+    get_text = getattr(cfg, "get_text_config", None)
+    return get_text() if callable(get_text) else cfg
+
+
+def fields_from_hf(data: Mapping[str, Any], where: str = "config.json", *, use_transformers: bool = True) -> dict[str, Any]:
     """The attention fields a config.json implies (explicit flags are merged over these)."""
-    if isinstance(data.get("text_config"), dict):
-        # Multimodal models keep the language model's attention in text_config.
-        inner = dict(data["text_config"])
-        inner.setdefault("model_type", data.get("model_type"))
-        inner.setdefault("torch_dtype", data.get("torch_dtype") or data.get("dtype"))
-        data = inner
-    heads = _int(data, "num_attention_heads", where)
+    return model_info(data, where, use_transformers=use_transformers).fields
+
+
+def model_info(data: Mapping[str, Any], where: str = "config.json", *, use_transformers: bool = True) -> ModelInfo:
+    obj = _transformers_config(data) if use_transformers else None
+    notes: list[str] = []
+    top = data
+    if obj is not None:
+        src: Any = _Obj(obj)
+        reader = "transformers"
+        model_type = data.get("model_type")
+    else:
+        reader = "attnplan"
+        if isinstance(data.get("text_config"), dict):
+            # Multimodal models keep the language model's attention in text_config.
+            inner = dict(data["text_config"])
+            inner.setdefault("model_type", data.get("model_type"))
+            inner.setdefault("torch_dtype", data.get("torch_dtype") or data.get("dtype"))
+            data = inner
+        src = _Dict(data)
+        model_type = data.get("model_type")
+        unread = sorted(k for k in data if k not in _READ and k not in _HARMLESS and not k.endswith("_token_id"))
+        if unread:
+            notes.append(f"{where}: fields not read by attnplan's parser (install transformers to read them "
+                         f"as the model does): {', '.join(unread)}")
+    heads = _first(src, HEAD_KEYS, where)
     if heads is None:
         raise ModelConfigError(where, "missing num_attention_heads")
     out: dict[str, Any] = {"num_qo_heads": heads}
-    kv = _int(data, "num_key_value_heads", where)
-    out["num_kv_heads"] = kv if kv is not None else heads
-    dtype = data.get("torch_dtype") or data.get("dtype")
+    kv = _first(src, KV_HEAD_KEYS, where)
+    # Falcon (model_arch_config_convertor.py FalconModelArchConfigConvertor): multi_query without
+    # the new decoder architecture means one KV head.
+    if model_type == "falcon" and not src.get("new_decoder_architecture") and src.get("multi_query"):
+        kv = 1
+    kv = kv if kv is not None else heads
+    if heads % kv:
+        raise ModelConfigError(where, f"num_attention_heads {heads} is not divisible by the {kv} KV heads")
+    out["num_kv_heads"] = kv
+    dtype = src.get("torch_dtype") or src.get("dtype") or top.get("torch_dtype") or top.get("dtype")
+    dtype = str(dtype).replace("torch.", "") if dtype is not None else None
     if dtype in ("bfloat16", "float16"):
         out["dtype"] = dtype
-    elif dtype == "float32":
-        # Serving engines run fp32 checkpoints in 16-bit (vLLM's dtype=auto; Gemma in bf16):
-        # the attention kernels never see fp32 queries.
-        out["dtype"] = "bfloat16"
-    if data.get("kv_lora_rank") is not None:
-        for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
-            v = _int(data, key, where)
+    # float32 or absent: vLLM's dtype=auto downcasts to the platform's first supported dtype,
+    # bf16 on sm80+ (config/model.py _resolve_auto_dtype, platforms/cuda.py supported_dtypes).
+    if src.get("kv_lora_rank") is not None:
+        for key in MLA_KEYS:
+            v = _int(src, key, where)
             if v is None:
                 raise ModelConfigError(where, f"MLA config (kv_lora_rank set) is missing {key}")
             out[key] = v
     else:
-        hd = _int(data, "head_dim", where)
-        if hd is None:
-            hidden = _int(data, "hidden_size", where)
+        hd = src.get("head_dim")
+        if hd is not None and not (isinstance(hd, int) and not isinstance(hd, bool)):
+            raise ModelConfigError(where, f"head_dim must be an integer, got {hd!r}")
+        if hd is not None and hd < 0:
+            raise ModelConfigError(where, f"head_dim must be positive, got {hd}")
+        if not hd:  # vLLM treats head_dim 0/None as absent (get_head_size)
+            hidden = _int(src, "hidden_size", where)
             if hidden is None:
                 raise ModelConfigError(where, "missing head_dim and hidden_size (cannot derive the head size)")
             if hidden % heads:
                 raise ModelConfigError(where, f"hidden_size {hidden} is not divisible by num_attention_heads {heads}")
             hd = hidden // heads
         out["head_dim"] = hd
-    sw = data.get("sliding_window") if data.get("use_sliding_window", True) is not False else None
-    if isinstance(sw, int) and not isinstance(sw, bool) and sw > 0:
+    sw = src.get("sliding_window") if src.get("use_sliding_window") is not False else None
+    if sw is not None and not (isinstance(sw, int) and not isinstance(sw, bool)):
+        raise ModelConfigError(where, f"sliding_window must be an integer or null, got {sw!r}")
+    if isinstance(sw, int) and sw > 0:
         out["sliding_window"] = sw
-    cap = data.get("attn_logit_softcapping")
-    if isinstance(cap, (int, float)) and not isinstance(cap, bool) and cap > 0:
-        out["logits_soft_cap"] = float(cap)
-    if data.get("model_type") == "gpt_oss":
+    cap = src.get("attn_logit_softcapping")
+    if cap is not None:
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap < 0:
+            raise ModelConfigError(where, f"attn_logit_softcapping must be a finite non-negative number, got {cap!r}")
+        if cap > 0:
+            out["logits_soft_cap"] = float(cap)
+    if model_type == "gpt_oss":
         out["sinks"] = True
-    return out
+    return ModelInfo(fields=out, source=where, reader=reader, notes=notes, raw=dict(top))
+
+
+def read_model(ref: str | Path, *, hf_overrides: Optional[Mapping[str, Any]] = None,
+               use_transformers: bool = True) -> ModelInfo:
+    """A model by directory, config.json path or cached repo id; ``hf_overrides`` are merged over
+    the file as vLLM's ``--hf-overrides`` are."""
+    data = read_model_config(ref)
+    if hf_overrides:
+        data = {**data, **dict(hf_overrides)}
+    return model_info(data, str(ref), use_transformers=use_transformers)
 
 
 def config_from_hf(path_or_data: str | Path | Mapping[str, Any], **overrides: Any) -> AttentionConfig:
-    """Build an AttentionConfig from a config.json (path or dict); ``overrides`` win."""
+    """Build an AttentionConfig from a config.json (path, directory, repo id or dict); ``overrides`` win."""
     if isinstance(path_or_data, Mapping):
-        where, data = "config.json", path_or_data
+        fields = fields_from_hf(path_or_data, "config.json")
     else:
-        where, data = str(path_or_data), read_model_config(path_or_data)
-    fields = fields_from_hf(data, where)
+        fields = read_model(path_or_data).fields
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return make_config(fields)
 

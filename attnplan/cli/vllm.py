@@ -1,0 +1,82 @@
+"""``attnplan vllm serve MODEL [vllm serve flags...]``: will this ``vllm serve`` line work on that GPU?
+
+Everything after ``serve`` is the ``vllm serve`` line, read by vLLM's own parser when vLLM is
+installed (else by a named subset, attnplan/vllm/args.py); attnplan's own flags (``--device``,
+``--capability``, ``--flashinfer-version``, ``--cubins``, ``--json``, ``--no-trace``, ``--rules``)
+may appear anywhere in it and are taken out first. Exit 0: ok on every rank; 1: vLLM would refuse
+at startup or fail later (the rule is named); 2: bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from attnplan.policy import InvalidInputError, local_node
+
+from .main import emit_json
+from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
+
+OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("vllm", help="will this `vllm serve` line work on this GPU? (per tensor-parallel rank)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=__doc__)
+    vsub = p.add_subparsers(dest="vllm_command", metavar="serve")
+    s = vsub.add_parser("serve", help="plan a `vllm serve MODEL [flags]` line", prefix_chars="-",
+                        add_help=True, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_node_args(s)
+    s.add_argument("--json", action="store_true", help="print the plan contract per rank (JSON)")
+    s.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
+    add_rules_arg(s)
+    s.add_argument("line", nargs=argparse.REMAINDER, metavar="MODEL [vllm serve flags]")
+    s.set_defaults(run=run)
+    p.set_defaults(run=_need_serve)
+
+
+def _need_serve(args: argparse.Namespace) -> int:
+    raise InvalidInputError("vllm", "give a subcommand: attnplan vllm serve MODEL [flags]")
+
+
+def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """attnplan's own flags out of a ``vllm serve`` line; the rest is vLLM's. ``before``: the
+    values given before MODEL (parsed by argparse)."""
+    own = argparse.Namespace(**{k: getattr(before, k, None) for k in
+                                ("device", "capability", "flashinfer_version", "cubins", "rules")},
+                             json=bool(getattr(before, "json", False)), no_trace=bool(getattr(before, "no_trace", False)))
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        name, eq, val = a.partition("=")
+        if name in OWN_FLAGS:
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise InvalidInputError(name.lstrip("-"), f"{name} needs a value")
+                val = argv[i + 1]
+                i += 1
+            setattr(own, name.lstrip("-").replace("-", "_"), val)
+        elif a in ("--json", "--no-trace"):
+            setattr(own, a.lstrip("-").replace("-", "_"), True)
+        else:
+            rest.append(a)
+        i += 1
+    return own, rest
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnplan.vllm.args import parse_serve_line
+    from attnplan.vllm.serve import plan_serve, render_serve, serve_json
+
+    own, rest = split_own(list(args.line), args)
+    line = parse_serve_line(rest)
+    node = node_from_args(own)
+    sa = plan_serve(line, node if node is not None else local_node(), ruleset_from_args(own))
+    for note in sa.notes:
+        print(f"attnplan: note: {note}", file=sys.stderr)
+    if own.json:
+        emit_json(serve_json(sa, trace=not own.no_trace))
+    else:
+        print(render_serve(sa))
+    return 0 if sa.ok else 1

@@ -1,0 +1,134 @@
+"""What vLLM 0.33 would do with a ``vllm serve`` line, per rank: the library behind ``attnplan vllm serve``."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from attnplan.policy import plan_for
+from attnplan.policy.answer import PlanAnswer
+from attnplan.policy.config import AttentionConfig
+from attnplan.policy.errors import InvalidInputError
+from attnplan.policy.facts import NodeFacts
+from attnplan.policy.hfconfig import make_config, read_model
+from attnplan.policy.rulepack import RuleSet
+
+from .args import ServeLine, speculative_tokens
+from .backends import backend_choice
+from .mapping import per_rank_fields, startup_errors
+
+VLLM_ENGINE = "vllm"
+
+
+@dataclass(frozen=True)
+class ServeAnswer:
+    line: ServeLine
+    ranks: int
+    config: Optional[AttentionConfig]  # one rank's (every rank runs the same attention shape)
+    answer: Optional[PlanAnswer]
+    startup_error: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.startup_error is None and self.answer is not None and self.answer.ok
+
+
+def plan_with_engine(config: AttentionConfig, node: Optional[NodeFacts], ruleset: Optional[RuleSet]) -> PlanAnswer:
+    """``plan_for`` under vLLM's engine layer. Until ``plan_for(..., engine=)`` exists in this tree
+    the kernel layer alone is evaluated (and the answer says which engine it was made for)."""
+    if "engine" in inspect.signature(plan_for).parameters:
+        return plan_for(config, node, ruleset=ruleset, engine=VLLM_ENGINE)  # type: ignore[call-arg]
+    return plan_for(config, node, ruleset=ruleset)
+
+
+def serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str]]:
+    """The model's global attention fields with the line's flags applied (before the TP split)."""
+    info = read_model(line.model, hf_overrides=line.hf_overrides)
+    fields = dict(info.fields)
+    if line.dtype.lower() != "auto":
+        fields["dtype"] = line.dtype
+    fields["kv_cache_dtype"] = line.kv_cache_dtype
+    if line.block_size is not None:
+        fields["page_size"] = line.block_size
+    # None: the platform picks the block size at startup; attnplan picks the smallest valid one.
+    if line.attention_backend is not None:
+        fields["attention_backend"] = backend_choice(line.attention_backend)
+    n = speculative_tokens(line.speculative)
+    if n:
+        fields["num_speculative_tokens"] = n
+    if line.decode_context_parallel_size > 1:
+        fields["dcp_world_size"] = line.decode_context_parallel_size
+    for k, flag in (("tensor_parallel_size", "--tensor-parallel-size"), ("pipeline_parallel_size", "--pipeline-parallel-size"),
+                    ("decode_context_parallel_size", "--decode-context-parallel-size")):
+        if getattr(line, k) < 1:
+            raise InvalidInputError(k, f"{flag} must be at least 1, got {getattr(line, k)}")
+    return fields, list(info.notes)
+
+
+def plan_serve(line: ServeLine, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None) -> ServeAnswer:
+    fields, notes = serve_fields(line)
+    tp = line.tensor_parallel_size
+    ranks = tp * line.pipeline_parallel_size
+    heads = fields["num_qo_heads"]
+    errs = startup_errors(heads, fields.get("num_kv_heads") or heads, tp, line.decode_context_parallel_size,
+                          mla=fields.get("kv_lora_rank") is not None)
+    if errs:
+        return ServeAnswer(line, ranks, None, None, startup_error=errs[0], notes=notes)
+    config = make_config(per_rank_fields(fields, tp))
+    return ServeAnswer(line, ranks, config, plan_with_engine(config, node, ruleset), notes=notes)
+
+
+# When a violated phase would surface in a running vLLM (v1/worker/gpu_model_runner.py: CUDA
+# graphs are captured for decode batches at startup; prefill kernels first run on a request).
+WHEN = {
+    "prefill": "on the first request (its prefill)",
+    "decode": "at CUDA-graph capture during startup (decode batches), or the first decode step with --enforce-eager",
+    "both": "at startup, when the attention backend is built",
+}
+
+
+def serve_json(sa: ServeAnswer, *, trace: bool = True) -> dict[str, Any]:
+    line = sa.line
+    return {
+        "vllm": {"version": "0.33.0", "parser": line.parser, "model": line.model,
+                 "tensor_parallel_size": line.tensor_parallel_size,
+                 "pipeline_parallel_size": line.pipeline_parallel_size,
+                 "decode_context_parallel_size": line.decode_context_parallel_size,
+                 "dtype": line.dtype, "kv_cache_dtype": line.kv_cache_dtype, "block_size": line.block_size,
+                 "attention_backend": line.attention_backend, "speculative_config": line.speculative or None,
+                 "max_model_len": line.max_model_len},
+        "ranks": sa.ranks,
+        "status": "startup_error" if sa.startup_error else (sa.answer.status if sa.answer else None),
+        "startup_error": sa.startup_error,
+        "per_rank": sa.answer.to_json(trace=trace) if sa.answer is not None else None,
+        "notes": sa.notes,
+    }
+
+
+def render_serve(sa: ServeAnswer) -> str:
+    from attnplan.render import render_answer
+
+    line = sa.line
+    head = (f"vllm serve {line.model}: {sa.ranks} rank(s) (tensor parallel {line.tensor_parallel_size} x pipeline "
+            f"{line.pipeline_parallel_size}); flags read by {'vLLM 0.33' if line.parser == 'vllm' else 'attnplan'}'s parser")
+    out = [head]
+    if sa.startup_error:
+        out.append(f"vLLM would refuse at startup (config/model.py verify_with_parallel_config): {sa.startup_error}")
+        return "\n".join(out)
+    c = sa.config
+    assert c is not None and sa.answer is not None
+    if c.is_mla:
+        out.append(f"each rank: {c.num_qo_heads} query heads over the MLA latent cache (kv_lora_rank {c.kv_lora_rank})")
+    else:
+        out.append(f"each rank: {c.num_qo_heads} query heads, {c.kv_heads} KV heads (GQA group {c.group_size}), "
+                   f"head_dim {c.head_dim}, dtype {c.dtype}, KV cache {c.kv_cache_dtype}")
+    out.append("")
+    out.append(render_answer(sa.answer))
+    if not sa.answer.ok:
+        out.append("")
+        for v in sa.answer.violations:
+            where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
+            out.append(f"vLLM would fail {WHEN.get(v.phase, 'at startup')}: [{v.rule}] {where}: {v.message}")
+    return "\n".join(out)

@@ -1,0 +1,142 @@
+"""`attnplan vllm serve` and vLLM's vocabulary in the shared flags, with attnplan's own subset
+parser (ATTNPLAN_VLLM_PARSER=subset); tests/test_vllm_real.py runs the same through vLLM itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attnplan.cli.main import main
+from attnplan.policy import InvalidInputError
+from attnplan.vllm.backends import VLLM_TO_ATTNPLAN, backend_choice
+from attnplan.vllm.mapping import per_rank_heads, startup_errors
+
+MODELS = Path(__file__).parent / "models"
+LLAMA = str(MODELS / "vllm-llama-3.1-8b")
+FALCON = str(MODELS / "vllm-falcon-40b")
+DSV3 = str(MODELS / "vllm-deepseek-v3")
+
+
+@pytest.fixture(autouse=True)
+def subset_parser(monkeypatch):
+    monkeypatch.setenv("ATTNPLAN_VLLM_PARSER", "subset")
+
+
+def cli(capsys, *argv):
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def one_line_exit_2(rc, err):
+    assert rc == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+# -- vLLM's per-rank arithmetic (config/model.py get_num_attention_heads / get_num_kv_heads) ----
+@pytest.mark.parametrize("heads,kv,tp,want", [(32, 8, 1, (32, 8)), (32, 8, 4, (8, 2)), (32, 8, 8, (4, 1)),
+                                             (32, 8, 16, (2, 1)), (128, 8, 32, (4, 1)), (64, 64, 8, (8, 8))])
+def test_per_rank_heads(heads, kv, tp, want):
+    assert per_rank_heads(heads, kv, tp) == want
+
+
+def test_startup_errors_match_vllm_wording():
+    assert startup_errors(32, 8, 3) == ["Total number of attention heads (32) must be divisible by tensor parallel size (3)."]
+    assert "greater than the model's total number of KV heads (8)" in startup_errors(32, 8, 8, dcp=2)[0]
+    assert startup_errors(32, 8, 16, dcp=2) == []
+    assert startup_errors(128, 1, 8, dcp=2, mla=True) == []
+
+
+# -- backend names ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["FLASHINFER", "flashinfer", "FlashInfer_MLA", "trtllm_ragged", "fa3", "trtllm-gen"])
+def test_backend_names_map(name):
+    got = backend_choice(name)
+    assert got == VLLM_TO_ATTNPLAN.get(name.upper(), name.lower().replace("_", "-"))
+
+
+@pytest.mark.parametrize("name", ["FLASH_ATTN", "triton_attn", "FLEX_ATTENTION", "CUTLASS_MLA"])
+def test_non_flashinfer_vllm_backend_is_refused(name, capsys):
+    with pytest.raises(InvalidInputError, match="does not run FlashInfer"):
+        backend_choice(name)
+    rc, _out, err = cli(capsys, "plan", "--device", "B200", "--model", LLAMA, "--attention-backend", name)
+    one_line_exit_2(rc, err)
+
+
+def test_flashinfer_mla_forces_trtllm_gen_mla(capsys):
+    rc, out, _err = cli(capsys, "plan", "--device", "B200", "--model", DSV3, "--attention-backend", "FLASHINFER_MLA",
+                        "--json", "--no-trace")
+    data = json.loads(out)
+    assert data["config"]["attention_backend"] == "trtllm-gen-mla"
+    if rc == 0:
+        assert data["plan"]["decode"]["backend"] == "trtllm-gen-mla"
+
+
+# -- shared flags: plan speaks vLLM ----------------------------------------------------------
+def test_plan_tensor_parallel_block_size_speculative_dtype_auto(capsys):
+    rc, out, err = cli(capsys, "plan", "--device", "H100", "--model", LLAMA, "--tensor-parallel-size", "4",
+                       "--block-size", "32", "--dtype", "auto",
+                       "--speculative-config", '{"method": "eagle", "num_speculative_tokens": 3}', "--json", "--no-trace")
+    assert rc in (0, 1), err
+    c = json.loads(out)["config"]
+    assert (c["num_qo_heads"], c["num_kv_heads"], c["page_size"], c["num_speculative_tokens"], c["dtype"]) == \
+        (8, 2, 32, 3, "bf16")
+
+
+def test_dtype_auto_reads_the_model_dtype(tmp_path, capsys):
+    data = json.loads((Path(LLAMA) / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**data, "torch_dtype": "float16"}))
+    rc, out, _ = cli(capsys, "plan", "--device", "H100", "--model", str(tmp_path), "--dtype", "auto", "--json", "--no-trace")
+    assert json.loads(out)["config"]["dtype"] == "fp16"
+
+
+@pytest.mark.parametrize("argv", [
+    ["--speculative-config", "{bad json"], ["--speculative-config", "[1, 2]"],
+    ["--speculative-config", '{"method": "eagle"}'], ["--tensor-parallel-size", "3"],
+    ["--tensor-parallel-size", "0"],
+])
+def test_plan_bad_vllm_flags_exit_2(capsys, argv):
+    rc, _out, err = cli(capsys, "plan", "--device", "H100", "--model", LLAMA, *argv)
+    one_line_exit_2(rc, err)
+
+
+# -- attnplan vllm serve ---------------------------------------------------------------------
+def test_serve_per_rank_json(capsys):
+    rc, out, err = cli(capsys, "vllm", "serve", FALCON, "-tp", "16", "--kv-cache-dtype", "fp8", "--device", "B200",
+                       "--json", "--no-trace")
+    data = json.loads(out)
+    assert data["ranks"] == 16 and data["vllm"]["parser"] == "subset"
+    c = data["per_rank"]["config"]
+    assert (c["num_qo_heads"], c["num_kv_heads"], c["kv_cache_dtype"]) == (8, 1, "fp8")
+    assert rc == (0 if data["per_rank"]["status"] == "ok" else 1)
+
+
+def test_serve_startup_error(capsys):
+    rc, out, _ = cli(capsys, "vllm", "serve", LLAMA, "--tensor-parallel-size", "3", "--device", "B200")
+    assert rc == 1 and "must be divisible by tensor parallel size (3)" in out
+
+
+def test_serve_names_the_rule_of_a_later_failure(capsys):
+    # Gemma-2-style soft-cap with fp8 KV: whatever the rules decide, a rejection names each rule.
+    rc, out, _ = cli(capsys, "vllm", "serve", LLAMA, "--kv-cache-dtype", "nvfp4", "--device", "H100")
+    if rc == 1:
+        assert "vLLM would fail" in out and "[" in out
+    else:
+        assert rc == 0 and "OK" in out
+
+
+@pytest.mark.parametrize("argv", [
+    [LLAMA, "--port", "8000"], [LLAMA, "--speculative-config", "{nope"], ["acme/uncached-model"],
+    [str(MODELS)], [LLAMA, "--attention-backend", "FLASH_ATTN"], [LLAMA, "--device", ""], [],
+])
+def test_serve_bad_input_exit_2(capsys, argv, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    args = ["vllm", "serve", *argv] + ([] if "--device" in argv else ["--device", "B200"])
+    rc, _out, err = cli(capsys, *args)
+    one_line_exit_2(rc, err)
+
+
+def test_serve_unknown_flag_is_named(capsys):
+    rc, _out, err = cli(capsys, "vllm", "serve", LLAMA, "--gpu-memory-utilization", "0.9", "--device", "B200")
+    assert rc == 2 and "--gpu-memory-utilization" in err and "install vllm" in err

@@ -1,0 +1,213 @@
+"""Against the real vLLM 0.33 package, as far as it runs on a CPU-only machine.
+
+Exercised here: entry-point discovery (importlib.metadata), vLLM's own ``vllm serve`` parser,
+``config_from_vllm`` over a real ``VllmConfig`` built by ``EngineArgs.create_engine_config()``
+under vLLM's CPU platform (VLLM_TARGET_DEVICE=cpu: the CUDA platform needs a GPU), and the
+plugin's wrap of the real ``vllm.v1.worker.gpu_worker.Worker.load_model``. Not exercised
+without a GPU: a GPU ``Worker`` object (its ``__init__`` needs CUDA; a SimpleNamespace holding
+the real VllmConfig stands in for ``self``), the CUDA platform's own config updates
+(``CudaPlatform.check_and_update_config``: its default block size and backend choice) and a
+real ``vllm serve`` start that the plugin stops.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # before vLLM is imported: no GPU platform here
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
+from attnplan.cli.main import main  # noqa: E402
+from attnplan.policy import InvalidInputError, UnsupportedConfigurationError  # noqa: E402
+
+MODELS = Path(__file__).parent / "models"
+LLAMA = str(MODELS / "vllm-llama-3.1-8b")
+FALCON = str(MODELS / "vllm-falcon-40b")
+
+
+@pytest.fixture(autouse=True)
+def real_parser(monkeypatch):
+    monkeypatch.delenv("ATTNPLAN_VLLM_PARSER", raising=False)
+
+
+def engine_config(model: str, **kw):
+    from vllm.engine.arg_utils import EngineArgs
+
+    return EngineArgs(model=model, skip_tokenizer_init=True, **kw).create_engine_config()
+
+
+@pytest.fixture(scope="module")
+def llama_tp4_fp8():
+    return engine_config(LLAMA, tensor_parallel_size=4, kv_cache_dtype="fp8", block_size=32)
+
+
+def test_entry_point_is_discoverable():
+    eps = [ep for ep in importlib.metadata.entry_points(group="vllm.general_plugins") if ep.name == "attnplan"]
+    if not eps:
+        pytest.skip("attnplan's vllm.general_plugins entry point is not installed (pip install -e .[vllm])")
+    from attnplan.vllm.plugin import register
+
+    assert eps[0].value == "attnplan.vllm.plugin:register" and eps[0].load() is register
+
+
+def test_vllm_discovers_the_entry_point_line_attnplan_ships(tmp_path, monkeypatch):
+    """The exact entry-point line of pyproject.toml, in a minimal dist-info, found by vLLM's own
+    loader (vllm/plugins/__init__.py load_plugins_by_group)."""
+    from vllm.plugins import load_plugins_by_group
+
+    from attnplan.vllm.plugin import register
+
+    d = tmp_path / "attnplan_ep_probe-0.dist-info"
+    d.mkdir()
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: attnplan-ep-probe\nVersion: 0\n")
+    (d / "entry_points.txt").write_text("[vllm.general_plugins]\nattnplan = attnplan.vllm.plugin:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("VLLM_PLUGINS", raising=False)
+    importlib.invalidate_caches()
+    assert load_plugins_by_group("vllm.general_plugins").get("attnplan") is register
+
+
+def test_vllm_parser_reads_a_serve_line():
+    from attnplan.vllm.args import parse_serve_line
+
+    line = parse_serve_line([LLAMA, "-tp", "4", "--port", "9000", "--gpu-memory-utilization", "0.85",
+                             "--max-model-len", "32k", "--attention-backend", "FLASHINFER",
+                             "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4, '
+                                                     '"prompt_lookup_max": 4}'])
+    assert line.parser == "vllm"
+    assert (line.tensor_parallel_size, line.max_model_len, line.attention_backend) == (4, 32000, "FLASHINFER")
+    assert line.speculative["num_speculative_tokens"] == 4 and line.dtype == "auto" and line.block_size is None
+    assert parse_serve_line([LLAMA, "--attention-config", '{"backend": "FLASHINFER_MLA"}']).attention_backend == \
+        "FLASHINFER_MLA"
+    for bad in (["--no-such-flag"], ["--speculative-config", "{bad"], ["-tp", "four"]):
+        with pytest.raises(InvalidInputError):
+            parse_serve_line([LLAMA, *bad])
+
+
+def test_config_from_vllm_matches_the_serve_line_mapping(llama_tp4_fp8):
+    from attnplan.vllm.args import parse_serve_line
+    from attnplan.vllm.mapping import config_from_vllm
+    from attnplan.vllm.serve import plan_serve
+    from attnplan.policy import simulated_node
+
+    live = config_from_vllm(llama_tp4_fp8)
+    mc, pc = llama_tp4_fp8.model_config, llama_tp4_fp8.parallel_config
+    assert (live.num_qo_heads, live.kv_heads, live.head_dim) == (
+        mc.get_num_attention_heads(pc), mc.get_num_kv_heads(pc), mc.get_head_size()) == (8, 2, 128)
+    assert (live.kv_cache_dtype, live.page_size, live.dtype) == ("fp8", 32, "bf16")
+    line = parse_serve_line([LLAMA, "-tp", "4", "--kv-cache-dtype", "fp8", "--block-size", "32"])
+    assert plan_serve(line, simulated_node("B200")).config == live
+
+
+def test_falcon_40b_per_rank_kv_heads_replicated():
+    from attnplan.vllm.mapping import config_from_vllm
+
+    vc = engine_config(FALCON, tensor_parallel_size=16)
+    c = config_from_vllm(vc)
+    assert (c.num_qo_heads, c.kv_heads) == (8, 1)
+
+
+def test_cli_serve_through_vllm_parser(capsys):
+    rc = main(["vllm", "serve", LLAMA, "-tp", "4", "--gpu-memory-utilization", "0.9", "--enable-prefix-caching",
+               "--device", "H100", "--json", "--no-trace"])
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert data["vllm"]["parser"] == "vllm" and data["per_rank"]["config"]["num_qo_heads"] == 8
+    assert rc == (0 if data["status"] == "ok" else 1)
+
+
+def test_plugin_refuses_before_weights_load(llama_tp4_fp8, monkeypatch):
+    from vllm.v1.worker.gpu_worker import Worker
+
+    from attnplan.vllm.mapping import config_from_vllm
+    from attnplan.vllm.plugin import register
+
+    monkeypatch.setattr(Worker, "load_model", Worker.load_model)  # undone after the test
+    register()
+    register()  # idempotent: vLLM calls general plugins in several places per process
+    assert getattr(Worker.load_model, "_attnplan_checked", False)
+    nvfp4 = engine_config(LLAMA, tensor_parallel_size=4, kv_cache_dtype="nvfp4")
+    assert config_from_vllm(nvfp4).kv_cache_dtype == "nvfp4"
+    # A GPU Worker cannot be constructed on a CPU machine: the stand-in holds the real VllmConfig.
+    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "H100")
+    with pytest.raises(UnsupportedConfigurationError) as exc:
+        Worker.load_model(SimpleNamespace(vllm_config=nvfp4))
+    assert "kv.nvfp4" in str(exc.value) and exc.value.violations
+    # On a node where the plan is ok the check passes and vLLM's own load_model runs (and fails
+    # here for want of a real worker, which is not attnplan's error).
+    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "B200")
+    with pytest.raises(Exception) as exc2:
+        Worker.load_model(SimpleNamespace(vllm_config=nvfp4))
+    assert not isinstance(exc2.value, UnsupportedConfigurationError)
+
+
+def test_plugin_can_be_turned_off(monkeypatch):
+    from vllm.v1.worker.gpu_worker import Worker
+
+    from attnplan.vllm.plugin import register
+
+    monkeypatch.setattr(Worker, "load_model", Worker.load_model)
+    original = Worker.load_model
+    if getattr(original, "_attnplan_checked", False):
+        pytest.skip("Worker.load_model was already wrapped in this process")
+    monkeypatch.setenv("ATTNPLAN_VLLM_PLUGIN", "off")
+    register()
+    assert Worker.load_model is original
+
+
+def test_config_from_vllm_mla_matches_the_serve_line_mapping():
+    from attnplan.policy import simulated_node
+    from attnplan.vllm import config_from_vllm
+    from attnplan.vllm.args import parse_serve_line
+    from attnplan.vllm.serve import plan_serve
+
+    dsv3 = str(MODELS / "vllm-deepseek-v3")
+    vc = engine_config(dsv3, tensor_parallel_size=8, block_size=64)
+    live = config_from_vllm(vc)
+    assert vc.model_config.use_mla and live.is_mla
+    assert (live.num_qo_heads, live.kv_lora_rank, live.qk_rope_head_dim) == (16, 512, 64)
+    # The block size is the platform's final word (vLLM's CPU platform resets MLA's to 16 here,
+    # CudaPlatform.check_and_update_config picks per backend): config_from_vllm reads what it set.
+    assert live.page_size == vc.cache_config.block_size
+    line = parse_serve_line([dsv3, "-tp", "8", "--block-size", "64"])
+    from_line = plan_serve(line, simulated_node("B200")).config
+    assert from_line.replace(page_size=None) == live.replace(page_size=None)
+
+
+def test_config_from_vllm_reads_speculative_tokens():
+    from attnplan.vllm import config_from_vllm
+
+    try:
+        vc = engine_config(LLAMA, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                                      "prompt_lookup_max": 3})
+    except Exception as exc:  # the CPU platform may refuse a speculative method a GPU accepts
+        pytest.skip(f"vLLM's CPU platform does not build this speculative config: {exc}")
+    assert config_from_vllm(vc).num_speculative_tokens == 3
+
+
+@pytest.mark.parametrize("argv", [
+    [LLAMA],
+    [LLAMA, "-tp", "4", "-pp", "2", "--dtype", "float16", "--kv-cache-dtype", "fp8_e5m2", "--block-size", "32"],
+    ["--model", LLAMA, "--decode-context-parallel-size", "2", "--attention-backend", "FLASHINFER",
+     "--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}', "--max-model-len", "8K",
+     "--hf-overrides", '{"num_key_value_heads": 4}', "--trust-remote-code"],
+])
+def test_subset_parser_agrees_with_vllms_parser(argv, monkeypatch):
+    """The fallback subset reads every flag it accepts exactly as vLLM's own parser does."""
+    import dataclasses
+
+    from attnplan.vllm.args import parse_serve_line
+
+    real = parse_serve_line(argv)
+    monkeypatch.setenv("ATTNPLAN_VLLM_PARSER", "subset")
+    subset = parse_serve_line(argv)
+    assert (real.parser, subset.parser) == ("vllm", "subset")
+    assert dataclasses.replace(real, parser="x") == dataclasses.replace(subset, parser="x")
