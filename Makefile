@@ -17,6 +17,13 @@ $(STAMP): pyproject.toml Makefile
 	# The CPU wheel from local disk; never let a resolver pick a CUDA build.
 	$(BIN)/pip install -q "torch==2.13.0"
 	$(BIN)/pip install -q -e ".[dev,cluster]"
+	# vLLM 0.33.0 for its own argument parser and config objects (tests/test_vllm_real.py): the
+	# wheel without its dependencies (they would resolve a CUDA torch), plus the pure-Python ones
+	# `from vllm.engine.arg_utils import EngineArgs` needs. Never install the [vllm] extra here.
+	$(BIN)/pip install -q "torch==2.13.0" "transformers>=5.16.1,<5.21.0" "huggingface_hub>=1.31.0"
+	$(BIN)/pip install -q --no-deps "vllm==0.33.0" cbor2 psutil pyzmq aiohttp multidict yarl propcache \
+	  aiohappyeyeballs aiosignal frozenlist openai-harmony openai sniffio msgspec cloudpickle pillow pybase64 \
+	  cachetools uvloop py-cpuinfo partial-json-parser "xgrammar==0.2.8" "llguidance>=1.7.0,<1.8.0" einops
 	# flashinfer-python only for its real function signatures (trtllm-gen argument tests);
 	# --no-deps keeps its CUDA-side requirements out of the CPU venv.
 	$(BIN)/pip install -q --no-deps "flashinfer-python==0.7.2.post1" "apache-tvm-ffi==0.1.15.post2" || true
