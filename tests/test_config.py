@@ -39,8 +39,10 @@ def test_sm_scale_is_the_models_own_else_head_dim():
     assert attention_plan(make_config(dict(STD, sm_scale=168 ** -0.5))).sm_scale == 168 ** -0.5
     mla = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
     assert make_config(mla).softmax_scale == pytest.approx(192 ** -0.5)
-    # frozen and hashable (plan_for memoises on the config): the scale is part of the key
-    assert hash(make_config(dict(STD, sm_scale=0.1))) != hash(make_config(STD)) or make_config(STD) != make_config(dict(STD, sm_scale=0.1))
+    # plan_for memoises on the config: the scale is part of the key, never conflated with the default
+    node = policy.simulated_node("H100")
+    assert policy.plan_for(make_config(STD), node).plan.attention.sm_scale == pytest.approx(128 ** -0.5)
+    assert policy.plan_for(make_config(dict(STD, sm_scale=0.1)), node).plan.attention.sm_scale == 0.1
 
 
 @pytest.mark.parametrize("fields,field", [(dict(sm_scale=0), "sm_scale"), (dict(sm_scale=-0.1), "sm_scale"),

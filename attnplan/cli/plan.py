@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from attnplan.policy import (Explanation, ModelPlanAnswer, capability_matrix, explain, explain_groups, local_node,
-                             matrix_markdown, node_json, plan_for, plan_model, read_model_config)
+                             matrix_markdown, node_json, plan_for, plan_model)
 from attnplan.render import (render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, rules_json)
 
@@ -74,7 +74,7 @@ def _node(args: argparse.Namespace):
 
 def _model(args: argparse.Namespace) -> ModelPlanAnswer:
     """--model-config: every layer group of the model, the explicit flags as overrides."""
-    return plan_model(read_model_config(args.model_config), _node(args), overrides=config_fields_from_args(args),
+    return plan_model(args.model_config, _node(args), overrides=config_fields_from_args(args),
                       ruleset=ruleset_from_args(args), engine=args.engine)
 
 

@@ -213,11 +213,18 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
                overrides: Optional[Mapping[str, Any]] = None, ruleset: Optional[RuleSet] = None,
                engine: Any = None) -> ModelPlanAnswer:
     """Plan every attention layer group of a model (config.json dict or path) on ``node``."""
+    where = "config.json" if isinstance(hf, Mapping) else str(hf)
     data = hf if isinstance(hf, Mapping) else read_model_config(hf)
     if not isinstance(data, Mapping):
-        raise ModelConfigError("config.json", "a config.json holds a JSON object")
-    base = fields_from_hf(text_config(data))  # with the config class's defaults, as vLLM sees it
-    model = read_layers(data)
+        raise ModelConfigError(where, "a config.json holds a JSON object")
+    try:
+        base = fields_from_hf(text_config(data), where)  # with the config class's defaults, as vLLM sees it
+        model = read_layers(data)
+    except ModelConfigError as exc:
+        if exc.path == where:
+            raise
+        # read_layers names "config.json": name the file the caller gave instead.
+        raise ModelConfigError(where, str(exc).removeprefix(f"model_config: {exc.path}: ")) from None
     over = _check_overrides(overrides, model)
     attn = model.attention_groups
     answers = {i: _plan(_group_config(base, g, over), node, ruleset, engine) for i, g in enumerate(model.groups) if g.is_attention}
