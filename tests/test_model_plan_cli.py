@@ -247,3 +247,15 @@ def test_public_names():
     for name in ("plan_model", "ModelPlanAnswer", "explain_groups", "node_json", "explain", "capability_matrix",
                  "matrix_markdown", "read_layers", "layer_groups", "compact_layers"):
         assert name in attnplan.policy.__all__ and hasattr(attnplan.policy, name)
+
+
+def test_layered_notes_carry_each_groups_fallbacks(capsys):
+    # Gemma-2 caps logits at 50: trtllm-gen (no soft-cap) is skipped in both groups on B200, and the
+    # top level says so once; each fallback names its group.
+    rc, d = plan_json(capsys, "gemma-2-9b", device="B200")
+    assert rc == 0 and d["plan"] is None and len(d["layer_groups"]) == 2
+    assert sum("trtllm.softcap" in n for n in d["notes"]) == 2  # prefill and decode, once each
+    assert {f["group"] for f in d["fallbacks"]} == {0, 1} and all(f["skipped"] == "trtllm-gen" for f in d["fallbacks"])
+    for g in d["layer_groups"]:
+        assert "trtllm-gen" not in (g["prefill"]["backend"], g["decode"]["backend"])
+        assert g["attention"]["logits_soft_cap"] == 50.0

@@ -124,6 +124,18 @@ class ModelPlanAnswer(BaseModel):
         describes every attention layer of the model."""
         return len(self.attention_groups) == 1
 
+    def all_notes(self) -> tuple[str, ...]:
+        """The model's notes, then each attention group's (a note every group has once; another one
+        labelled with its group's layers)."""
+        out = list(self.notes)
+        attn = self.attention_groups
+        for g in attn:
+            for n in g.notes:
+                text = n if all(n in h.notes for h in attn) else f"layers {compact_layers(g.layers, self.num_layers)}: {n}"
+                if text not in out:
+                    out.append(text)
+        return tuple(out)
+
     def answer(self) -> Optional[PlanAnswer]:
         """For a uniform model, the one attention group's PlanAnswer with the model's verdict and notes."""
         if not self.uniform:
@@ -159,7 +171,7 @@ class ModelPlanAnswer(BaseModel):
             tagged["violations"] += [v.model_dump(mode="json") for v in self.violations]
             data = {"status": self.status, "engine": self.engine.model_dump(mode="json"), "node": node_json(self.node),
                     "config": attn[0].config.model_dump(mode="json") if attn and attn[0].config else None,
-                    "plan": None, **tagged, "notes": list(self.notes), "rules_revision": self.rules_revision}
+                    "plan": None, **tagged, "notes": list(self.all_notes()), "rules_revision": self.rules_revision}
         data.update(model_type=self.model_type, num_layers=self.num_layers, layer_groups=groups, kv_cache_groups=kv)
         return data
 

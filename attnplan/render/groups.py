@@ -59,9 +59,10 @@ def render_groups(a: ModelPlanAnswer) -> str:
         out.append(f"KV cache: {len(kv.groups)} vLLM KV-cache groups of {kv.layers_per_group} layers, block {kv.block_size} tokens "
                    f"(kernel page {kv.kernel_page_size}), {kv.page_bytes} bytes per block"
                    + (f"; recurrent state {kv.recurrent_state_bytes} bytes padded to the block" if kv.recurrent_state_bytes else ""))
-    if a.notes:
+    notes = a.all_notes()
+    if notes:
         out.append("")
-        out.extend(f"note: {n}" for n in a.notes)
+        out.extend(f"note: {n}" for n in notes)
     return "\n".join(out)
 
 
