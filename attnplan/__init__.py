@@ -8,6 +8,13 @@ The embedded API, for a serving engine's init::
                           simulated_node("B200"))
     answer.plan.decode.backend        # 'trtllm-gen'
 
+A whole model, layer group by layer group (sliding/global, chunked local, non-attention layers)::
+
+    from attnplan import plan_model
+    model = plan_model("gemma-3-27b-it/config.json", simulated_node("H100"))
+    model.ok, [(g.kind, g.sliding_window, g.attention.window_left) for g in model.attention_groups]
+    model.to_json()                   # the JSON contract, with layer_groups
+
 ``require_plan`` raises ``UnsupportedConfigurationError`` (a ``ValueError``) naming every violated
 rule and the verified suggestions; ``plan_for`` returns the answer either way. ``node=None``
 probes this machine (NVML, installed packages, cubins) once.
@@ -35,6 +42,7 @@ from .policy import (
     Fact,
     InvalidInputError,
     ModelConfigError,
+    ModelPlanAnswer,
     NodeFacts,
     PlanAnswer,
     PlanMismatchError,
@@ -46,13 +54,14 @@ from .policy import (
     load_rules,
     local_node,
     plan_for,
+    plan_model,
     require_plan,
     simulated_node,
 )
 
 __all__ = [
     "__version__",
-    "AttentionConfig", "plan_for", "require_plan", "simulated_node", "local_node",
+    "AttentionConfig", "plan_for", "require_plan", "plan_model", "ModelPlanAnswer", "simulated_node", "local_node",
     "PlanAnswer", "NodeFacts", "Fact", "Source", "RuleSet", "load_rules", "SUPPORTED_FLASHINFER",
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError",
     "UnsupportedConfigurationError", "PlanMismatchError",

@@ -25,10 +25,33 @@ def bad(fields) -> InvalidInputError:
 # -- field names and normalisation --------------------------------------------------------
 def test_config_fields_are_the_spec_names():
     spec = ["head_dim", "head_dim_vo", "num_qo_heads", "num_kv_heads", "dtype", "kv_cache_dtype", "page_size",
-            "sliding_window", "logits_soft_cap", "sinks", "num_speculative_tokens", "kv_lora_rank",
+            "sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size",
+            "num_speculative_tokens", "kv_lora_rank",
             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "dcp_world_size", "cascade",
             "attention_backend", "batch_invariant"]
     assert set(spec) == set(policy.CONFIG_FIELDS)
+
+
+def test_sm_scale_is_the_models_own_else_head_dim():
+    from attnplan.policy.plan import attention_plan
+
+    assert attention_plan(make_config(STD)).sm_scale == pytest.approx(128 ** -0.5)
+    assert attention_plan(make_config(dict(STD, sm_scale=168 ** -0.5))).sm_scale == 168 ** -0.5
+    mla = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+    assert make_config(mla).softmax_scale == pytest.approx(192 ** -0.5)
+    # plan_for memoises on the config: the scale is part of the key, never conflated with the default
+    node = policy.simulated_node("H100")
+    assert policy.plan_for(make_config(STD), node).plan.attention.sm_scale == pytest.approx(128 ** -0.5)
+    assert policy.plan_for(make_config(dict(STD, sm_scale=0.1)), node).plan.attention.sm_scale == 0.1
+
+
+@pytest.mark.parametrize("fields,field", [(dict(sm_scale=0), "sm_scale"), (dict(sm_scale=-0.1), "sm_scale"),
+                                          (dict(sm_scale=float("nan")), "sm_scale"), (dict(sm_scale=float("inf")), "sm_scale"),
+                                          (dict(attention_chunk_size=0), "attention_chunk_size"),
+                                          (dict(attention_chunk_size=True), "attention_chunk_size"),
+                                          (dict(attention_chunk_size=8192, sliding_window=1024), "exclude each other")])
+def test_bad_scale_and_chunk(fields, field):
+    assert field in str(bad(dict(STD, **fields)))
 
 
 def test_kv_dtypes_are_the_spec_set():

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from attnplan.policy import InvalidInputError, ModelConfigError, plan_for, simulated_node
-from attnplan.policy.layers import LayerGroup, layer_groups, read_layers, yarn_get_mscale
-from attnplan.policy.model_plan import plan_model
-from attnplan.render.groups import compact_layers, render_groups
+from attnplan.policy import (InvalidInputError, LayerGroup, ModelConfigError, explain_groups, layer_groups, plan_for,
+                             plan_model, read_layers, simulated_node)
+from attnplan.policy.layers import yarn_get_mscale
+from attnplan.render import compact_layers, render_groups
 
 MODELS = Path(__file__).parent / "models"
 
@@ -384,7 +384,8 @@ def test_explain_shows_each_groups_verdict(h100):
 
     data = hf("llama-4-scout-17b-16e-instruct")
     data["text_config"]["attention_chunk_size"] = 8200
-    text = render_groups_explain(plan_model(data, h100))
+    a = plan_model(data, h100)
+    text = render_groups_explain(a, explain_groups(a))
     assert "== layers 3..47 every 4 (full): OK" in text
     assert "== layers all but 3..47 every 4 (chunked_local, chunk 8200): REJECTED" in text
     assert text.count("selected:") == 2

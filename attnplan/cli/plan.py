@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from attnplan.policy import local_node, plan_for
-from attnplan.policy.answer import node_json
-from attnplan.policy.explain import explain
-from attnplan.policy.matrix import capability_matrix, matrix_markdown
+from attnplan.policy import (Explanation, ModelPlanAnswer, capability_matrix, explain, explain_groups, local_node,
+                             matrix_markdown, node_json, plan_for, plan_model)
+from attnplan.render import (render_answer, render_explain, render_groups, render_groups_explain, render_node,
+                             render_rules, rules_json)
 
 from .main import emit_json
-from .options import add_config_args, add_node_args, add_rules_arg, config_from_args, node_from_args, ruleset_from_args
-from attnplan.render import render_answer, render_explain, render_node, render_rules, rules_json
+from .options import (add_config_args, add_node_args, add_rules_arg, config_fields_from_args, config_from_args,
+                      node_from_args, ruleset_from_args)
 
 
 def add_engine_arg(p: argparse.ArgumentParser, help_: str = "") -> None:
@@ -26,7 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        formatter_class=fmt, description=(
                            "Evaluate every rule for this config on this node (or a declared one) and print the\n"
                            "backend plan, or the rejection with every violated rule and verified suggestions.\n"
-                           "Exit 0: ok, 1: rejected, 2: bad input."))
+                           "With --model-config, every attention layer group of the model is planned (sliding/\n"
+                           "global, chunked local; non-attention layers are noted); explicit flags override.\n"
+                           "Exit 0: ok (every attention group), 1: rejected, 2: bad input."))
     add_config_args(p)
     add_node_args(p)
     p.add_argument("--json", action="store_true", help="print the JSON contract (SPEC §8) instead of tables")
@@ -70,10 +72,23 @@ def _node(args: argparse.Namespace):
     return n if n is not None else local_node()
 
 
+def _model(args: argparse.Namespace) -> ModelPlanAnswer:
+    """--model-config: every layer group of the model, the explicit flags as overrides."""
+    return plan_model(args.model_config, _node(args), overrides=config_fields_from_args(args),
+                      ruleset=ruleset_from_args(args), engine=args.engine)
+
+
 def run_plan(args: argparse.Namespace) -> int:
+    if getattr(args, "model_config", None):
+        model = _model(args)
+        one = model.answer()
+        if args.json:
+            emit_json(model.to_json(trace=not args.no_trace))
+        else:
+            print(render_answer(one) if one is not None else render_groups(model))
+        return 0 if model.ok else 1
     config = config_from_args(args)
-    rs = ruleset_from_args(args)
-    answer = plan_for(config, _node(args), ruleset=rs, engine=args.engine)
+    answer = plan_for(config, _node(args), ruleset=ruleset_from_args(args), engine=args.engine)
     if args.json:
         emit_json(answer.to_json(trace=not args.no_trace))
     else:
@@ -81,18 +96,49 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0 if answer.ok else 1
 
 
+def _grid_json(e: Explanation) -> dict:
+    return {
+        "status": e.answer.status,
+        "engine": e.answer.engine.model_dump(),
+        "selected": dict(zip(("prefill", "decode"), e.answer.backends())),
+        "columns": [f"{ph}/{b}" if ph != "both" else "pair" for ph, b in e.columns],
+        "cells": [{"rule": r, "layer": t.layer, "phase": ph, "backend": None if b == "-" else b, "verdict": t.verdict,
+                   "inputs": t.inputs, "required": t.required} for (r, ph, b), t in e.cells.items()],
+    }
+
+
+def _explain_model(args: argparse.Namespace) -> int:
+    model = _model(args)
+    exps = explain_groups(model, ruleset_from_args(args), engine=args.engine)
+    one = model.answer()
+    if args.json:
+        groups = [{"layers": list(g.layers), "kind": g.kind, "status": g.status,
+                   **({"grid": _grid_json(e)} if e is not None else {})} for g, e in zip(model.layer_groups, exps)]
+        data = {"status": model.status, "engine": model.engine.model_dump(), "notes": list(model.notes), "layer_groups": groups}
+        if one is not None:  # one attention group: today's grid at the top level too
+            data.update(_grid_json(next(e for e in exps if e is not None)), status=model.status)
+        emit_json(data)
+    elif one is not None:
+        e = next(x for x in exps if x is not None)
+        out = [render_explain(e)]
+        extra = [v for v in one.violations if v not in e.answer.violations]  # the model's own (KV block size)
+        if extra:
+            out += ["", "rejected for the model:"] + [f"  - [{v.rule}] {v.message}" for v in extra]
+        if model.notes:
+            out += ["", "notes:"] + [f"  - {n}" for n in model.notes]
+        print("\n".join(out))
+    else:
+        print(render_groups_explain(model, exps))
+    return 0 if model.ok else 1
+
+
 def run_explain(args: argparse.Namespace) -> int:
+    if getattr(args, "model_config", None):
+        return _explain_model(args)
     config = config_from_args(args)
     e = explain(config, _node(args), ruleset_from_args(args), engine=args.engine)
     if args.json:
-        emit_json({
-            "status": e.answer.status,
-            "engine": e.answer.engine.model_dump(),
-            "selected": dict(zip(("prefill", "decode"), e.answer.backends())),
-            "columns": [f"{ph}/{b}" if ph != "both" else "pair" for ph, b in e.columns],
-            "cells": [{"rule": r, "layer": t.layer, "phase": ph, "backend": None if b == "-" else b, "verdict": t.verdict,
-                       "inputs": t.inputs, "required": t.required} for (r, ph, b), t in e.cells.items()],
-        })
+        emit_json(_grid_json(e))
     else:
         print(render_explain(e))
     return 0 if e.answer.ok else 1

@@ -5,6 +5,9 @@
     answer = plan_for(AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8), simulated_node("B200"))
     answer.plan.decode.backend   # 'trtllm-gen'
 
+    model = plan_model("config.json", simulated_node("H100"))   # every attention layer group
+    [(g.kind, g.layers, g.status) for g in model.layer_groups]
+
 Imports neither torch nor flashinfer.
 """
 
@@ -21,6 +24,7 @@ from .answer import (
     Suggestion,
     TraceEntry,
     Violation,
+    node_json,
 )
 from .api import clear_cache, plan_for, require_plan
 from .capability import format_capability, parse_capability
@@ -43,6 +47,10 @@ from .errors import (
 from .facts import Fact, NodeFacts, Source
 from .hfconfig import config_from_hf, fields_from_hf, make_config, read_model_config
 from .probe import NodeCache, ProbeIO, local_node, probe_node
+from .explain import Explanation, explain
+from .matrix import capability_matrix, matrix_markdown
+from .layers import LayerGroup, ModelLayers, compact_layers, layer_groups, read_layers
+from .model_plan import GroupPlan, KVCacheGroup, KVCacheGroupsPlan, ModelPlanAnswer, explain_groups, plan_model
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER
 
@@ -54,7 +62,9 @@ __all__ = [
     "config_from_hf", "fields_from_hf", "read_model_config", "make_config",
     "evaluate", "suggestions_for", "apply_suggestion", "default_ruleset", "load_rules", "page_domain", "RuleSet",
     "evaluate_candidate", "CandidateResult", "resolve_engine", "engine_names", "EngineRef", "Fallback",
-    "needs_artifactory_check",
+    "needs_artifactory_check", "node_json", "explain", "Explanation", "capability_matrix", "matrix_markdown",
+    "plan_model", "ModelPlanAnswer", "GroupPlan", "KVCacheGroupsPlan", "KVCacheGroup", "explain_groups",
+    "LayerGroup", "ModelLayers", "layer_groups", "read_layers", "compact_layers",
     "parse_capability", "format_capability", "clear_cache",
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError",
     "PlanMismatchError", "SUPPORTED_FLASHINFER", "CONFIG_FIELDS", "KV_CACHE_DTYPES", "QUERY_DTYPES", "BACKEND_CHOICES",

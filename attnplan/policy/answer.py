@@ -42,6 +42,7 @@ class Violation(BaseModel):
     message: str
     fix: Optional[str] = None
     layer: Layer = Field("kernel", description="kernel: what FlashInfer can run; engine: what the serving engine adds")
+    group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
 
 
 class Fallback(BaseModel):
@@ -53,6 +54,7 @@ class Fallback(BaseModel):
     skipped: str
     rules: tuple[str, ...]
     used: str
+    group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
 
 
 class EngineRef(BaseModel):
@@ -75,6 +77,7 @@ class Suggestion(BaseModel):
     message: str
     prefill: Optional[str] = Field(None, description="prefill backend with this change")
     decode: Optional[str] = Field(None, description="decode backend with this change")
+    group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
 
 
 @dataclass(frozen=True, slots=True)

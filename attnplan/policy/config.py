@@ -7,6 +7,7 @@ the KV view), so that the rules only ever see canonical values.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
@@ -65,6 +66,12 @@ class AttentionConfig(BaseModel):
     sliding_window: Optional[StrictInt] = Field(None, ge=1, le=_MAX_WINDOW, description="sliding-window size in tokens")
     logits_soft_cap: Optional[float] = Field(None, gt=0, le=1e6, description="logits soft-cap (Gemma-2: 50.0)")
     sinks: StrictBool = Field(False, description="attention sinks (GPT-OSS)")
+    # Set from the model's own attention code (plan_model: Gemma's query_pre_attn_scalar^-0.5,
+    # DeepSeek's YaRN mscale^2); None is the default head_dim^-0.5. No CLI flag: it comes from the model.
+    sm_scale: Optional[float] = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                      description="softmax scale (default: qk head_dim^-0.5)")
+    attention_chunk_size: Optional[StrictInt] = Field(
+        None, ge=1, le=_MAX_WINDOW, description="chunked local attention: tokens per chunk (Llama-4)")
     num_speculative_tokens: StrictInt = Field(0, ge=0, le=64, description="speculative tokens per decode step")
     kv_lora_rank: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA compressed KV rank (enables MLA)")
     qk_nope_head_dim: Optional[StrictInt] = Field(None, ge=1, le=_MAX_HEAD_DIM, description="MLA non-rope query/key head size")
@@ -105,6 +112,9 @@ class AttentionConfig(BaseModel):
                 raise ValueError(f"MLA (kv_lora_rank set) also needs {', '.join(missing)}")
         elif self.head_dim is None:
             raise ValueError("head_dim is required (or kv_lora_rank and the MLA dims)")
+        if self.sliding_window is not None and self.attention_chunk_size is not None:
+            # vLLM runs chunks as virtual requests on a plain causal kernel (no window inside a chunk).
+            raise ValueError("sliding_window and attention_chunk_size exclude each other (a layer is sliding or chunked)")
         kv = self.num_kv_heads if self.num_kv_heads is not None else self.num_qo_heads
         if kv > self.num_qo_heads:
             raise ValueError(f"num_kv_heads ({kv}) cannot exceed num_qo_heads ({self.num_qo_heads})")
@@ -131,6 +141,11 @@ class AttentionConfig(BaseModel):
         if self.is_mla:
             return int(self.v_head_dim)  # type: ignore[arg-type]
         return int(self.head_dim_vo if self.head_dim_vo is not None else self.head_dim)  # type: ignore[arg-type]
+
+    @property
+    def softmax_scale(self) -> float:
+        """The scale the kernels apply: the model's own, else qk_head_dim^-0.5."""
+        return self.sm_scale if self.sm_scale is not None else 1.0 / math.sqrt(self.qk_head_dim)
 
     @property
     def kv_dtype(self) -> str:

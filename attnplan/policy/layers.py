@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -292,6 +292,38 @@ def read_layers(hf: Mapping[str, Any]) -> ModelLayers:
 def layer_groups(hf: Mapping[str, Any]) -> tuple[LayerGroup, ...]:
     """The attention (and non-attention) layer groups of a config.json."""
     return read_layers(hf).groups
+
+
+# -- layer indices for people ----------------------------------------------------------
+def _runs(layers: Sequence[int]) -> str:
+    out: list[str] = []
+    start = prev = layers[0]
+    for x in list(layers[1:]) + [None]:  # type: ignore[list-item]
+        if x is not None and x == prev + 1:
+            prev = x
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if x is not None:
+            start = prev = x
+    return ",".join(out)
+
+
+def compact_layers(layers: Sequence[int], num_layers: int | None = None) -> str:
+    """Layer indices for people: ``all``, ``3..47 every 4``, ``all but 5..59 every 6``, ``0-4,6-10``."""
+    xs = sorted(layers)
+    if not xs:
+        return "-"
+    if num_layers is not None and xs == list(range(num_layers)):
+        return f"all {num_layers}"
+    steps = {b - a for a, b in zip(xs, xs[1:])}
+    if len(xs) >= 3 and len(steps) == 1 and (d := steps.pop()) > 1:
+        return f"{xs[0]}..{xs[-1]} every {d}"
+    text = _runs(xs)
+    if num_layers is not None and len(text) > 24:
+        rest = sorted(set(range(num_layers)) - set(xs))
+        if rest and len(rest) < len(xs):
+            return f"all but {compact_layers(rest)}"
+    return text
 
 
 # -- softmax scale ------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """Plan a whole model: every attention layer group evaluated by the rules, one KV cache for all.
 
 ``plan_model(config.json, node)`` reads the layer groups (``layers.py``), builds one
-AttentionConfig per attention group and asks ``plan_for`` for each, so a group can be refused
-while another passes; the model is ok only when every attention group is. What the config model
-cannot carry yet (the group's softmax scale, chunked local attention) is applied onto the group's
-``Plan.attention``. vLLM plans FlashInfer once per KV-cache group with that group's window,
+AttentionConfig per attention group (its window, chunk size, soft-cap, sinks and softmax scale
+included) and asks ``plan_for`` for each, so a group can be refused while another passes; the
+model is ok only when every attention group is. Each group's ``Plan.attention`` is the rules'
+plan of that config: nothing here re-decides a scalar. vLLM plans FlashInfer once per KV-cache group with that group's window,
 soft-cap and scale (``v1/attention/backends/flashinfer.py`` FlashInferMetadataBuilder.__init__:
 ``get_per_layer_parameters`` over the group's layers), which is what a layer group is here.
 The KV cache is laid out as vLLM 0.33 lays out its KV-cache groups
@@ -14,7 +14,7 @@ physical page for every group, the attention block raised to hold a recurrent la
 
 from __future__ import annotations
 
-import inspect
+import math
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
@@ -22,12 +22,13 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from .answer import AttentionPlan, EngineRef, Fallback, KVCachePlan, MetadataPlan, PhasePlan, PlanAnswer, Suggestion, Violation, node_json
+from .explain import Explanation, explain
 from .api import plan_for
 from .config import AttentionConfig
-from .errors import InvalidInputError
+from .errors import InvalidInputError, ModelConfigError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
-from .layers import LayerGroup, ModelLayers, read_layers, text_config
+from .layers import LayerGroup, ModelLayers, compact_layers, read_layers, text_config
 from .rulepack import RuleSet
 
 # The model decides these per group; an override would silently re-shape one group as another.
@@ -114,42 +115,77 @@ class ModelPlanAnswer(BaseModel):
         return self.status == "ok"
 
     @property
+    def attention_groups(self) -> tuple[GroupPlan, ...]:
+        return tuple(g for g in self.layer_groups if g.is_attention)
+
+    @property
     def uniform(self) -> bool:
-        """One group only: today's PlanAnswer describes the model."""
-        return len(self.layer_groups) == 1 and self.layer_groups[0].answer is not None
+        """One attention group (other groups, if any, are not attention): today's PlanAnswer
+        describes every attention layer of the model."""
+        return len(self.attention_groups) == 1
+
+    def all_notes(self) -> tuple[str, ...]:
+        """The model's notes, then each attention group's (a note every group has once; another one
+        labelled with its group's layers)."""
+        out = list(self.notes)
+        attn = self.attention_groups
+        for g in attn:
+            for n in g.notes:
+                text = n if all(n in h.notes for h in attn) else f"layers {compact_layers(g.layers, self.num_layers)}: {n}"
+                if text not in out:
+                    out.append(text)
+        return tuple(out)
 
     def answer(self) -> Optional[PlanAnswer]:
-        """For a uniform model, the one group's PlanAnswer (its scalars and KV cache applied)."""
+        """For a uniform model, the one attention group's PlanAnswer with the model's verdict and notes."""
         if not self.uniform:
             return None
-        g = self.layer_groups[0]
+        g = self.attention_groups[0]
         a = g.answer
         assert a is not None
-        if a.plan is not None and g.attention is not None:
-            a = a.model_copy(update={"plan": a.plan.model_copy(update={"attention": g.attention})})
-        if self.violations:
-            a = a.model_copy(update={"status": "rejected", "plan": None, "violations": a.violations + self.violations})
+        extra = tuple(v for v in g.violations if v not in a.violations) + self.violations
+        if extra:
+            a = a.model_copy(update={"status": "rejected", "plan": None, "violations": a.violations + extra})
         return a.model_copy(update={"notes": a.notes + tuple(n for n in self.notes if n not in a.notes)})
 
     def to_json(self, *, trace: bool = True) -> dict[str, Any]:
-        """The JSON contract: ``layer_groups`` always; a uniform model keeps today's top-level fields."""
-        groups = [g.model_dump(mode="json", exclude={"answer"}) for g in self.layer_groups]
+        """The JSON contract (docs/contract.md, "Layer groups"): ``layer_groups`` and ``kv_cache_groups``
+        always; a uniform model keeps today's top-level fields (its one attention group's plan); a layered
+        model's top level has ``plan: null`` (no one plan serves every layer), the first attention group's
+        ``config``, and every group's violations, suggestions and fallbacks, each naming its ``group``."""
+        groups = []
+        for g in self.layer_groups:
+            d = g.model_dump(mode="json", exclude={"answer"})
+            if trace and not self.uniform and g.answer is not None:
+                d["trace"] = g.answer.to_json()["trace"]
+            groups.append(d)
         kv = self.kv_cache_groups.model_dump(mode="json") if self.kv_cache_groups else None
         one = self.answer()
         if one is not None:
             data = one.to_json(trace=trace)
         else:
-            data = self.model_dump(mode="json", exclude={"layer_groups", "kv_cache_groups"})
-            data["node"] = node_json(self.node)
+            attn = self.attention_groups
+            tagged = {key: [x.model_copy(update={"group": i}).model_dump(mode="json")
+                            for i, g in enumerate(self.layer_groups) for x in getattr(g, key)]
+                      for key in ("violations", "suggestions", "fallbacks")}
+            tagged["violations"] += [v.model_dump(mode="json") for v in self.violations]
+            data = {"status": self.status, "engine": self.engine.model_dump(mode="json"), "node": node_json(self.node),
+                    "config": attn[0].config.model_dump(mode="json") if attn and attn[0].config else None,
+                    "plan": None, **tagged, "notes": list(self.all_notes()), "rules_revision": self.rules_revision}
         data.update(model_type=self.model_type, num_layers=self.num_layers, layer_groups=groups, kv_cache_groups=kv)
         return data
 
 
+def explain_groups(a: ModelPlanAnswer, ruleset: Optional[RuleSet] = None, *,
+                   engine: Optional[str] = None) -> tuple[Optional[Explanation], ...]:
+    """``explain`` for each layer group (None for a group FlashInfer attention does not serve)."""
+    return tuple(explain(g.config, a.node, ruleset, engine=engine) if g.config is not None else None
+                 for g in a.layer_groups)
+
+
 # -- planning -----------------------------------------------------------------------------
 def _plan(cfg: AttentionConfig, node: Optional[NodeFacts], ruleset: Optional[RuleSet], engine: Any) -> PlanAnswer:
-    if engine is not None and "engine" in inspect.signature(plan_for).parameters:
-        return plan_for(cfg, node, ruleset=ruleset, engine=engine)  # type: ignore[call-arg]
-    return plan_for(cfg, node, ruleset=ruleset)
+    return plan_for(cfg, node, ruleset=ruleset, engine=engine)
 
 
 def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str, Any]) -> AttentionConfig:
@@ -164,31 +200,24 @@ def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str
     if g.logits_soft_cap is not None:
         fields["logits_soft_cap"] = g.logits_soft_cap
     fields["sinks"] = g.sinks
-    # Once AttentionConfig carries these (integration step), the rules see them too.
-    if "sm_scale" in AttentionConfig.model_fields:
+    # The default head_dim^-0.5 stays None, so that a uniform model's config is today's.
+    qk = g.head_dim_qk or 0
+    if g.sm_scale is not None and not (qk and math.isclose(g.sm_scale, qk ** -0.5, rel_tol=1e-12)):
         fields["sm_scale"] = g.sm_scale
-    if g.chunk_size is not None and "attention_chunk_size" in AttentionConfig.model_fields:
+    if g.kind == "chunked_local" and g.chunk_size is not None:
         fields["attention_chunk_size"] = g.chunk_size
     fields.update(overrides)
     return make_config(fields)
 
 
-def _attention(g: LayerGroup, base: AttentionPlan) -> AttentionPlan:
-    """The group's own scalars (the model's attention code), over what the rules planned."""
-    return base.model_copy(update={
-        "sm_scale": g.sm_scale,
-        # Chunks become virtual requests on a plain causal kernel: no window inside a chunk.
-        "window_left": g.sliding_window - 1 if g.kind == "sliding" and g.sliding_window else -1,
-        "logits_soft_cap": float(g.logits_soft_cap or 0.0),
-        "sinks": g.sinks,
-    })
-
-
-def _check_overrides(overrides: Optional[Mapping[str, Any]]) -> dict[str, Any]:
+def _check_overrides(overrides: Optional[Mapping[str, Any]], model: ModelLayers) -> dict[str, Any]:
     out = {k: v for k, v in (overrides or {}).items() if v is not None}
+    if len(model.attention_groups) == 1:
+        return out  # one attention group: an override re-shapes exactly the layers it names
     for k in PER_GROUP_FIELDS:
         if k in out:
-            raise InvalidInputError(k, "set per layer group by the model config; it cannot be overridden for the whole model")
+            raise InvalidInputError(k, f"set per layer group by the model config ({len(model.attention_groups)} "
+                                    "attention groups); it cannot be overridden for the whole model")
     return out
 
 
@@ -196,10 +225,19 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
                overrides: Optional[Mapping[str, Any]] = None, ruleset: Optional[RuleSet] = None,
                engine: Any = None) -> ModelPlanAnswer:
     """Plan every attention layer group of a model (config.json dict or path) on ``node``."""
+    where = "config.json" if isinstance(hf, Mapping) else str(hf)
     data = hf if isinstance(hf, Mapping) else read_model_config(hf)
-    model = read_layers(data)
-    over = _check_overrides(overrides)
-    base = fields_from_hf(text_config(data))  # with the config class's defaults, as vLLM sees it
+    if not isinstance(data, Mapping):
+        raise ModelConfigError(where, "a config.json holds a JSON object")
+    try:
+        base = fields_from_hf(text_config(data), where)  # with the config class's defaults, as vLLM sees it
+        model = read_layers(data)
+    except ModelConfigError as exc:
+        if exc.path == where:
+            raise
+        # read_layers names "config.json": name the file the caller gave instead.
+        raise ModelConfigError(where, str(exc).removeprefix(f"model_config: {exc.path}: ")) from None
+    over = _check_overrides(overrides, model)
     attn = model.attention_groups
     answers = {i: _plan(_group_config(base, g, over), node, ruleset, engine) for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []
@@ -230,6 +268,9 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
     out: list[GroupPlan] = []
     for i, g in enumerate(model.groups):
         if not g.is_attention:
+            what = g.recurrent.mixer if g.recurrent is not None else g.kind
+            notes.append(f"layers {compact_layers(g.layers, model.num_layers)} ({g.kind}, {what}): "
+                         "not served by FlashInfer attention")
             out.append(GroupPlan(**g.model_dump(), status="not_served",
                                  notes=("not served by FlashInfer attention (a recurrent mixer); its state is paged "
                                         "beside the KV cache",)))
@@ -250,7 +291,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         p = a.plan
         out.append(GroupPlan(
             **g.model_dump(), status="ok" if ok else "rejected", config=a.config,
-            attention=_attention(g, p.attention) if ok and p else None,
+            attention=p.attention if ok and p else None,
             prefill=p.prefill if ok and p else None, decode=p.decode if ok and p else None,
             kv_cache=p.kv_cache if ok and p else None, metadata=p.metadata if ok and p else None,
             chunked_local=chunked, violations=tuple(gv), suggestions=a.suggestions, fallbacks=a.fallbacks,

@@ -6,8 +6,6 @@ derives what a validated choice implies.
 
 from __future__ import annotations
 
-import math
-
 from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
 from .config import AttentionConfig
 from .rulepack import RuleSet
@@ -142,7 +140,7 @@ def attention_plan(config: AttentionConfig, *, page_size: int = 16, capability: 
     elif native_nvfp4 and isinstance(capability, int) and capability // 10 == 12:
         split = "disabled"
     return AttentionPlan(
-        sm_scale=1.0 / math.sqrt(config.qk_head_dim),
+        sm_scale=config.softmax_scale,
         window_left=config.sliding_window - 1 if config.sliding_window is not None else -1,
         logits_soft_cap=float(config.logits_soft_cap or 0.0),
         sinks=config.sinks, split_kv=split, fixed_split_size=fixed,  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
 """Presentation: text tables for people and JSON shapes for machines, shared by the CLI, the REST
 service and the preflight. Renderers read answers; they never decide anything."""
 
+from .groups import compact_layers, render_groups, render_groups_explain
 from .tables import (
     node_label,
     paint,
@@ -12,5 +13,5 @@ from .tables import (
     table,
 )
 
-__all__ = ["node_label", "paint", "render_answer", "render_explain", "render_node", "render_rules",
+__all__ = ["render_groups", "render_groups_explain", "compact_layers", "node_label", "paint", "render_answer", "render_explain", "render_node", "render_rules",
            "rules_json", "table"]

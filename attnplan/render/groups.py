@@ -2,42 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
-from attnplan.policy.model_plan import GroupPlan, ModelPlanAnswer
+from attnplan.policy import Explanation, GroupPlan, ModelPlanAnswer, compact_layers
 
 from .tables import node_label, paint, table
-
-
-def _runs(layers: Sequence[int]) -> str:
-    out: list[str] = []
-    start = prev = layers[0]
-    for x in list(layers[1:]) + [None]:  # type: ignore[list-item]
-        if x is not None and x == prev + 1:
-            prev = x
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if x is not None:
-            start = prev = x
-    return ",".join(out)
-
-
-def compact_layers(layers: Sequence[int], num_layers: int | None = None) -> str:
-    """Layer indices for people: ``all``, ``3..47 every 4``, ``all but 5..59 every 6``, ``0-4,6-10``."""
-    xs = sorted(layers)
-    if not xs:
-        return "-"
-    if num_layers is not None and xs == list(range(num_layers)):
-        return f"all {num_layers}"
-    steps = {b - a for a, b in zip(xs, xs[1:])}
-    if len(xs) >= 3 and len(steps) == 1 and (d := steps.pop()) > 1:
-        return f"{xs[0]}..{xs[-1]} every {d}"
-    text = _runs(xs)
-    if num_layers is not None and len(text) > 24:
-        rest = sorted(set(range(num_layers)) - set(xs))
-        if rest and len(rest) < len(xs):
-            return f"all but {compact_layers(rest)}"
-    return text
 
 
 def _param(g: GroupPlan) -> str:
@@ -90,23 +59,23 @@ def render_groups(a: ModelPlanAnswer) -> str:
         out.append(f"KV cache: {len(kv.groups)} vLLM KV-cache groups of {kv.layers_per_group} layers, block {kv.block_size} tokens "
                    f"(kernel page {kv.kernel_page_size}), {kv.page_bytes} bytes per block"
                    + (f"; recurrent state {kv.recurrent_state_bytes} bytes padded to the block" if kv.recurrent_state_bytes else ""))
-    if a.notes:
+    notes = a.all_notes()
+    if notes:
         out.append("")
-        out.extend(f"note: {n}" for n in a.notes)
+        out.extend(f"note: {n}" for n in notes)
     return "\n".join(out)
 
 
-def render_groups_explain(a: ModelPlanAnswer, ruleset=None) -> str:
-    """``explain`` for a layered model: each attention group's verdict, then its rule table."""
-    from attnplan.policy.explain import explain
-
+def render_groups_explain(a: ModelPlanAnswer, explanations: Sequence[Optional[Explanation]]) -> str:
+    """``explain`` for a layered model: the groups, then each attention group's verdict and its rule
+    table (``explanations`` from ``attnplan.policy.explain_groups``, one per layer group)."""
     from .tables import render_explain
 
     out = [render_groups(a)]
-    for g in a.layer_groups:
-        if g.config is None:
+    for g, e in zip(a.layer_groups, explanations):
+        if e is None:
             continue
         verdict = paint("OK", "32;1") if g.status == "ok" else paint("REJECTED", "31;1")
         out += ["", f"== layers {compact_layers(g.layers, a.num_layers)} ({g.kind}{', ' + _param(g) if _param(g) != '-' else ''}): {verdict}",
-                render_explain(explain(g.config, a.node, ruleset))]
+                render_explain(e)]
     return "\n".join(out)

@@ -6,9 +6,7 @@ import os
 import sys
 from typing import Any, Iterable, Sequence
 
-from attnplan.policy import NodeFacts, PlanAnswer
-from attnplan.policy.explain import Explanation
-from attnplan.policy.rulepack import RuleSet
+from attnplan.policy import Explanation, NodeFacts, PlanAnswer, RuleSet
 
 
 def _color() -> bool:
