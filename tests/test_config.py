@@ -93,9 +93,15 @@ def test_dtype_typo_lists_allowed():
 
 
 def test_backend_typo_lists_allowed():
-    err = bad(dict(STD, attention_backend="flash-attn"))
+    err = bad(dict(STD, attention_backend="fa4"))
     assert err.field == "attention_backend"
     assert {"auto", "fa2", "fa3", "trtllm-gen"} <= set(err.allowed)
+
+
+def test_vllm_backend_that_is_not_flashinfer_is_refused_by_name():
+    # vLLM's FLASH_ATTN (any spelling) is not a FlashInfer backend: refused by name, never taken as auto
+    err = bad(dict(STD, attention_backend="flash-attn"))
+    assert err.field == "attention_backend" and "does not run FlashInfer kernels" in str(err)
 
 
 @pytest.mark.parametrize("hd", [0, -1, -128])
@@ -286,7 +292,8 @@ def test_hf_nested_text_config():
 
 
 def test_hf_explicit_overrides_win(tmp_path):
-    p = write_cfg(tmp_path, dict(LLAMA, sliding_window=4096, model_type="gpt_oss"))
+    # head_dim given: transformers' GptOssConfig (read when installed) defaults it to 64, as vLLM reads it
+    p = write_cfg(tmp_path, dict(LLAMA, sliding_window=4096, model_type="gpt_oss", head_dim=128))
     c = config_from_hf(p, head_dim=64, num_kv_heads=4, sliding_window=1024, sinks=False,
                        kv_cache_dtype="fp8", page_size=32)
     assert (c.head_dim, c.kv_heads, c.sliding_window, c.sinks) == (64, 4, 1024, False)

@@ -58,8 +58,12 @@ def test_make_test_runs_hadolint_on_the_dockerfile():
     assert "$(BIN)/hadolint Dockerfile" in recipe
 
 
+# Pins only the development venv needs (vLLM's parser for the tests): the image does not install them.
+DEV_ONLY = {"vllm", "xgrammar"}
+
+
 def test_pins_are_the_makefiles():
-    make_pins = pins(pip_lines(MAKEFILE))
+    make_pins = {k: v for k, v in pins(pip_lines(MAKEFILE)).items() if k not in DEV_ONLY}
     docker_pins = pins(pip_lines(DOCKERFILE))
     assert make_pins and docker_pins == make_pins
 

@@ -137,10 +137,11 @@ def test_plugin_refuses_before_weights_load(llama_tp4_fp8, monkeypatch):
     nvfp4 = engine_config(LLAMA, tensor_parallel_size=4, kv_cache_dtype="nvfp4")
     assert config_from_vllm(nvfp4).kv_cache_dtype == "nvfp4"
     # A GPU Worker cannot be constructed on a CPU machine: the stand-in holds the real VllmConfig.
-    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "H100")
+    # vLLM 0.33 serves nvfp4 on families 8/9/10/12 (fa2 or trtllm-gen) but not on Jetson Thor (11.0).
+    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "Jetson Thor")
     with pytest.raises(UnsupportedConfigurationError) as exc:
         Worker.load_model(SimpleNamespace(vllm_config=nvfp4))
-    assert "kv.nvfp4" in str(exc.value) and exc.value.violations
+    assert "vllm.nvfp4" in str(exc.value) and exc.value.violations
     # On a node where the plan is ok the check passes and vLLM's own load_model runs (and fails
     # here for want of a real worker, which is not attnplan's error).
     monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "B200")

@@ -90,7 +90,7 @@ def _coerce(field: str, kind: str, raw: str) -> Any:
 
 def config_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from attnplan.vllm.args import parse_json_arg, speculative_tokens
-    from attnplan.vllm.backends import backend_choice
+    from attnplan.policy.backend_names import backend_choice
 
     out: dict[str, Any] = {}
     for _flag, field, kind, _h in CONFIG_FLAGS:
@@ -115,11 +115,22 @@ def config_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def tensor_parallel_from_args(args: argparse.Namespace) -> int:
+    """``--tensor-parallel-size`` (default 1), at least 1."""
+    raw = getattr(args, "tensor_parallel_size", None)
+    if raw is None:
+        return 1
+    tp = _coerce("tensor_parallel_size", "int", raw)
+    if tp < 1:
+        raise InvalidInputError("tensor_parallel_size", f"must be at least 1, got {tp}")
+    return tp
+
+
 def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     """The (per-rank, with --tensor-parallel-size) config the flags and model describe. Notes about
     config.json fields attnplan's own parser did not read go to stderr."""
     from attnplan.policy.hfconfig import read_model
-    from attnplan.vllm.mapping import per_rank_fields, startup_errors
+    from attnplan.policy.parallel import per_rank_fields, startup_errors
 
     fields = config_fields_from_args(args)
     model = getattr(args, "model_config", None)
@@ -132,9 +143,7 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig:
         raise InvalidInputError("num_qo_heads", "required: give --num-heads (or --model)")
     tp_raw = getattr(args, "tensor_parallel_size", None)
     if tp_raw is not None:
-        tp = _coerce("tensor_parallel_size", "int", tp_raw)
-        if tp < 1:
-            raise InvalidInputError("tensor_parallel_size", f"must be at least 1, got {tp}")
+        tp = tensor_parallel_from_args(args)
         heads = fields["num_qo_heads"]
         if isinstance(heads, int) and not isinstance(heads, bool) and heads >= 1:
             kv = fields.get("num_kv_heads") or heads

@@ -11,6 +11,7 @@ from attnplan.render import (render_answer, render_explain, render_groups, rende
 
 from .main import emit_json
 from .options import (add_config_args, add_node_args, add_rules_arg, config_fields_from_args, config_from_args,
+                      tensor_parallel_from_args,
                       node_from_args, ruleset_from_args)
 
 
@@ -75,7 +76,8 @@ def _node(args: argparse.Namespace):
 def _model(args: argparse.Namespace) -> ModelPlanAnswer:
     """--model-config: every layer group of the model, the explicit flags as overrides."""
     return plan_model(args.model_config, _node(args), overrides=config_fields_from_args(args),
-                      ruleset=ruleset_from_args(args), engine=args.engine)
+                      ruleset=ruleset_from_args(args), engine=args.engine,
+                      tensor_parallel_size=tensor_parallel_from_args(args))
 
 
 def run_plan(args: argparse.Namespace) -> int:

@@ -100,7 +100,11 @@ class AttentionConfig(BaseModel):
     @classmethod
     def _norm_backend(cls, v: Any) -> Any:
         if isinstance(v, str):
-            s = v.strip().lower().replace("_", "-")
+            # vLLM's enum names (FLASHINFER, FLASHINFER_MLA, TRTLLM_RAGGED) map explicitly; a vLLM
+            # backend that is not FlashInfer (FLASH_ATTN, ...) is refused by name, never auto.
+            from .backend_names import backend_choice
+
+            s = str(backend_choice(v)).strip().lower().replace("_", "-")
             return {"flashinfer": "auto", "trtllm": "trtllm-gen", "fa2mla": "fa2-mla"}.get(s, s)
         return v
 

@@ -167,8 +167,12 @@ def _first(src: Any, keys: tuple[str, ...], where: str) -> Optional[int]:
     return None
 
 
-def _transformers_config(data: Mapping[str, Any]) -> Any:
-    """The model's own config class, when transformers knows the model_type; None otherwise."""
+def _transformers_config(data: Mapping[str, Any], notes: Optional[list[str]] = None) -> Any:
+    """The model's own config class, when transformers knows the model_type; None otherwise.
+
+    A public config.json that the installed transformers' class refuses (version skew: e.g.
+    Llama-4-Scout's integer ``attn_temperature_tuning`` against a bool field) is read by
+    attnplan's own parser instead, and a note says why: refusing the model would be wrong."""
     mt = data.get("model_type")
     if not isinstance(mt, str):
         return None
@@ -184,8 +188,12 @@ def _transformers_config(data: Mapping[str, Any]) -> Any:
         kwargs["dtype"] = kwargs.pop("torch_dtype")
     try:
         cfg = AutoConfig.for_model(mt, **kwargs)
-    except Exception as exc:  # a config the family's own class refuses
-        raise ModelConfigError("config.json", f"transformers' {mt} config refuses it: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - a config the family's own class refuses
+        if notes is not None:
+            first = str(exc).strip().splitlines()
+            notes.append(f"transformers' {mt} config class refused this config.json "
+                         f"({first[0] if first else type(exc).__name__}); read by attnplan's own parser")
+        return None
     # vLLM reads the language model's sub-config (transformers_utils/config.py get_hf_text_config).
     get_text = getattr(cfg, "get_text_config", None)
     return get_text() if callable(get_text) else cfg
@@ -197,8 +205,8 @@ def fields_from_hf(data: Mapping[str, Any], where: str = "config.json", *, use_t
 
 
 def model_info(data: Mapping[str, Any], where: str = "config.json", *, use_transformers: bool = True) -> ModelInfo:
-    obj = _transformers_config(data) if use_transformers else None
     notes: list[str] = []
+    obj = _transformers_config(data, notes) if use_transformers else None
     top = data
     if obj is not None:
         src: Any = _Obj(obj)

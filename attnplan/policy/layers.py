@@ -216,6 +216,23 @@ def _kinds(c: Mapping[str, Any], mt: str, n: int, notes: list[str]) -> tuple[lis
             "uniform (every layer the same attention)")
 
 
+def _kv_heads(c: Mapping[str, Any], model_type: str, heads: int) -> int:
+    """KV heads under every name vLLM reads (hfconfig.KV_HEAD_KEYS: Falcon's ``num_kv_heads``,
+    ``n_head_kv``, ...), and Falcon's multi_query meaning one KV head."""
+    from .hfconfig import KV_HEAD_KEYS
+
+    for key in KV_HEAD_KEYS:
+        v = _pos_int(c, key)
+        if v is not None:
+            kv = v
+            break
+    else:
+        kv = heads
+    if model_type == "falcon" and not c.get("new_decoder_architecture") and c.get("multi_query"):
+        kv = 1
+    return kv
+
+
 # -- the groups ---------------------------------------------------------------------------
 def read_layers(hf: Mapping[str, Any]) -> ModelLayers:
     """Read a config.json (dict) into layer groups, in the order of their first layer."""
@@ -225,7 +242,7 @@ def read_layers(hf: Mapping[str, Any]) -> ModelLayers:
     mt = str(c.get("model_type") or "")
     n = _pos_int(c, "num_hidden_layers", required=True)
     heads = _pos_int(c, "num_attention_heads", required=True)
-    kv = _pos_int(c, "num_key_value_heads", heads)
+    kv = _kv_heads(c, mt, heads)
     notes: list[str] = []
     kinds, rope, source = _kinds(c, mt, n, notes)
     falcon_h1 = mt == "falcon_h1"

@@ -25,6 +25,7 @@ from .answer import AttentionPlan, EngineRef, Fallback, KVCachePlan, MetadataPla
 from .explain import Explanation, explain
 from .api import plan_for
 from .config import AttentionConfig
+from .parallel import per_rank_fields, startup_errors
 from .errors import InvalidInputError, ModelConfigError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
@@ -188,7 +189,7 @@ def _plan(cfg: AttentionConfig, node: Optional[NodeFacts], ruleset: Optional[Rul
     return plan_for(cfg, node, ruleset=ruleset, engine=engine)
 
 
-def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str, Any]) -> AttentionConfig:
+def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str, Any], tp: int = 1) -> AttentionConfig:
     fields = {k: v for k, v in base.items() if k not in PER_GROUP_FIELDS}
     fields.update(num_qo_heads=g.num_qo_heads, num_kv_heads=g.num_kv_heads)
     if g.mla is None:
@@ -207,6 +208,8 @@ def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str
     if g.kind == "chunked_local" and g.chunk_size is not None:
         fields["attention_chunk_size"] = g.chunk_size
     fields.update(overrides)
+    if tp > 1:  # one tensor-parallel rank's heads, as vLLM splits them (policy/parallel.py)
+        fields = per_rank_fields(fields, tp)
     return make_config(fields)
 
 
@@ -223,8 +226,10 @@ def _check_overrides(overrides: Optional[Mapping[str, Any]], model: ModelLayers)
 
 def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = None, *,
                overrides: Optional[Mapping[str, Any]] = None, ruleset: Optional[RuleSet] = None,
-               engine: Any = None) -> ModelPlanAnswer:
-    """Plan every attention layer group of a model (config.json dict or path) on ``node``."""
+               engine: Any = None, tensor_parallel_size: int = 1) -> ModelPlanAnswer:
+    """Plan every attention layer group of a model (config.json dict or path) on ``node``; with
+    ``tensor_parallel_size`` each group is planned for one rank (vLLM's per-rank heads), and a
+    split vLLM refuses at startup is an ``InvalidInputError``."""
     where = "config.json" if isinstance(hf, Mapping) else str(hf)
     data = hf if isinstance(hf, Mapping) else read_model_config(hf)
     if not isinstance(data, Mapping):
@@ -239,7 +244,17 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         raise ModelConfigError(where, str(exc).removeprefix(f"model_config: {exc.path}: ")) from None
     over = _check_overrides(overrides, model)
     attn = model.attention_groups
-    answers = {i: _plan(_group_config(base, g, over), node, ruleset, engine) for i, g in enumerate(model.groups) if g.is_attention}
+    tp = int(tensor_parallel_size)
+    if tp < 1:
+        raise InvalidInputError("tensor_parallel_size", f"must be at least 1, got {tp}")
+    for g in attn:
+        errs = startup_errors(int(over.get("num_qo_heads") or g.num_qo_heads),
+                              int(over.get("num_kv_heads") or g.num_kv_heads or g.num_qo_heads), tp,
+                              int(over.get("dcp_world_size") or 1), mla=g.mla is not None)
+        if errs:
+            raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + errs[0])
+    answers = {i: _plan(_group_config(base, g, over, tp), node, ruleset, engine)
+               for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []
     notes = list(model.notes)
 

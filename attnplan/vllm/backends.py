@@ -1,69 +1,7 @@
-"""vLLM's attention-backend names -> attnplan's backend choices, as one explicit table.
+"""vLLM's ``--attention-backend`` names: the table lives with the policy
+(``attnplan/policy/backend_names.py``) so that every input path (CLI, REST, preflight configs,
+the plugin) reads a backend name the same way."""
 
-vLLM 0.33 names its backends in ``AttentionBackendEnum``
-(/work/ref/vllm-src/vllm/v1/attention/backends/registry.py) and its MLA prefill backends in
-``MLAPrefillBackendEnum`` (v1/attention/backends/mla/prefill/registry.py). attnplan plans
-FlashInfer / TRTLLM-gen kernels only, so only the FlashInfer names map; every other vLLM name is
-refused with one line saying so (never a silent ``auto``).
+from attnplan.policy.backend_names import VLLM_OTHER_BACKENDS, VLLM_TO_ATTNPLAN, backend_choice
 
-Decisions (each cites the vLLM code it mirrors):
-- ``FLASHINFER`` -> ``auto``: vLLM's FlashInfer backend itself chooses between FlashInfer's FA2/FA3
-  wrappers and the TRTLLM-gen kernels per phase (v1/attention/backends/flashinfer.py,
-  ``use_trtllm_attention`` in utils/flashinfer.py), so forcing one kernel would misstate it;
-  ``auto`` lets the rules choose among the FlashInfer kernels exactly as vLLM does.
-- ``FLASHINFER_MLA`` -> ``trtllm-gen-mla``: its decode is ``trtllm_batch_decode_with_kv_cache_mla``
-  (v1/attention/backends/mla/flashinfer_mla.py).
-- ``TRTLLM_RAGGED`` -> ``trtllm-ragged``: the MLA prefill backend
-  (v1/attention/backends/mla/prefill/trtllm_ragged.py); in ``vllm serve`` it is chosen with
-  ``--attention-config '{"mla_prefill_backend": "TRTLLM_RAGGED"}'``.
-"""
-
-from __future__ import annotations
-
-from typing import Optional
-
-from attnplan.policy.config import BACKEND_CHOICES
-from attnplan.policy.errors import InvalidInputError
-
-# vLLM enum name -> attnplan backend choice.
-VLLM_TO_ATTNPLAN: dict[str, str] = {
-    "FLASHINFER": "auto",
-    "FLASHINFER_MLA": "trtllm-gen-mla",
-    "TRTLLM_RAGGED": "trtllm-ragged",
-}
-
-# Every other name vLLM 0.33 knows (registry.py AttentionBackendEnum + the MLA prefill enum):
-# real vLLM backends that do not run FlashInfer kernels attnplan has rules for.
-VLLM_OTHER_BACKENDS: frozenset[str] = frozenset({
-    "FLASH_ATTN", "FLASH_ATTN_DIFFKV", "TRITON_ATTN", "TRITON_ATTN_DIFFKV", "TRITON_FLASH_ATTN",
-    "ROCM_ATTN", "ROCM_SEGMENTED_ATTN", "ROCM_AITER_MLA", "ROCM_AITER_TRITON_MLA", "ROCM_AITER_FA",
-    "ROCM_AITER_MLA_SPARSE", "XPU_MLA_SPARSE", "TORCH_SDPA", "TRITON_FLASHINFER", "TOKENSPEED_MLA",
-    "FLASHINFER_MLA_SPARSE", "FLASHINFER_MLA_SPARSE_SM120", "FLASHINFER_MLA_SPARSE_SM90", "TRITON_MLA",
-    "CUTLASS_MLA", "FLASHMLA", "FLASHMLA_SPARSE", "FLASHMLA_SPARSE_DSV4", "FLASHINFER_MLA_SPARSE_DSV4",
-    "ROCM_FLASHMLA_SPARSE_DSV4", "FLASHMLA_SPARSE_DSV41", "FLASHINFER_MLA_SPARSE_DSV41",
-    "ROCM_FLASHMLA_SPARSE_DSV41", "FLASHMLA_MEGA_ATTN_DSV41", "B12X", "FLASH_ATTN_MLA",
-    "FLASH_ATTN_MLA_SPARSE", "FLASH_ATTN_MLA_SPARSE_FA4", "MINIMAX_M3_SPARSE", "CUTLASS_MSA",
-    "TRITON_MSA", "STEP5_DSA", "NO_ATTENTION", "FLEX_ATTENTION", "HPC_ATTN", "ROCM_AITER_UNIFIED_ATTN",
-    "CPU_ATTN", "CPU_MLA", "AMX_MLA", "TURBOQUANT", "ROCM_OCTAVE", "ULTRAQUANT", "CPU", "ZEN_CPU",
-})
-
-
-def backend_choice(raw: Optional[str]) -> Optional[str]:
-    """attnplan's backend for a ``--attention-backend`` value: a vLLM enum name (any case) or one
-    of attnplan's own choices. A vLLM backend that is not a FlashInfer one is an
-    ``InvalidInputError`` naming it."""
-    if raw is None:
-        return None
-    name = str(raw).strip()
-    key = name.upper().replace("-", "_")
-    if key in VLLM_TO_ATTNPLAN:
-        return VLLM_TO_ATTNPLAN[key]
-    if key in VLLM_OTHER_BACKENDS:
-        raise InvalidInputError(
-            "attention_backend",
-            f"{name!r} is a vLLM backend that does not run FlashInfer kernels; attnplan plans only "
-            f"FlashInfer/TRTLLM-gen attention", sorted(VLLM_TO_ATTNPLAN) + list(BACKEND_CHOICES))
-    low = name.lower().replace("_", "-")
-    if low in BACKEND_CHOICES:
-        return low
-    return name  # not a vLLM name: AttentionConfig validates it (and its own spellings)
+__all__ = ["VLLM_OTHER_BACKENDS", "VLLM_TO_ATTNPLAN", "backend_choice"]
