@@ -115,6 +115,19 @@ def _vllm_parser() -> Any:
     if not _has_cuda():
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # vLLM's INFO lines are not this command's output
+    import logging
+
+    # vLLM's import warns about CUDA/Triton/ROCm pieces a CPU machine lacks, through loggers it has
+    # not configured yet (so VLLM_LOGGING_LEVEL does not reach them), some at ERROR (fused_moe/config.py:
+    # missing triton_kernels): not this command's output.
+    logging.disable(logging.ERROR)
+    try:
+        return _build_vllm_parser()
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def _build_vllm_parser() -> Any:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     class Parser(FlexibleArgumentParser):

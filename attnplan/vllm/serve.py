@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from attnplan.policy import plan_for
+from attnplan.policy import ModelPlanAnswer, plan_for, plan_model, read_layers
 from attnplan.policy.answer import PlanAnswer
 from attnplan.policy.config import AttentionConfig
 from attnplan.policy.errors import InvalidInputError
@@ -29,22 +28,33 @@ class ServeAnswer:
     answer: Optional[PlanAnswer]
     startup_error: Optional[str] = None
     notes: list[str] = field(default_factory=list)
+    # A model whose layers differ (sliding/global, chunked, sinks...): every attention layer group
+    # planned for one rank, as vLLM builds one attention backend per KV-cache group.
+    model: Optional[ModelPlanAnswer] = None
 
     @property
     def ok(self) -> bool:
+        if self.model is not None:
+            return self.startup_error is None and self.model.ok
         return self.startup_error is None and self.answer is not None and self.answer.ok
 
 
 def plan_with_engine(config: AttentionConfig, node: Optional[NodeFacts], ruleset: Optional[RuleSet]) -> PlanAnswer:
-    """``plan_for`` under vLLM's engine layer. Until ``plan_for(..., engine=)`` exists in this tree
-    the kernel layer alone is evaluated (and the answer says which engine it was made for)."""
-    if "engine" in inspect.signature(plan_for).parameters:
-        return plan_for(config, node, ruleset=ruleset, engine=VLLM_ENGINE)  # type: ignore[call-arg]
-    return plan_for(config, node, ruleset=ruleset)
+    """``plan_for`` under vLLM's engine layer (the installed vLLM's version, else 0.33)."""
+    return plan_for(config, node, ruleset=ruleset, engine=VLLM_ENGINE)
+
+
+# The fields a serve line sets on top of the model's own (they apply to every layer group).
+LINE_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "attention_backend", "num_speculative_tokens", "dcp_world_size")
 
 
 def serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str]]:
     """The model's global attention fields with the line's flags applied (before the TP split)."""
+    fields, notes, _raw = _serve_fields(line)
+    return fields, notes
+
+
+def _serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
     info = read_model(line.model, hf_overrides=line.hf_overrides)
     fields = dict(info.fields)
     if line.dtype.lower() != "auto":
@@ -64,11 +74,11 @@ def serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str]]:
                     ("decode_context_parallel_size", "--decode-context-parallel-size")):
         if getattr(line, k) < 1:
             raise InvalidInputError(k, f"{flag} must be at least 1, got {getattr(line, k)}")
-    return fields, list(info.notes)
+    return fields, list(info.notes), dict(info.raw)
 
 
 def plan_serve(line: ServeLine, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None) -> ServeAnswer:
-    fields, notes = serve_fields(line)
+    fields, notes, raw = _serve_fields(line)
     tp = line.tensor_parallel_size
     ranks = tp * line.pipeline_parallel_size
     heads = fields["num_qo_heads"]
@@ -77,6 +87,10 @@ def plan_serve(line: ServeLine, node: Optional[NodeFacts] = None, ruleset: Optio
     if errs:
         return ServeAnswer(line, ranks, None, None, startup_error=errs[0], notes=notes)
     config = make_config(per_rank_fields(fields, tp))
+    if raw and len(read_layers(raw).attention_groups) > 1:
+        over = {k: fields[k] for k in LINE_FIELDS if k in fields and k != "dtype"}
+        model = plan_model(raw, node, overrides=over, ruleset=ruleset, engine=VLLM_ENGINE, tensor_parallel_size=tp)
+        return ServeAnswer(line, ranks, config, model.answer(), notes=notes, model=model)
     return ServeAnswer(line, ranks, config, plan_with_engine(config, node, ruleset), notes=notes)
 
 
@@ -100,9 +114,11 @@ def serve_json(sa: ServeAnswer, *, trace: bool = True) -> dict[str, Any]:
                  "attention_backend": line.attention_backend, "speculative_config": line.speculative or None,
                  "max_model_len": line.max_model_len},
         "ranks": sa.ranks,
-        "status": "startup_error" if sa.startup_error else (sa.answer.status if sa.answer else None),
+        "status": "startup_error" if sa.startup_error else (
+            sa.model.status if sa.model is not None else (sa.answer.status if sa.answer else None)),
         "startup_error": sa.startup_error,
-        "per_rank": sa.answer.to_json(trace=trace) if sa.answer is not None else None,
+        "per_rank": (sa.model.to_json(trace=trace) if sa.model is not None
+                     else sa.answer.to_json(trace=trace) if sa.answer is not None else None),
         "notes": sa.notes,
     }
 
@@ -118,6 +134,16 @@ def render_serve(sa: ServeAnswer) -> str:
         out.append(f"vLLM would refuse at startup (config/model.py verify_with_parallel_config): {sa.startup_error}")
         return "\n".join(out)
     c = sa.config
+    if sa.model is not None and sa.answer is None:  # several attention layer groups
+        from attnplan.render.groups import render_groups
+
+        out += ["", render_groups(sa.model)]
+        if not sa.model.ok:
+            out.append("")
+            for v in sa.model.violations:
+                where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
+                out.append(f"vLLM would fail {WHEN.get(v.phase, 'at startup')}: [{v.rule}] {where}: {v.message}")
+        return "\n".join(out)
     assert c is not None and sa.answer is not None
     if c.is_mla:
         out.append(f"each rank: {c.num_qo_heads} query heads over the MLA latent cache (kv_lora_rank {c.kv_lora_rank})")
