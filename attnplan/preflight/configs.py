@@ -44,8 +44,8 @@ def config_entry(entry: Any, i: int, base_dir: Path, overrides: Mapping[str, Any
     name = str(name) if name is not None else None
     engine = fields.pop("engine", None)
     if engine is not None and (not isinstance(engine, str) or not engine.strip() or len(engine) > 64):
-        raise InvalidInputError(f"configs: entry {i + 1}: engine", f"must be an engine name such as vllm, "
-                                f"vllm==0.33.0 or flashinfer, got {engine!r}")
+        raise _entry_error(i, name, InvalidInputError("engine", f"must be an engine name such as vllm, "
+                                                      f"vllm==0.33.0 or flashinfer, got {engine!r}"))
     engine = engine.strip() if engine is not None else default_engine
     model_config = fields.pop("model_config", None)
     fields.update(overrides)
