@@ -6,6 +6,7 @@ import argparse
 
 from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 from .plan import add_engine_arg
+from .preflight import check_engine
 
 NFD_FILE = "/etc/kubernetes/node-feature-discovery/features.d/attnplan"
 
@@ -36,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before probing anything
     node = node_from_args(args) or local_node()
+    check_engine(args.engine, node, rs)  # exit 2, one printable line
     labels = node_labels(node, rs, engine=args.engine)
     if args.json:
         from .main import emit_json

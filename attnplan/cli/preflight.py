@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from attnplan.policy import InvalidInputError
 
@@ -112,18 +112,26 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidInputError("ray_declare_label", "--ray-declare-label is for --ray")
 
 
+def check_engine(engine: Optional[str], node: Any, rs: Any, where: str = "engine") -> None:
+    """InvalidInputError (exit 2) for an engine the rules do not model, its text printable: the
+    value is the user's and is echoed back (an escape sequence must not reach the terminal)."""
+    from attnplan.policy import resolve_engine
+
+    try:
+        resolve_engine(engine, node, rs)
+    except InvalidInputError as exc:
+        text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(exc).split(": ", 1)[-1])
+        raise InvalidInputError(where, text) from None
+
+
 def _check_engines(configs: list[Any], rs: Any) -> None:
     """An engine the rules do not model is bad input (exit 2) before any node is asked. A node
     with no vllm installed stands in: ``vllm`` alone then means the newest modelled release."""
-    from attnplan.policy import NodeFacts, resolve_engine
+    from attnplan.policy import NodeFacts
 
     for c in configs:
         if c.engine is not None:
-            try:
-                resolve_engine(c.engine, NodeFacts(), rs)
-            except InvalidInputError as exc:
-                where = "engine" if c.name == "config" else f"configs: {c.name}: engine"
-                raise InvalidInputError(where, str(exc).split(": ", 1)[-1]) from None
+            check_engine(c.engine, NodeFacts(), rs, "engine" if c.name == "config" else f"configs: {c.name}: engine")
 
 
 def run(args: argparse.Namespace) -> int:
