@@ -26,7 +26,7 @@ from attnplan.rest.server import BackgroundServer
 from attnplan.cli.main import main as cli_main
 from attnplan.render import rules_json
 from attnplan.policy import NodeCache, ProbeIO, default_ruleset, fields_from_hf, probe_node, simulated_node
-from attnplan.policy.matrix import matrix_markdown
+from attnplan.policy.matrix import capability_matrix, matrix_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "t0k-Zq9-not-logged"
@@ -119,12 +119,62 @@ def test_plan_declared_node_flags_match_cli(local, capsys):
 
 
 def test_rejection_is_200_with_rule_ids_and_suggestions(local):
-    r = local.post("/v1/plan", json={"config": {**LLAMA, "kv_cache_dtype": "nvfp4"}, "node": {"device": "RTX PRO 6000"}})
+    # vLLM 0.33 serves NVFP4 KV through fa2 on 12.x, but not at head_dim 64 (_nvfp4_kv_on_fa2),
+    # and no kernel reads it there either (XQA reads NVFP4 on 12.x, trtllm-gen is 10.x only).
+    config = {**LLAMA, "head_dim": 64, "kv_cache_dtype": "nvfp4"}
+    r = local.post("/v1/plan", json={"config": config, "node": {"device": "RTX PRO 6000"}})
     assert r.status_code == 200
     a = r.json()
     assert a["status"] == "rejected" and a["plan"] is None
-    assert "kv.nvfp4-sm100f" in {v["rule"] for v in a["violations"]}
+    assert {"vllm.nvfp4", "kv.nvfp4-sm100f"} <= {v["rule"] for v in a["violations"]}
+    assert {v["layer"] for v in a["violations"] if v["rule"] == "vllm.nvfp4"} == {"engine"}
     assert any(s["field"] == "kv_cache_dtype" for s in a["suggestions"])
+    # seed 003's own config (head_dim 128) is what vLLM 0.33 with FlashInfer 0.7.2 now serves
+    ok = local.post("/v1/plan", json={"config": {**LLAMA, "kv_cache_dtype": "nvfp4"},
+                                      "node": {"device": "RTX PRO 6000"}}).json()
+    assert ok["status"] == "ok" and ok["plan"]["prefill"]["backend"] == "fa2"
+
+
+# -- the engine layer ----------------------------------------------------------------------------
+def test_engine_in_the_body_picks_the_layer_and_keys_the_cache(local, capsys):
+    h100 = {"config": LLAMA, "node": {"device": "H100"}}
+    default = local.post("/v1/plan", json=h100).json()
+    kernel = local.post("/v1/plan", json={**h100, "engine": "flashinfer"}).json()
+    pinned = local.post("/v1/plan", json={**h100, "engine": "vllm==0.33.0"}).json()
+    # vLLM 0.33 decodes with XQA on 9.0 (supports_trtllm_attention); the kernel layer's own order
+    # prefers fa2 decode there. Asked in turn on one app, so a cache keyed without the engine
+    # would have answered all three alike.
+    assert default["plan"]["decode"]["backend"] == "xqa" and default["engine"]["name"] == "vllm"
+    assert kernel["plan"]["decode"]["backend"] == "fa2" and kernel["engine"]["name"] == "flashinfer"
+    assert pinned["engine"] == {"name": "vllm", "version": "0.33.0"} and pinned["plan"] == default["plan"]
+    assert kernel == wire(cli_json(capsys, "plan", "--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8",
+                                   "--device", "H100", "--engine", "flashinfer", "--json"))
+    assert local.post("/v1/plan", json=h100).json() == default  # the cached default is still the default's
+
+
+@pytest.mark.parametrize("engine", ["vllm==0.1.0", "sglang", "flashinfer==0.7.2"])
+def test_uncovered_engine_is_422_naming_the_field_and_the_covered_engines(local, engine):
+    r = local.post("/v1/plan", json={"config": LLAMA, "node": {"device": "H100"}, "engine": engine})
+    assert fields(r) == ["engine"]
+    msg = r.json()["detail"][0]["msg"]
+    assert "vllm==0.33.0" in msg and "flashinfer" in msg
+
+
+def test_empty_engine_is_422(local):
+    assert fields(local.post("/v1/plan", json={"config": LLAMA, "engine": ""})) == ["engine"]
+    assert fields(local.post("/v1/plan", json={"config": LLAMA, "engine": 3})) == ["engine"]
+
+
+def test_matrix_per_engine(local):
+    vllm = local.get("/v1/matrix", params={"engine": "vllm"}).json()
+    kernel = local.get("/v1/matrix", params={"engine": "FlashInfer"}).json()
+    assert vllm["engine"] == "vllm==0.33.0" and kernel["engine"] == "flashinfer"
+    assert vllm["rows"] != kernel["rows"]
+    assert kernel["rows"] == json.loads(json.dumps(capability_matrix(engine="flashinfer"), default=str))
+    assert local.get("/v1/matrix").json()["rows"] == vllm["rows"]  # absent: the default layer
+    md = local.get("/v1/matrix", params={"format": "markdown", "engine": "flashinfer"})
+    assert md.text == matrix_markdown(engine="flashinfer")
+    assert fields(local.get("/v1/matrix", params={"engine": "sglang"})) == ["engine"]
 
 
 def test_plan_without_node_uses_the_served_node(local, authed):
@@ -174,6 +224,9 @@ def test_openapi_and_docs(local, authed):
     schema = local.get("/openapi.json").json()
     assert {"/v1/plan", "/v1/node", "/v1/rules", "/v1/matrix", "/healthz", "/readyz", "/metrics"} <= set(schema["paths"])
     assert "securitySchemes" not in schema.get("components", {})
+    engine = schema["components"]["schemas"]["PlanRequest"]["properties"]["engine"]
+    assert "flashinfer" in engine["description"] and "engine" not in schema["components"]["schemas"]["PlanRequest"].get("required", [])
+    assert "engine" in {p["name"] for p in schema["paths"]["/v1/matrix"]["get"]["parameters"]}
     assert local.get("/docs").status_code == 404  # off unless `serve --docs DIR` (no CDN on this origin)
     secured = authed.get("/openapi.json").json()
     assert secured["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
@@ -359,6 +412,7 @@ def test_loopback_rules():
 # -- metrics ------------------------------------------------------------------------------------
 def test_metrics_by_route_template(local):
     local.post("/v1/plan", json={"config": LLAMA, "node": {"device": "H100"}})
+    local.post("/v1/plan", json={"config": LLAMA, "node": {"device": "H100"}, "engine": "flashinfer"})
     local.post("/v1/plan", json={"config": {**LLAMA, "bogus": 1}})
     local.get("/some/random/path/12345")
     text = local.get("/metrics").text
@@ -366,6 +420,8 @@ def test_metrics_by_route_template(local):
     assert 'attnplan_http_requests_total{method="POST",route="/v1/plan",status="422"}' in text
     assert 'route="unmatched"' in text and "12345" not in text
     assert 'attnplan_http_request_seconds_bucket{le="0.005",route="/v1/plan"}' in text
+    # H100: vLLM 0.33 decodes with XQA (artifactory assumed reachable); the kernel layer with fa2
+    assert 'attnplan_plans_total{decode="xqa",prefill="fa3",status="ok"}' in text
     assert 'attnplan_plans_total{decode="fa2",prefill="fa3",status="ok"}' in text
     assert 'attnplan_plans_total{decode="none",prefill="none",status="rejected"}' in text
     assert "attnplan_probe_failures_total 0.0" in text
@@ -443,14 +499,17 @@ def artifactory():
     _Artifactory.delay = 0.0
 
 
-def b200_io(url: str) -> ProbeIO:
-    gpu = {"count": 1, "name": "NVIDIA B200", "capability": 100, "memory_gib": 179.0, "driver": "580.1", "mig": False}
+def b200_io(url: str, name: str = "NVIDIA B200", capability: int = 100) -> ProbeIO:
+    gpu = {"count": 1, "name": name, "capability": capability, "memory_gib": 179.0, "driver": "580.1", "mig": False}
     return ProbeIO(nvml=lambda: gpu, env={"FLASHINFER_CUBINS_REPOSITORY": url, "ATTNPLAN_ARTIFACTORY_CHECK": "auto"})
 
 
-def test_artifactory_checked_in_background_on_a_ttl(artifactory):
+# 10.0: trtllm-gen loads cubins from the artifactory; 9.0: vLLM 0.33 gates XQA decode on the same
+# check (supports_trtllm_attention), so an H100 is checked too (policy.needs_artifactory_check).
+@pytest.mark.parametrize("name, capability, decode", [("NVIDIA B200", 100, "trtllm-gen"), ("NVIDIA H100 80GB HBM3", 90, "xqa")])
+def test_artifactory_checked_in_background_on_a_ttl(artifactory, name, capability, decode):
     url = f"http://127.0.0.1:{artifactory.server_address[1]}/"
-    app = create_app(probe_io=b200_io(url), artifactory_ttl=0.2, artifactory_timeout=2)
+    app = create_app(probe_io=b200_io(url, name, capability), artifactory_ttl=0.2, artifactory_timeout=2)
     with BackgroundServer(app) as srv, httpx.Client(base_url=srv.url) as c:
         wait_ready(c)
         deadline = time.monotonic() + 5
@@ -465,7 +524,7 @@ def test_artifactory_checked_in_background_on_a_ttl(artifactory):
                  if line.startswith('attnplan_artifactory_checks_total{result="reachable"}')][0]
         assert count >= 2  # refreshed on its TTL
         answer = c.post("/v1/plan", json={"config": LLAMA}).json()
-        assert answer["status"] == "ok" and answer["plan"]["decode"]["backend"] == "trtllm-gen"
+        assert answer["status"] == "ok" and answer["plan"]["decode"]["backend"] == decode
 
 
 def test_slow_artifactory_never_sits_on_a_request(artifactory):

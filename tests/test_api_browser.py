@@ -109,13 +109,15 @@ def test_status_page_plans_a_preset_and_shows_a_rejection(page, examples):
         assert "HND" in page.locator("#kv").text_content()
         assert page.locator("#violations-part").is_hidden()
 
+        # NVFP4 KV at head_dim 64 on 12.x: vLLM 0.33 refuses fa2 there (_nvfp4_kv_on_fa2), fa2 misreads it
         page.select_option("#cfg-kv_cache_dtype", "nvfp4")
+        page.fill("#cfg-head_dim", "64")
         page.fill("#node-device", "RTX PRO 6000")
         submit(page)
         assert page.locator("#status").text_content() == "rejected"
         assert page.locator("#plan-part").is_hidden()
         rules = page.locator("#violations tbody tr td:first-child").all_text_contents()
-        assert "kv.nvfp4-sm100f" in rules
+        assert "kv.nvfp4-sm100f" in rules and "vllm.nvfp4" in rules
         suggested = page.locator("#suggestions tbody tr td:first-child").all_text_contents()
         assert "kv_cache_dtype" in suggested
         page.screenshot(path=str(SCREENSHOT), full_page=True)
@@ -142,4 +144,13 @@ def test_status_page_with_a_token(page, examples):
         submit(page)
         assert page.locator("#status").text_content() == "ok"
         row = page.locator("#backends tbody tr").first.locator("td").all_text_contents()
-        assert row == ["backend", "fa3", "fa2"]
+        assert row == ["backend", "fa3", "xqa"]  # vLLM 0.33 decodes with XQA on 9.0
+        assert "engine vllm 0.33.0" in page.locator("#answer-node").text_content()
+        page.fill("#engine", "flashinfer")  # the kernel layer's own order: fa2 decode
+        submit(page)
+        row = page.locator("#backends tbody tr").first.locator("td").all_text_contents()
+        assert row == ["backend", "fa3", "fa2"] and "engine flashinfer" in page.locator("#answer-node").text_content()
+        page.fill("#engine", "vllm==0.1.0")
+        submit(page)
+        assert page.locator("#form-error").text_content().startswith("engine: ")
+        assert page.get_attribute("#engine", "aria-invalid") == "true"

@@ -46,23 +46,54 @@ def test_h100_labels():
     lab = node_labels(simulated_node("H100"))
     assert_valid(lab)
     assert lab["attnplan.io/fa3"] == "true" and lab["attnplan.io/trtllm-gen"] == "false"
-    assert lab["attnplan.io/nvfp4-kv"] == "false" and lab["attnplan.io/sinks"] == "false"
-    assert lab["attnplan.io/max-head-dim"] == "256"
+    # vLLM 0.33 on 9.0: XQA decode (artifactory reachable), sinks through it, NVFP4 KV through fa2
+    # (_nvfp4_kv_on_fa2), head_dim 512 on fa2 (JIT); head 96 decodes on XQA but nothing prefills it
+    assert lab["attnplan.io/xqa"] == "true"
+    assert lab["attnplan.io/nvfp4-kv"] == "true" and lab["attnplan.io/sinks"] == "true"
+    assert lab["attnplan.io/max-head-dim"] == "512" and lab["attnplan.io/head-dim-96"] == "false"
     assert (lab["attnplan.io/capability-major"], lab["attnplan.io/capability-minor"]) == ("9", "0")
+    assert (lab["attnplan.io/engine"], lab["attnplan.io/engine-version"]) == ("vllm", "0.33.0")
 
 
 def test_labels_follow_the_rules_not_the_device_name():
     # Same silicon family, different software facts: the rules, not a device table, decide.
     hang = node_labels(simulated_node("GB300", flashinfer_version="0.6.7"))  # trtllm.sm103-hang
-    assert hang["attnplan.io/trtllm-gen"] == "false" and hang["attnplan.io/max-head-dim"] == "256"
+    # head_dim 512 still plans (fa2 runs it), but no longer on trtllm-gen
+    assert hang["attnplan.io/trtllm-gen"] == "false" and hang["attnplan.io/max-head-dim"] == "512"
     assert node_labels(simulated_node("GB300"))["attnplan.io/trtllm-gen"] == "true"
     assert node_labels(simulated_node("B200", cubins="missing"))["attnplan.io/trtllm-gen"] == "false"
     bi = node_labels(simulated_node("B200", batch_invariant=True))
     assert bi["attnplan.io/trtllm-gen"] == "false" and bi["attnplan.io/batch-invariant"] == "true"
     # 12.x is "blackwell" to GPU feature discovery, but not family 10.x
     rtx = node_labels(simulated_node("RTX PRO 6000"))
-    assert rtx["attnplan.io/trtllm-gen"] == "false" and rtx["attnplan.io/nvfp4-kv"] == "false"
+    assert rtx["attnplan.io/trtllm-gen"] == "false" and rtx["attnplan.io/fa3"] == "false"
+    assert rtx["attnplan.io/xqa"] == "true" and rtx["attnplan.io/nvfp4-kv"] == "true"  # fa2 / XQA on 12.x
     assert rtx["attnplan.io/capability-major"] == "12"
+    # an A100 reads NVFP4 on fa2 too, but vLLM serves sinks on 9.0/12.x only (supports_sink)
+    a100 = node_labels(simulated_node("A100"))
+    assert a100["attnplan.io/nvfp4-kv"] == "true" and a100["attnplan.io/sinks"] == "false"
+    assert a100["attnplan.io/xqa"] == "false"
+
+
+def test_labels_follow_the_engine_layer():
+    # On 9.0 vLLM 0.33 serves sinks only on the XQA path it gates on the artifactory check; the
+    # kernel layer runs them through the sink wrapper whatever the cubins (issue 12's table).
+    h100 = simulated_node("H100", cubins="missing")
+    vllm, kernel = node_labels(h100), node_labels(h100, engine="flashinfer")
+    assert vllm["attnplan.io/xqa"] == "false" and vllm["attnplan.io/sinks"] == "false"
+    assert kernel["attnplan.io/sinks"] == "true" and kernel["attnplan.io/engine"] == "flashinfer"
+    assert "attnplan.io/engine-version" in kernel  # the node's flashinfer
+    assert node_labels(h100, engine="vllm==0.33.0") == vllm
+    with pytest.raises(InvalidInputError, match="engine"):
+        node_labels(h100, engine="vllm==0.1.0")
+
+
+def test_cli_labels_engine(capsys):
+    assert cli_main(["labels", "--device", "H100", "--cubins", "missing", "--engine", "flashinfer", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["attnplan.io/sinks"] == "true"
+    assert cli_main(["labels", "--device", "H100", "--engine", "sglang"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "vllm==0.33.0" in err
 
 
 def test_no_gpu_node():

@@ -66,9 +66,12 @@ def test_simulate_cli_text_report(capsys):
 
 
 def test_simulate_rejection_exit_1_and_details(capsys):
-    rc, out, _ = run(capsys, "preflight", "--simulate", "B200=2,RTX PRO 6000=3", *LLAMA, "--kv-cache-dtype", "nvfp4")
+    # NVFP4 KV at head_dim 64: trtllm-gen reads it on the B200; vLLM 0.33 refuses fa2 there on
+    # 12.x (_nvfp4_kv_on_fa2) and fa2 misreads it (the kernel layer), so the RTX PRO 6000s reject.
+    rc, out, _ = run(capsys, "preflight", "--simulate", "B200=2,RTX PRO 6000=3", *LLAMA, "--head-dim", "64",
+                     "--kv-cache-dtype", "nvfp4")
     assert rc == 1
-    assert "REJECTED" in out and "kv.nvfp4-sm100f" in out
+    assert "REJECTED" in out and "kv.nvfp4-sm100f" in out and "vllm.nvfp4" in out
     assert "rejects config" in out and "suggestions: kv_cache_dtype=" in out
     assert out.strip().splitlines()[-1].startswith("5 nodes: 2 ok, 3 rejected, 0 unreachable")
 
@@ -94,7 +97,8 @@ def test_json_contract_shape(capsys):
                           "generated_at"]
     assert data["schema_version"] == "1" and data["rules_revision"] == default_ruleset().revision
     assert data["query"] == {"source": "simulate", "targets": ["B200=2,H100=1"], "options": {},
-                             "configs": [{"name": "config", "config": make_config(LLAMA_CFG).model_dump(mode="json")}]}
+                             "configs": [{"name": "config", "config": make_config(LLAMA_CFG).model_dump(mode="json"),
+                                          "engine": None}]}
     PreflightReport.model_validate(data)  # round-trips through its own schema
     for n in data["nodes"]:
         assert n["verdict"] in ("pass", "fail", "warn", "error", "skip")
@@ -102,6 +106,53 @@ def test_json_contract_shape(capsys):
         assert {"config", "verdict", "prefill", "decode", "kv_layout", "page_size", "violations"} <= set(n["results"][0])
     assert sum(g["count"] for g in data["groups"]) == len(data["nodes"]) == 3
     assert data["summary"]["exit_code"] == rc == 0
+
+
+# -- the engine layer ------------------------------------------------------------------------
+def test_engine_flag_plans_the_simulated_nodes_and_is_reported(capsys):
+    rc, out, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--json")
+    default = json.loads(out)
+    rc2, out2, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--engine", "flashinfer", "--json")
+    kernel = json.loads(out2)
+    assert rc == rc2 == 0
+    # vLLM 0.33 decodes with XQA on 9.0; the kernel layer's own order picks fa2 decode
+    assert default["nodes"][0]["results"][0]["decode"] == "xqa" and kernel["nodes"][0]["results"][0]["decode"] == "fa2"
+    assert default["query"]["configs"][0]["engine"] is None and kernel["query"]["configs"][0]["engine"] == "flashinfer"
+    expected = plan_for(LLAMA_CFG, simulated_node("H100"), engine="flashinfer").plan.decode.backend
+    assert kernel["nodes"][1]["results"][0]["decode"] == expected
+    rc, out, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--engine", "flashinfer")
+    assert rc == 0 and "(engine flashinfer)" in out.splitlines()[1]
+
+
+def test_engine_per_config_in_yaml_wins_over_the_flag(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("- {name: kernel, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, engine: flashinfer}\n"
+                 "- {name: plain, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8}\n")
+    assert [c.engine for c in load_configs(f)] == ["flashinfer", None]
+    assert [c.engine for c in load_configs(f, engine="vllm==0.33.0")] == ["flashinfer", "vllm==0.33.0"]
+    out = simulate("H100=1", load_configs(f))
+    assert [a.engine.name for a in out[0].answers] == ["flashinfer", "vllm"]
+    assert [a.plan.decode.backend for a in out[0].answers] == ["fa2", "xqa"]
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--engine", "sglang"], "engine"),
+    (["--engine", "vllm==0.1.0"], "engine"),
+])
+def test_uncovered_engine_is_exit_2_one_line(capsys, argv, field):
+    rc, out, err = run(capsys, "preflight", "--simulate", "H100=1", *LLAMA, *argv)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert f"{field}:" in err and "vllm==0.33.0" in err and "flashinfer" in err
+
+
+def test_uncovered_engine_in_yaml_is_exit_2_naming_the_entry(capsys, tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("- {name: odd, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, engine: sglang}\n")
+    rc, out, err = run(capsys, "preflight", "--simulate", "H100=1", "--configs", str(f))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "odd" in err and "engine" in err
+    f.write_text("- {name: odd, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, engine: 3}\n")
+    rc, out, err = run(capsys, "preflight", "--simulate", "H100=1", "--configs", str(f))
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "entry 1 (odd): engine" in err
 
 
 # -- report semantics -------------------------------------------------------------------------

@@ -45,6 +45,7 @@ class RawServer:
     def __init__(self, handler: Callable):
         self.handler = handler
         self.connections = 0
+        self.bodies: list[bytes] = []  # each request's body, in arrival order
         self.requested = threading.Event()
         self.loop = asyncio.new_event_loop()
         self._ready = threading.Event()
@@ -58,7 +59,7 @@ class RawServer:
             self.connections += 1
             n = self.connections
             try:
-                await read_request(reader)
+                self.bodies.append(await read_request(reader))
                 self.requested.set()
                 await self.handler(reader, writer, n, self._stop)
             except (ConnectionError, asyncio.IncompleteReadError):
@@ -205,7 +206,8 @@ def test_good_nodes_ok_grouped_and_heterogeneity(services, capsys, monkeypatch):
     assert (b["results"][0]["prefill"], b["results"][0]["decode"], b["results"][0]["kv_layout"]) == \
         ("trtllm-gen", "trtllm-gen", "HND")
     h = nodes[services["h100"]]
-    assert (h["results"][0]["prefill"], h["results"][0]["decode"], h["results"][0]["kv_layout"]) == ("fa3", "fa2", "NHD")
+    # vLLM 0.33 (the default engine layer) decodes with XQA on 9.0 when the artifactory check passes
+    assert (h["results"][0]["prefill"], h["results"][0]["decode"], h["results"][0]["kv_layout"]) == ("fa3", "xqa", "NHD")
     # the two B200 are one group (same fingerprint, same result), the H100 another
     assert b["group"] == nodes[services["b200b"]]["group"] != h["group"]
     assert b["fingerprint"] == nodes[services["b200b"]]["fingerprint"] != h["fingerprint"]
@@ -233,16 +235,21 @@ def test_text_report_groups_and_summary(services, capsys, monkeypatch):
 def test_rejection_lists_rules_and_exit_1(services, capsys, monkeypatch):
     monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
     hosts = ",".join(services[k] for k in ("b200a", "h100"))
-    rc, out, _ = run_cli(capsys, "preflight", "--hosts", hosts, *LLAMA, "--kv-cache-dtype", "nvfp4", "--json")
+    # NVFP4 KV at head_dim 64: trtllm-gen reads it on 10.x; on 9.0 fa2 misreads it (kernel layer),
+    # vLLM 0.33 refuses it (engine layer) and XQA reads NVFP4 only on 12.x.
+    rc, out, _ = run_cli(capsys, "preflight", "--hosts", hosts, *LLAMA, "--head-dim", "64", "--kv-cache-dtype", "nvfp4",
+                         "--json")
     assert rc == 1
     data = json.loads(out)
     nodes = by_name(data)
     assert nodes[services["b200a"]]["status"] == "ok"
     h = nodes[services["h100"]]
     assert h["status"] == "rejected" and h["verdict"] == "fail"
-    assert "kv.nvfp4-sm100f" in h["results"][0]["violations"]
+    assert {"kv.nvfp4-sm100f", "vllm.nvfp4"} <= set(h["results"][0]["violations"])
     g = next(g for g in data["groups"] if g["id"] == h["group"])
-    assert any(v["rule"] == "kv.nvfp4-sm100f" and v["observed"] == "9.0" for v in g["results"][0]["details"])
+    details = g["results"][0]["details"]
+    assert any(v["rule"] == "kv.nvfp4-sm100f" and v["observed"] == "64" for v in details)
+    assert any(v["rule"] == "vllm.nvfp4" and v["observed"]["node.capability_major"] == 9 for v in details)
     assert any(s["field"] == "kv_cache_dtype" for s in g["results"][0]["suggestions"])
     assert any(w["kind"] == "mixed" for w in data["warnings"])
 
@@ -330,13 +337,17 @@ def test_several_configs_from_yaml(services, capsys, monkeypatch, tmp_path):
     (tmp_path / "m.yaml").write_text(
         "- name: llama\n  model_config: " + str(ROOT / "examples" / "llama-3.1-8b.json") + "\n"
         "- {name: gemma, model_config: " + str(ROOT / "examples" / "gemma-2-9b.json") + "}\n"
-        "- {name: nvfp4, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, kv_cache_dtype: nvfp4}\n")
+        "- {name: nvfp4, head_dim: 64, num_qo_heads: 32, num_kv_heads: 8, kv_cache_dtype: nvfp4}\n"
+        "- {name: kernel, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, engine: flashinfer}\n")
     hosts = ",".join(services[k] for k in ("b200a", "h100"))
     rc, out, _ = run_cli(capsys, "preflight", "--hosts", hosts, "--configs", str(tmp_path / "m.yaml"), "--json")
     data = json.loads(out)
-    assert [c["name"] for c in data["query"]["configs"]] == ["llama", "gemma", "nvfp4"]
+    assert [c["name"] for c in data["query"]["configs"]] == ["llama", "gemma", "nvfp4", "kernel"]
+    assert [c["engine"] for c in data["query"]["configs"]] == [None, None, None, "flashinfer"]
     h = by_name(data)[services["h100"]]
-    assert [c["status"] for c in h["results"]] == ["ok", "ok", "rejected"]
+    assert [c["status"] for c in h["results"]] == ["ok", "ok", "rejected", "ok"]
+    # the node planned each config for the engine layer asked: XQA decode under vLLM, fa2 for the kernel layer
+    assert (h["results"][0]["decode"], h["results"][3]["decode"]) == ("xqa", "fa2")
     assert rc == 1
     # gemma's soft-cap keeps B200 off trtllm-gen (trtllm.softcap): checked by the node, reported here
     b = by_name(data)[services["b200a"]]
@@ -378,3 +389,35 @@ def test_ctrl_c_prints_partial_report(services):
     assert n[services["b200a"]]["status"] == "ok"
     assert n[hung.host]["status"] == "skipped" and n[hung.host]["reason"] == "interrupted"
     assert data["summary"]["interrupted"] is True and data["summary"]["exit_code"] == 130
+
+
+def test_engine_is_sent_only_when_asked_and_an_answer_for_another_engine_does_not_count(capsys, monkeypatch):
+    """A node older than the ``engine`` field rejects unknown keys (PlanRequest extra="forbid"):
+    a preflight that asks for no engine sends none; one that does gets the node's own answer
+    checked against the engine it asked for."""
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    answer = json.dumps(wire(plan_for(LLAMA_CFG, simulated_node("H100")))).encode()  # the vllm layer's
+
+    async def node(reader, writer, n, stop):
+        writer.write(respond(200, answer))
+        await writer.drain()
+
+    with RawServer(node) as srv:
+        rc, out, _ = run_cli(capsys, "preflight", "--hosts", srv.host, *LLAMA, "--json")
+        assert rc == 0 and json.loads(out)["nodes"][0]["results"][0]["decode"] == "xqa"
+        assert "engine" not in json.loads(srv.bodies[-1])
+        rc, out, _ = run_cli(capsys, "preflight", "--hosts", srv.host, *LLAMA, "--engine", "flashinfer", "--json")
+        assert json.loads(srv.bodies[-1])["engine"] == "flashinfer"
+        row = json.loads(out)["nodes"][0]
+        assert rc == 3 and row["status"] == "error" and "answered for another engine" in row["reason"]
+        rc, out, _ = run_cli(capsys, "preflight", "--hosts", srv.host, *LLAMA, "--engine", "vllm==0.33.0", "--json")
+        assert rc == 0 and json.loads(srv.bodies[-1])["engine"] == "vllm==0.33.0"
+
+
+def test_engine_over_http_plans_on_the_node(services, capsys, monkeypatch):
+    monkeypatch.delenv("ATTNPLAN_TOKEN", raising=False)
+    rc, out, _ = run_cli(capsys, "preflight", "--hosts", services["h100"], *LLAMA, "--engine", "flashinfer", "--json")
+    data = json.loads(out)
+    assert rc == 0 and data["query"]["configs"][0]["engine"] == "flashinfer"
+    expected = plan_for(LLAMA_CFG, simulated_node("H100"), engine="flashinfer").plan
+    assert data["nodes"][0]["results"][0]["decode"] == expected.decode.backend == "fa2"

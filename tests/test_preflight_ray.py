@@ -78,7 +78,10 @@ def test_every_node_answers_from_its_own_node(ray_run):
     assert b["status"] == "ok" and b["device"] == "B200" and b["capability"] == "10.0"
     assert b["results"][0]["prefill"] == "trtllm-gen" and b["results"][0]["kv_layout"] == "HND"
     assert h["status"] == "ok" and h["device"] == "H100"
-    assert (h["results"][0]["prefill"], h["results"][0]["decode"]) == ("fa3", "fa2")
+    # vLLM 0.33 (the default layer) decodes with XQA on 9.0; the kernel layer's own order with fa2
+    assert (h["results"][0]["prefill"], h["results"][0]["decode"]) == ("fa3", "xqa")
+    assert (h["results"][1]["prefill"], h["results"][1]["decode"]) == ("fa3", "fa2")
+    assert [c["engine"] for c in lib["query"]["configs"]] == [None, "flashinfer"]
     assert b["extra"]["declared"] is True and h["extra"]["declared"] is True
     # the two declared nodes disagree: flagged
     assert lib["summary"]["heterogeneous"] is True
@@ -161,7 +164,9 @@ def _scenario(out_path: str) -> None:  # pragma: no cover - runs in the subproce
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    configs = [NamedConfig("llama", make_config({"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}))]
+    llama = make_config({"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8})
+    # the same config for the kernel layer: each node plans it for the engine it is asked for
+    configs = [NamedConfig("llama", llama), NamedConfig("llama-kernel", llama, "flashinfer")]
     t0 = time.monotonic()
     outcomes = ray_preflight(configs, timeout=60, facts_fn=facts)
     result["library_seconds"] = time.monotonic() - t0

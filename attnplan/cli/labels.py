@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
+from .plan import add_engine_arg
+from .preflight import check_engine
 
 NFD_FILE = "/etc/kubernetes/node-feature-discovery/features.d/attnplan"
 
@@ -24,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the labels as a JSON object instead")
     add_node_args(p)
     add_rules_arg(p)
+    add_engine_arg(p, "engine layer the labels describe: vllm (default: the vllm installed here, else the newest "
+                      "modelled), vllm==0.33.0, or flashinfer (kernel rules alone)")
     p.set_defaults(run=run)
 
 
@@ -33,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
 
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before probing anything
     node = node_from_args(args) or local_node()
-    labels = node_labels(node, rs)
+    check_engine(args.engine, node, rs)  # exit 2, one printable line
+    labels = node_labels(node, rs, engine=args.engine)
     if args.json:
         from .main import emit_json
 

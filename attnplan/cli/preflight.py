@@ -12,10 +12,11 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from attnplan.policy import InvalidInputError
 
+from .plan import add_engine_arg
 from .options import add_config_args, add_rules_arg, config_fields_from_args, config_from_args, ruleset_from_args
 
 DESCRIPTION = """\
@@ -56,7 +57,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--simulate", metavar="SPEC", help='declared devices and counts, e.g. "B200=8,GB300=4,H100=16"')
     add_config_args(p)
     p.add_argument("--configs", metavar="FILE",
-                   help="a YAML list of configs (fields, or model_config: PATH plus overrides; optional name)")
+                   help="a YAML list of configs (fields, or model_config: PATH plus overrides; optional name and engine)")
+    add_engine_arg(p, "engine layer to plan for: vllm (default: each node's installed vllm, else the newest modelled), "
+                      "vllm==0.33.0, or flashinfer (kernel rules alone); a --configs entry's own engine wins. Sent to "
+                      "nodes only when given: a node older than the field answers 422 (an error row)")
     g = p.add_argument_group("output")
     g.add_argument("--json", action="store_true", help="print the report as JSON (schema_version 1)")
     g.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (nodes x configs grid)")
@@ -83,7 +87,7 @@ def _configs(args: argparse.Namespace) -> list[Any]:
     if args.configs:
         if args.model_config:
             raise InvalidInputError("configs", "give --configs or --model-config, not both (put model_config in the file)")
-        return load_configs(args.configs, config_fields_from_args(args))
+        return load_configs(args.configs, config_fields_from_args(args), engine=args.engine)
     cfg = config_from_args(args)
     name = "config"
     if args.model_config:
@@ -92,7 +96,7 @@ def _configs(args: argparse.Namespace) -> list[Any]:
         path = Path(args.model_config)
         name = path.parent.name if path.name == "config.json" else path.stem
         name = name or "config"
-    return [NamedConfig(name, cfg)]
+    return [NamedConfig(name, cfg, args.engine)]
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -108,6 +112,28 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidInputError("ray_declare_label", "--ray-declare-label is for --ray")
 
 
+def check_engine(engine: Optional[str], node: Any, rs: Any, where: str = "engine") -> None:
+    """InvalidInputError (exit 2) for an engine the rules do not model, its text printable: the
+    value is the user's and is echoed back (an escape sequence must not reach the terminal)."""
+    from attnplan.policy import resolve_engine
+
+    try:
+        resolve_engine(engine, node, rs)
+    except InvalidInputError as exc:
+        text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(exc).split(": ", 1)[-1])
+        raise InvalidInputError(where, text) from None
+
+
+def _check_engines(configs: list[Any], rs: Any) -> None:
+    """An engine the rules do not model is bad input (exit 2) before any node is asked. A node
+    with no vllm installed stands in: ``vllm`` alone then means the newest modelled release."""
+    from attnplan.policy import NodeFacts
+
+    for c in configs:
+        if c.engine is not None:
+            check_engine(c.engine, NodeFacts(), rs, "engine" if c.name == "config" else f"configs: {c.name}: engine")
+
+
 def run(args: argparse.Namespace) -> int:
     from attnplan.preflight.model import Outcome
     from attnplan.preflight.report import build_report, render_text
@@ -115,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before any node is asked
     configs = _configs(args)
+    _check_engines(configs, rs)
     t0 = time.perf_counter()
     interrupted = False
     options: dict[str, Any] = {}

@@ -196,7 +196,11 @@ def validate_answer(body: bytes, nc: NamedConfig) -> PlanAnswer:
 async def _post_plan(client: Any, host: Host, nc: NamedConfig, opts: HttpOptions, state: dict[str, str]) -> PlanAnswer:
     httpx = _httpx()
     url = f"{host.url}/v1/plan"
-    payload = {"config": nc.config.model_dump(mode="json", exclude_none=True)}
+    payload: dict[str, Any] = {"config": nc.config.model_dump(mode="json", exclude_none=True)}
+    # Sent only when asked for: a node older than the field rejects any unknown key (422,
+    # rest/models.py PlanRequest has extra="forbid"), so a default preflight still works with it.
+    if nc.engine is not None:
+        payload["engine"] = nc.engine
     attempt = 0
     while True:
         state["stage"] = "no response headers"

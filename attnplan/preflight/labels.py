@@ -5,7 +5,8 @@ local feature-file format (``/etc/kubernetes/node-feature-discovery/features.d/`
 Every capability label is DERIVED from the rule engine, never hard-coded: ``trtllm-gen=true``
 means ``plan_for`` accepts a representative config with ``attention_backend=trtllm-gen`` on
 this node; ``max-head-dim`` is the largest head size any backend accepts here; ``nvfp4-kv``
-that an nvfp4 KV cache plans ok. So a rule change (or a node without cubins, or with
+that an nvfp4 KV cache plans ok, all for one engine layer (default: the node's vllm, else the
+newest modelled; ``engine``/``engine-version`` say which). So a rule change (or a node without cubins, or with
 ``VLLM_BATCH_INVARIANT=1``) changes the labels with it.
 
 SPEC §9: names are ``attnplan.io/<name>`` with ``<name>`` at most 63 characters of
@@ -21,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from attnplan.policy import AttnplanError, NodeFacts, RuleSet, default_ruleset, plan_for
+from attnplan.policy import AttnplanError, NodeFacts, RuleSet, default_ruleset, plan_for, resolve_engine
 
 from .files import replace_atomically
 
@@ -60,18 +61,21 @@ def sanitize_value(value: Any) -> Optional[str]:
     return text if text and VALUE_RE.match(text) else None
 
 
-def _ok(fields: dict[str, Any], node: NodeFacts, rs: Optional[RuleSet] = None) -> bool:
+def _ok(fields: dict[str, Any], node: NodeFacts, rs: Optional[RuleSet] = None, engine: Optional[str] = None) -> bool:
     try:
-        return plan_for(fields, node, ruleset=rs).ok
+        return plan_for(fields, node, ruleset=rs, engine=engine).ok
     except AttnplanError:
         return False
 
 
-def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None) -> dict[str, str]:
+def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: Optional[str] = None) -> dict[str, str]:
     """``{"attnplan.io/trtllm-gen": "true", ...}`` for ``node``, every capability from the rules
-    (``ruleset``: the shipped rules by default)."""
+    (``ruleset``: the shipped rules by default) of the engine layer ``engine`` (vllm, vllm==X,
+    flashinfer; None: the node's vllm, else the newest modelled). An engine the rules do not
+    cover is InvalidInputError here, never a file of "false" labels."""
     rs = ruleset if ruleset is not None else default_ruleset()
-    labels: dict[str, Any] = {}
+    ref = resolve_engine(engine, node, rs)
+    labels: dict[str, Any] = {"engine": ref.name, "engine-version": ref.version}
     cap = node.capability.value
     labels["cuda"] = isinstance(cap, int)
     if isinstance(cap, int):
@@ -84,14 +88,14 @@ def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None) -> dict[str,
     # One label per backend of the catalog: the backend forced in both phases plans ok.
     for name, spec in rs.backends.items():
         rep = REP_MLA if spec.kind == "mla" else REP_STANDARD
-        labels[name] = _ok(dict(rep, attention_backend=name), node, rs)
-    labels["mla"] = _ok(REP_MLA, node, rs)
-    labels["fp8-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="fp8"), node, rs)
-    labels["nvfp4-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="nvfp4"), node, rs)
-    labels["sinks"] = _ok(dict(REP_STANDARD, sinks=True), node, rs)
-    labels["soft-cap"] = _ok(dict(REP_STANDARD, logits_soft_cap=30.0), node, rs)
-    labels["sliding-window"] = _ok(dict(REP_STANDARD, sliding_window=4096), node, rs)
-    heads = [h for h in HEAD_SIZES if _ok(dict(REP_STANDARD, head_dim=h), node, rs)]
+        labels[name] = _ok(dict(rep, attention_backend=name), node, rs, engine)
+    labels["mla"] = _ok(REP_MLA, node, rs, engine)
+    labels["fp8-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="fp8"), node, rs, engine)
+    labels["nvfp4-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="nvfp4"), node, rs, engine)
+    labels["sinks"] = _ok(dict(REP_STANDARD, sinks=True), node, rs, engine)
+    labels["soft-cap"] = _ok(dict(REP_STANDARD, logits_soft_cap=30.0), node, rs, engine)
+    labels["sliding-window"] = _ok(dict(REP_STANDARD, sliding_window=4096), node, rs, engine)
+    heads = [h for h in HEAD_SIZES if _ok(dict(REP_STANDARD, head_dim=h), node, rs, engine)]
     labels["max-head-dim"] = max(heads) if heads else 0
     for h in PUBLISHED_HEAD_SIZES:
         labels[f"head-dim-{h}"] = h in heads

@@ -32,6 +32,9 @@ class NamedConfig:
 
     name: str
     config: AttentionConfig
+    # The engine layer to plan for (vllm, vllm==X, flashinfer); None: each node's default (its
+    # installed vllm, else the newest modelled), and nothing is sent (an older node would 422).
+    engine: Optional[str] = None
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Model(BaseModel):
 class QueryConfig(Model):
     name: str
     config: dict[str, Any] = Field(description="the normalized attention config")
+    engine: Optional[str] = Field(None, description="the engine layer asked for; null: each node's default "
+                                                    "(its installed vllm, else the newest modelled)")
 
 
 class Query(Model):

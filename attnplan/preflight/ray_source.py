@@ -43,7 +43,7 @@ def declared_or_probed(labels: dict[str, str], declare_label: Optional[str]) -> 
 
 
 def node_task(target: str, configs: list[dict[str, Any]], declare_label: Optional[str],
-              facts_fn: Optional[FactsFn]) -> dict[str, Any]:
+              facts_fn: Optional[FactsFn], engines: Optional[list[Optional[str]]] = None) -> dict[str, Any]:
     """Runs on the pinned node: its facts, then one plan per config (JSON, no trace)."""
     import ray
 
@@ -53,7 +53,8 @@ def node_task(target: str, configs: list[dict[str, Any]], declare_label: Optiona
     ctx = ray.get_runtime_context()
     labels = dict(ctx.get_node_labels() or {})
     node = facts_fn(labels) if facts_fn is not None else declared_or_probed(labels, declare_label)
-    answers = [plan_for(c, node).to_json(trace=False) for c in configs]
+    engines = engines if engines is not None else [None] * len(configs)
+    answers = [plan_for(c, node, engine=e).to_json(trace=False) for c, e in zip(configs, engines)]
     return {"node_id": ctx.get_node_id(), "hostname": socket.gethostname(), "answers": answers,
             "declared": node.capability.source.value == "declared",
             "task_ms": (time.perf_counter() - t0) * 1000}
@@ -134,6 +135,7 @@ def ray_preflight(configs: Sequence[NamedConfig], *, address: str = "auto", time
         if names is not None:
             names[:] = [named[n["NodeID"]] for n in nodes]
         cfgs = [c.config.model_dump(mode="json") for c in configs]
+        engines = [c.engine for c in configs]
         task = ray.remote(num_cpus=0, num_gpus=0, max_retries=0)(node_task)
         t0 = time.perf_counter()
         refs: dict[Any, int] = {}
@@ -143,7 +145,7 @@ def ray_preflight(configs: Sequence[NamedConfig], *, address: str = "auto", time
             extra = {"node_id": nid, "head": "node:__internal_head__" in (n.get("Resources") or {})}
             meta.append((nid, named[nid], f"{n.get('NodeManagerAddress')} (ray node {nid[:12]})", extra))
             ref = task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(nid, soft=False),
-                               name="attnplan-preflight").remote(nid, cfgs, declare_label, facts_fn)
+                               name="attnplan-preflight").remote(nid, cfgs, declare_label, facts_fn, engines)
             refs[ref] = i
         pending = list(refs)
         deadline = t0 + timeout

@@ -48,7 +48,8 @@ def build_report(*, source: str, targets: Sequence[str], configs: Sequence[Named
         rules_revision=revision,
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         query=Query(source=source, targets=list(targets),  # type: ignore[arg-type]
-                    configs=[QueryConfig(name=c.name, config=c.config.model_dump(mode="json")) for c in configs],
+                    configs=[QueryConfig(name=c.name, config=c.config.model_dump(mode="json"), engine=c.engine)
+                             for c in configs],
                     options=options or {}),
         summary=summary, nodes=rows, groups=groups, warnings=warnings,
     )

@@ -72,7 +72,7 @@ def simulate(spec: str, configs: Sequence[NamedConfig], *, flashinfer_version: O
     used: dict[str, int] = {}
     for name, count, node in facts:
         t0 = time.perf_counter()
-        answers = [plan_for(c.config, node, ruleset=ruleset) for c in configs]
+        answers = [plan_for(c.config, node, ruleset=ruleset, engine=c.engine) for c in configs]
         ms = (time.perf_counter() - t0) * 1000
         base = slug(name)
         start = used.get(base, 0)

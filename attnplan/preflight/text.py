@@ -143,7 +143,8 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
                        f"{len(configs)} config{'s' if len(configs) != 1 else ''}, rules {report.rules_revision}"]
     for c in configs:
         label = "config" if c.name == "config" else f"config {c.name}"
-        out.append(f"  {label}: {describe(AttentionConfig.model_validate(c.config))}")
+        engine = f" (engine {c.engine})" if c.engine else ""
+        out.append(f"  {label}: {describe(AttentionConfig.model_validate(c.config))}{engine}")
     out.append("")
     headers = ["#", "nodes", "members", "device", "cap", "flashinfer"]
     rows = []

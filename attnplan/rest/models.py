@@ -28,6 +28,14 @@ class PlanRequest(BaseModel):
 
     config: AttentionConfig
     node: Optional[NodeSpec] = Field(None, description="declared node facts (absent: this service's node)")
+    # Absent means the default engine layer, so a client that never heard of engines gets what it got
+    # before. A node older than this field answers 422 to a body that has it (extra="forbid"): send
+    # it only when you mean one (attnplan.preflight.http does exactly that).
+    engine: Optional[str] = Field(
+        None, min_length=1, max_length=64, examples=["vllm", "vllm==0.33.0", "flashinfer"],
+        description="engine layer: 'vllm' (absent: the vllm installed on the node, else the newest modelled), "
+                    "'vllm==X' for a modelled release, or 'flashinfer' (kernel rules alone); anything the rules "
+                    "do not cover is a 422 naming the covered engines")
 
 
 class FieldError(BaseModel):
@@ -73,6 +81,7 @@ class RulesOut(BaseModel):
 
 class MatrixOut(BaseModel):
     rules_revision: str
+    engine: str = Field(description="the engine layer the rows were evaluated for")
     rows: list[dict[str, Any]]
 
 

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from attnplan.policy import NodeCache, NodeFacts, ProbeIO, probe_node
+from attnplan.policy import NodeCache, NodeFacts, ProbeIO, needs_artifactory_check, probe_node
 from attnplan.policy.facts import Fact
 from attnplan.policy.probe import ARTIFACTORY_TTL_S, DEFAULT_ARTIFACTORY, DEFAULT_TIMEOUT_S, artifactory_policy, check_artifactory
 
@@ -212,9 +212,9 @@ class NodeService:
 
     # -- the artifactory -------------------------------------------------------------------
     def _should_check(self, node: NodeFacts) -> bool:
+        # Which nodes need it is decided in one place only (policy.needs_artifactory_check).
         policy = artifactory_policy(self.io.env)
-        cap = node.capability.value
-        return policy == "always" or (policy == "auto" and isinstance(cap, int) and cap // 10 == 10)
+        return policy == "always" or (policy == "auto" and needs_artifactory_check(node))
 
     def _artifactory_loop(self) -> None:
         while not self._stop.is_set():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 import anyio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -70,15 +70,25 @@ def json_body(request: Request) -> None:
 async def plan(body: PlanRequest, request: Request,
                trace: bool = Query(True, description="include the per-rule trace")) -> Response:
     """The same JSON as `attnplan plan --json`. A rejection is HTTP 200 with `status: rejected`,
-    listing every violated rule and verified suggestions; `node` absent means this service's node."""
+    listing every violated rule and verified suggestions; `node` absent means this service's node;
+    `engine` absent means the default engine layer (the node's vllm, else the newest modelled)."""
     svc = service(request)
     try:
         node = svc.node_for(body.node)
     except NotReady as exc:
         raise not_ready(exc) from None
     except InvalidInputError as exc:  # an unknown device, a bad capability or version
-        raise RequestValidationError([{"type": "value_error", "loc": ("body", "node", exc.field), "msg": str(exc)}]) from None
-    return Response(svc.plan(body.config, node, trace).body, media_type=JSON)
+        raise invalid(("body", "node", exc.field), exc) from None
+    try:
+        rendered = svc.plan(body.config, node, trace, body.engine)
+    except InvalidInputError as exc:  # an engine (or the node's installed vllm) the rules do not cover
+        raise invalid(("body", exc.field), exc) from None
+    return Response(rendered.body, media_type=JSON)
+
+
+def invalid(loc: tuple[str, ...], exc: InvalidInputError) -> RequestValidationError:
+    """A 422 in the same shape as pydantic's, naming the field (and, in the message, what is allowed)."""
+    return RequestValidationError([{"type": "value_error", "loc": loc, "msg": str(exc)}])
 
 
 @router.get("/v1/node", response_class=JSONResponse, summary="This service's node facts, each with its source",
@@ -104,14 +114,25 @@ async def rules(request: Request) -> Response:
 @router.get("/v1/matrix", response_class=JSONResponse, summary="Capability matrix derived from the rules",
             responses={200: {"model": MatrixOut, "content": {"text/markdown": {"schema": {"type": "string"}}}},
                        **UNAUTHORIZED, **INVALID})
-async def matrix(request: Request, format: Literal["json", "markdown"] = Query("json")) -> Response:  # noqa: A002
+async def matrix(request: Request, format: Literal["json", "markdown"] = Query("json"),  # noqa: A002
+                 engine: Optional[str] = Query(None, min_length=1, max_length=64,
+                                               description="engine layer: vllm, vllm==X or flashinfer (absent: JSON "
+                                                           "is the default layer, markdown every layer in turn)")
+                 ) -> Response:
     svc = service(request)
     rs = svc.rules()
+    try:
+        eng = svc.matrix_engine(engine)
+    except InvalidInputError as exc:
+        raise invalid(("query", "engine"), exc) from None
     if format == "markdown":
-        text = await anyio.to_thread.run_sync(svc.once, "matrix.md", lambda: matrix_markdown(rs).encode("utf-8"))
+        text = await anyio.to_thread.run_sync(svc.once, f"matrix.md:{eng}",
+                                              lambda: matrix_markdown(rs, engine=eng).encode("utf-8"))
         return Response(text, media_type="text/markdown; charset=utf-8")
     body = await anyio.to_thread.run_sync(
-        svc.once, "matrix.json", lambda: dumps({"rules_revision": rs.revision, "rows": capability_matrix(rs)}))
+        svc.once, f"matrix.json:{eng}",
+        lambda: dumps({"rules_revision": rs.revision, "engine": eng or rs.default_engine,
+                       "rows": capability_matrix(rs, engine=eng)}))
     return Response(body, media_type=JSON)
 
 

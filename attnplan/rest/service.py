@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from fastapi import HTTPException
 
-from attnplan.policy import AttentionConfig, NodeFacts, RuleSet, catalog, plan_for, simulated_node
+from attnplan.policy import AttentionConfig, NodeFacts, RuleSet, catalog, plan_for, resolve_engine, simulated_node
 from attnplan.policy.answer import node_json
 
 from .metrics import Metrics
@@ -41,8 +41,10 @@ def dumps(data: Any) -> bytes:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8")
 
 
-def render_answer(config: AttentionConfig, node: NodeFacts, trace: bool, ruleset: RuleSet) -> Rendered:
-    answer = plan_for(config, node, ruleset=ruleset)
+def render_answer(config: AttentionConfig, node: NodeFacts, trace: bool, ruleset: RuleSet,
+                  engine: Optional[str] = None) -> Rendered:
+    # Every argument is part of the answer cache's key: the engine layer changes the answer.
+    answer = plan_for(config, node, ruleset=ruleset, engine=engine)
     prefill, decode = answer.backends()
     body = {"schema_version": ANSWER_SCHEMA_VERSION, **answer.to_json(trace=trace)}
     return Rendered(dumps(body), answer.status, prefill or "none", decode or "none")
@@ -80,12 +82,13 @@ class Service:
             raise HTTPException(503, detail=f"rule packs not loaded: {self.rules_error}", headers={"Retry-After": "30"})
         return self.ruleset
 
-    def plan(self, config: AttentionConfig, node: NodeFacts, trace: bool) -> Rendered:
+    def plan(self, config: AttentionConfig, node: NodeFacts, trace: bool, engine: Optional[str] = None) -> Rendered:
+        """Raises InvalidInputError (field ``engine``) for an engine the rules do not cover."""
         rs = self.rules()
         try:
-            rendered = self.answer(config, node, trace, rs)
+            rendered = self.answer(config, node, trace, rs, engine)
         except TypeError:  # a fact value that cannot be hashed: render without the cache
-            rendered = render_answer(config, node, trace, rs)
+            rendered = render_answer(config, node, trace, rs, engine)
         self.metrics.plans.labels(rendered.status, rendered.prefill, rendered.decode).inc()
         return rendered
 
@@ -103,6 +106,14 @@ class Service:
     def devices() -> list[dict[str, Any]]:
         return [{"name": d.name, "capability": d.capability, "memory_gib": d.memory_gib, "aliases": list(d.aliases)}
                 for d in catalog().devices]
+
+    def matrix_engine(self, engine: Optional[str]) -> Optional[str]:
+        """``engine`` in one canonical spelling (the matrix cache's key stays bounded however a
+        caller spells it), or None for the default; InvalidInputError when the rules do not cover it."""
+        if engine is None:
+            return None
+        ref = resolve_engine(engine, simulated_node("H100"), self.rules())
+        return ref.name if ref.name == "flashinfer" else f"{ref.name}=={ref.version}"
 
     def rules_revision(self) -> str:
         return self.rules().revision

@@ -157,6 +157,8 @@ function collect() {
     if (v) node[key] = v;
   }
   if (Object.keys(node).length) body.node = node;
+  const engine = $("#engine").value.trim();   // absent: the node's default engine layer
+  if (engine) body.engine = engine;
   return body;
 }
 
@@ -171,7 +173,8 @@ function showAnswer(a) {
   const st = $("#status");
   st.textContent = a.status;
   st.className = "badge " + a.status;
-  $("#answer-node").textContent = "for " + nodeLabel(a.node) + " · rules revision " + a.rules_revision;
+  const eng = a.engine ? a.engine.name + (a.engine.version ? " " + a.engine.version : "") : "?";
+  $("#answer-node").textContent = "for " + nodeLabel(a.node) + " · engine " + eng + " · rules revision " + a.rules_revision;
   const p = a.plan;
   $("#plan-part").hidden = !p;
   if (p) {
@@ -206,7 +209,8 @@ function showAnswer(a) {
 const NODE_INPUTS = { device: "#node-device", capability: "#node-capability",
   flashinfer_version: "#node-flashinfer", cubins: "#node-cubins" };
 
-function inputFor(field) {   // "config.head_dim" / "node.device" -> its form control
+function inputFor(field) {   // "config.head_dim" / "node.device" / "engine" -> its form control
+  if (field === "engine") return $("#engine");
   const [where, name] = field.split(".");
   if (where === "config" && name) return document.getElementById("cfg-" + name);
   if (where === "node" && NODE_INPUTS[name]) return $(NODE_INPUTS[name]);
@@ -219,6 +223,7 @@ async function submitPlan(ev) {
   $("#answer-section").hidden = true;   // never leave an earlier answer under a new question
   $("#status").textContent = "";
   for (const sel of Object.values(NODE_INPUTS)) $(sel).removeAttribute("aria-invalid");
+  $("#engine").removeAttribute("aria-invalid");
   $("#submit").disabled = true;
   try {
     const { status, data } = await api("/v1/plan?trace=false", {
