@@ -71,7 +71,10 @@ def executor():
 
     from attnplan.adapter import AttentionExecutor
 
-    return AttentionExecutor(require_plan(AttentionConfig(**LLAMA)), device="cuda")
+    # Kernel truth (--engine flashinfer): fa3 prefill + fa2 decode on the H100, the wrappers this
+    # bench calls directly beside the adapter (vLLM 0.33's layer decodes with XQA there:
+    # bench/xqa_vs_fa2.py measures that).
+    return AttentionExecutor(require_plan(AttentionConfig(**LLAMA), engine="flashinfer"), device="cuda")
 
 
 def phase_warmup(out: Path, limit_s: float = 400.0) -> dict:
@@ -161,7 +164,7 @@ class DecodeCase:
         self.step = ex.plan_step(self.inp)
         dec = ex.plan.decode
         self.wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=bool(dec.use_tensor_cores),
-                                                                     backend=dec.backend)
+                                                                     backend=dec.flashinfer_backend)
         b = self.step.decode
         self.plan_direct = lambda: self.wrapper.plan(b.kv_page_indptr_cpu, b.kv_indices, b.last_page_len_cpu, 32, 8, 128,
                                                      page, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
@@ -326,7 +329,7 @@ def phase_sweep(out: Path) -> dict:
         t_host = host_median(lambda: ex.plan_step(inp), n=50)
         t_meta = host_median(lambda: build_step(ex.plan, inp), n=50)
         t_adapter = do_bench(lambda: ex.forward(step, q, cache, o), rep=300)
-        direct = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=plan.prefill.backend)
+        direct = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend=plan.prefill.flashinfer_backend)
         b = step.prefill
         direct.plan(b.qo_indptr_cpu, b.kv_page_indptr_cpu, b.kv_indices, b.last_page_len_cpu, 32, 8, 128, page,
                     causal=True, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)

@@ -82,7 +82,7 @@ def decode_sweep(ex, copy_bw, gen):
             o = torch.empty_like(qn)
             t = do_bench(lambda: ex.mla_decode(step, qn, qp, cache, o))
             b = step.decode
-            direct = flashinfer.BatchMLAPagedAttentionWrapper(ws, backend=ex.plan.decode.backend.removesuffix("-mla"))
+            direct = flashinfer.BatchMLAPagedAttentionWrapper(ws, backend=ex.plan.decode.flashinfer_backend)
             direct.plan(metadata=MLAPlanMetadata.csr(b.qo_indptr_cpu, b.kv_page_indptr_cpu, b.kv_indices, b.seq_lens_cpu),
                         num_heads=128, head_dim_ckv=512, head_dim_kpe=64, page_size=page, causal=False,
                         sm_scale=ex.params.sm_scale, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,

@@ -675,7 +675,7 @@ def _(ctx: Ctx) -> tuple[bool, str]:
         if m.status_code != 422:
             wrong.append(f"matrix: HTTP {m.status_code}")
     # (`plan` echoes the escape today: cli/main.py's printer, outside this case's owner)
-    for cmd, clean in ((["plan", "--device", "H100", *LLAMA], False),
+    for cmd, clean in ((["plan", "--device", "H100", *LLAMA], True),
                        (["preflight", "--simulate", "H100=1", *LLAMA], True), (["labels", "--device", "H100"], True)):
         r = cli(ctx, *cmd, "--engine", "vllm==\x1b[2J")
         if not r.one_line(2) or (clean and "\x1b" in r.err):

@@ -17,8 +17,11 @@ LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 
 
-def plan(node="H100", **kw):
-    answer = plan_for(AttentionConfig(**kw), simulated_node(node, cubins="available") if node.startswith(("B", "GB")) else simulated_node(node))
+def plan(node="H100", engine="flashinfer", **kw):
+    """Kernel-truth plans by default (native fa2 decode on the H100: these tests exercise the host
+    metadata native kernels need); ``engine="vllm"`` for vLLM 0.33's choice (XQA decode there)."""
+    answer = plan_for(AttentionConfig(**kw), simulated_node(node, cubins="available") if node.startswith(("B", "GB"))
+                      else simulated_node(node), engine=engine)
     assert answer.ok, answer.violations
     return answer.plan
 
@@ -222,14 +225,52 @@ def test_warmup_module_arguments_match_the_wrappers():
     from attnplan.adapter.warmup import MERGE, _module_args, plan_modules
 
     p = plan("H100", **LLAMA)
-    (pre,), (dec,) = p.prefill.modules, p.decode.modules
+    pre, dec = plan_modules(p)
     assert _module_args(pre) == ("prefill", "fa3", (torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32,
                                                     128, 128, 0, False, False, False))
     assert _module_args(dec)[:2] == ("prefill", "fa2")            # tensor-core decode = prefill module
     mha = plan("H100", head_dim=128, num_qo_heads=8, num_kv_heads=8, kv_cache_dtype="fp8_e5m2", sliding_window=9)
-    assert _module_args(mha.decode.modules[0]) == ("decode", "fa2", (torch.bfloat16, torch.float8_e5m2, torch.bfloat16,
-                                                                    torch.int32, 128, 128, 0, True, False))
+    assert _module_args(plan_modules(mha)[-1]) == ("decode", "fa2", (torch.bfloat16, torch.float8_e5m2, torch.bfloat16,
+                                                                     torch.int32, 128, 128, 0, True, False))
     mla = plan("H100", **MLA)
-    assert _module_args(mla.decode.modules[0]) == ("mla", "fa3", (torch.bfloat16,) * 3 + (torch.int32, 512, 64, False))
-    assert _module_args(mla.prefill.modules[0])[2][4:6] == (192, 128)
-    assert plan_modules(mla)[-1] is MERGE and MERGE not in plan_modules(p)
+    by_kind = {_module_args(m)[0]: m for m in plan_modules(mla)}
+    assert _module_args(by_kind["mla"]) == ("mla", "fa3", (torch.bfloat16,) * 3 + (torch.int32, 512, 64, False))
+    assert _module_args(by_kind["prefill"])[2][4:6] == (192, 128)
+    # MLA chunked prefill merges by LSE: the merge kernel is loaded exactly once (the plan's own
+    # entry when the policy lists it, else warm-up's MERGE); a standard plan loads none.
+    assert sum(_module_args(m)[0] == "merge" for m in plan_modules(mla)) == 1
+    assert all(_module_args(m)[0] != "merge" for m in plan_modules(p)) and MERGE not in plan_modules(p)
+    bare = mla.model_copy(update={"prefill": mla.prefill.model_copy(update={"modules": mla.prefill.modules[:1]})})
+    assert plan_modules(bare)[-1] is MERGE
+
+
+def test_warmup_takes_the_backend_argument_from_the_phase_plan():
+    """FlashInfer's backend argument comes from the phase plan, not from the backend's name: a
+    plan whose fa3-mla decode says ``flashinfer_backend='fa2'`` loads the fa2 MLA module."""
+    from attnplan.adapter.warmup import _module_args, plan_modules
+
+    mla = plan("H100", **MLA)
+    odd = mla.model_copy(update={"decode": mla.decode.model_copy(update={"flashinfer_backend": "fa2"})})
+    assert {m.phase: _module_args(m)[1] for m in plan_modules(odd) if _module_args(m)[0] != "merge"} == \
+        {"prefill": "fa3", "decode": "fa2"}
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_page_indices_expanded_on_host_or_device_agree(seed, monkeypatch):
+    """Small steps send each page's block-table entry from the host, large ones expand on the
+    device (host_metadata.HOST_KV_ENTRIES); both give the same page indices and slots."""
+    from attnplan.adapter import host_metadata
+
+    p = plan("H100", **LLAMA)
+    q, _, nd, table, seq_t = _random_step(p, 500 + seed)
+    small = build_step(p, StepInput(q, seq_t, table, nd, seq_lens_cpu=seq_t.clone()))
+    monkeypatch.setattr(host_metadata, "HOST_KV_ENTRIES", 0)
+    large = build_step(p, StepInput(q, seq_t, table, nd, seq_lens_cpu=seq_t.clone()))
+    assert torch.equal(small.slots, large.slots)
+    for phase in ("decode", "prefill"):
+        a, b = getattr(small, phase), getattr(large, phase)
+        if a is not None:
+            assert torch.equal(a.kv_indices, b.kv_indices) and a.kv_indices.dtype == torch.int32
+    contiguous = build_step(p, StepInput(q, seq_t, table.contiguous(), nd, seq_lens_cpu=seq_t.clone()))
+    assert torch.equal(contiguous.slots, small.slots) and contiguous.slots.dtype == torch.int64
+

@@ -77,7 +77,8 @@ def test_valid_but_not_chosen_backend_is_a_selection_mismatch():
     with pytest.raises(PlanMismatchError) as err:
         check_plan(answer, simulated_node("H100"))                            # rules pick fa3 here
     assert rules(err.value) == {"selection"}
-    assert check_plan(answer, simulated_node("H100"), strict_selection=False).backends() == ("fa3", "fa2")
+    h100 = plan_for(AttentionConfig(**LLAMA), simulated_node("H100")).backends()       # fa3 + vLLM's XQA decode
+    assert check_plan(answer, simulated_node("H100"), strict_selection=False).backends() == h100
 
 
 def test_forced_backend_checked_by_its_own_rules():
@@ -90,7 +91,8 @@ def test_forced_backend_checked_by_its_own_rules():
 
 
 def test_rejected_answer_cannot_build_an_executor():
-    answer = plan_for(B200_ONLY, simulated_node("H100"))
+    # head_dim 96: XQA decodes it but neither fa2 (split-KV merge) nor fa3 prefills it.
+    answer = plan_for(AttentionConfig(head_dim=96, num_qo_heads=32, num_kv_heads=8), simulated_node("H100"))
     assert not answer.ok
     with pytest.raises(UnsupportedConfigurationError):
         AttentionExecutor(answer, backend="reference", device="cpu")
@@ -103,3 +105,12 @@ def test_no_gpu_fails_closed():
     with pytest.raises(PlanMismatchError) as err:
         check_plan(answer, NodeFacts(capability=Fact.unknown("NVML: no driver")))
     assert "device.cuda" in rules(err.value)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "flashinfer"])
+def test_startup_check_uses_the_answers_engine(engine):
+    """A kernel-truth plan (fa2 decode on the H100) holds under ``--engine flashinfer``; re-checked
+    under vLLM's layer it would be a selection mismatch (vLLM 0.33 decodes with XQA there)."""
+    answer = plan_for(AttentionConfig(**LLAMA), simulated_node("H100"), engine=engine)
+    live = check_plan(answer, simulated_node("H100"))
+    assert live.plan == answer.plan and live.engine.name == engine

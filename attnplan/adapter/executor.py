@@ -43,6 +43,9 @@ class AttentionExecutor:
         import torch
 
         self.device = torch.device(device)
+        from .host_metadata import HostStaging
+
+        self._staging = HostStaging(self.device)
         self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
         if backend == "flashinfer":
             from .flashinfer_backend import FlashInferBackend
@@ -64,15 +67,19 @@ class AttentionExecutor:
         return warmup(self, progress, parallel=parallel)
 
     def allocate_kv_cache(self, num_pages: int) -> kvc.PagedKVCache:
-        return kvc.allocate(self.plan.kv_cache, num_pages, self.device)
+        from .calls import needs_finite_page_tail
+
+        return kvc.allocate(self.plan.kv_cache, num_pages, self.device, zeroed=needs_finite_page_tail(self.plan))
 
     # -- per step ------------------------------------------------------------------------------
     def plan_step(self, inp: StepInput) -> StepMetadata:
         """Metadata for this step's batch, and every kernel planned for it (once per step)."""
-        step = build_step(self.plan, inp)
+        step = build_step(self.plan, inp, self._staging)
         self.backend.plan_step(step)
         if self.plan.kv_cache.mla and step.prefill is not None:
             self._plan_mla_prefill(step)
+        # Every reader of this step's pinned host arrays is enqueued: their buffer may be reused.
+        self._staging.release(step.extra.get("staging_slot", -1))
         return step
 
     def append_kv(self, step: StepMetadata, cache: kvc.PagedKVCache, k: Any, v: Any, *,

@@ -17,9 +17,8 @@ from typing import Any, Optional
 from attnplan.policy import KVCachePlan
 
 from .dtypes import NVFP4, elements_per_byte, is_float8, torch_dtype, view_as
+from .nvfp4 import dequantize as nvfp4_dequantize, quantize as nvfp4_quantize  # noqa: F401 - re-exported
 
-# e2m1 magnitudes, indexed by the 3 low bits of an fp4 code.
-E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
 
 @dataclass
@@ -50,23 +49,27 @@ class PagedKVCache:
         return self.kernel_view()[..., self.plan.head_dim_v:]
 
 
-def allocate(plan: KVCachePlan, num_pages: int, device: Any) -> PagedKVCache:
-    """A cache of ``num_pages`` pages laid out and typed as ``plan`` says (uninitialised memory)."""
+def allocate(plan: KVCachePlan, num_pages: int, device: Any, *, zeroed: bool = False) -> PagedKVCache:
+    """A cache of ``num_pages`` pages laid out and typed as ``plan`` says: uninitialised memory,
+    or zeros where a kernel of the plan needs every slot finite (``calls.needs_finite_page_tail``:
+    XQA weights the unused slots of a last page by zero, and 0 x NaN is NaN). Appends write only
+    finite values (fp8 is clamped, nvfp4 codes are finite), so a zeroed cache stays finite."""
     import torch
 
+    empty = torch.zeros if zeroed else torch.empty
     storage = torch_dtype(plan.storage_dtype)
     if plan.mla:
-        data = torch.empty((num_pages, plan.page_size, plan.head_dim_k), dtype=storage, device=device)
+        data = empty((num_pages, plan.page_size, plan.head_dim_k), dtype=storage, device=device)
         return PagedKVCache(plan, data)
     if plan.head_dim_k != plan.head_dim_v:
         raise ValueError(f"a combined K/V page needs head_dim_k == head_dim_v, got {plan.head_dim_k}/{plan.head_dim_v}")
     dim = plan.head_dim_k // elements_per_byte(plan.view_dtype)
     inner = ((plan.page_size, plan.num_kv_heads) if plan.layout == "NHD" else (plan.num_kv_heads, plan.page_size))
-    data = torch.empty((num_pages, 2, *inner, dim), dtype=storage, device=device)
+    data = empty((num_pages, 2, *inner, dim), dtype=storage, device=device)
     scales = None
     if plan.view_dtype == NVFP4:
         block = int(plan.nvfp4_block_size or 16)
-        scales = torch.empty((num_pages, 2, *inner, plan.head_dim_k // block),
+        scales = empty((num_pages, 2, *inner, plan.head_dim_k // block),
                              dtype=torch_dtype(plan.nvfp4_scale_dtype or "float8_e4m3fn"), device=device)
     return PagedKVCache(plan, data, scales)
 
@@ -133,34 +136,3 @@ def gather(cache: PagedKVCache, pages: Any, length: int, *, k_scale: float = 1.0
             x = x.transpose(1, 2)        # [n, H, S, D] -> [n, S, H, D]
         out.append(x.reshape(-1, *x.shape[2:])[:length] * scale)
     return out[0], out[1]
-
-
-# -- nvfp4 (e2m1 codes, two per byte, low nibble first; one fp8 scale per block) -------------
-def nvfp4_quantize(x: Any, block: int, global_scale: float = 1.0) -> tuple[Any, Any]:
-    """Torch nvfp4 quantizer with linear (row-major) block scales, for the reference backend.
-    trtllm-gen wants V scales 4-token interleaved: the FlashInfer backend does not use this."""
-    import torch
-
-    *lead, dim = x.shape
-    xb = (x.float() / global_scale).reshape(*lead, dim // block, block)
-    amax = xb.abs().amax(-1, keepdim=True)
-    scale = (amax / 6.0).clamp(min=2.0 ** -9).to(torch.float8_e4m3fn)
-    y = xb / scale.float()
-    grid = torch.tensor(E2M1, device=x.device)
-    code = (y.abs().unsqueeze(-1) - grid).abs().argmin(-1)
-    code = code | ((y < 0).long() << 3)
-    code = code.reshape(*lead, dim).to(torch.uint8)
-    packed = code[..., 0::2] | (code[..., 1::2] << 4)
-    return packed, scale.squeeze(-1)
-
-
-def nvfp4_dequantize(packed: Any, scale: Any, block: int) -> Any:
-    import torch
-
-    lo, hi = packed & 0xF, packed >> 4
-    code = torch.stack((lo, hi), -1).reshape(*packed.shape[:-1], packed.shape[-1] * 2).long()
-    grid = torch.tensor(E2M1, device=packed.device)
-    val = grid[code & 7] * torch.where((code & 8) > 0, -1.0, 1.0)
-    *lead, dim = val.shape
-    val = val.reshape(*lead, dim // block, block) * scale.float().unsqueeze(-1)
-    return val.reshape(*lead, dim)

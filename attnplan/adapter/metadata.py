@@ -5,12 +5,12 @@ host data (the scheduler chose them). KV lengths and block tables live on the de
 copy of the KV lengths is needed only when the plan's metadata says so
 (``needs_host_seq_lens``: some phase runs a native kernel, which plans on the host).
 
-Everything derived here on the device is computed afresh each step from the step's own tensors:
-the KV page indptr is an on-device cumsum of pages per request, never a buffer left over from a
-previous step, and no device value is ever read back to the host. With the host copy of the KV
-lengths, the host works out everything per request and per new token and the device only gathers
-(``_from_host``, ~20 launches); without it the device derives the same (``_on_device``, TRTLLM-gen
-plans). Both give the same step; tests hold them to it.
+Everything the kernels read is computed afresh each step from the step's own lengths, never a
+buffer left over from a previous step, and no device value is ever read back to the host. With the
+host copy of the KV lengths, the host works out everything per request and per new token (numpy,
+``host_metadata.py``) and sends it in one copy, and the device only gathers slots and page
+indices from the block table; without it the device derives the same (``_on_device``: the KV page
+indptr is an on-device cumsum, TRTLLM-gen plans). Both give the same step; tests hold them to it.
 """
 
 from __future__ import annotations
@@ -129,75 +129,6 @@ class _OneCopy:
         return list(host.split(sizes)), list(dev.split(sizes))
 
 
-def _from_host(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> StepMetadata:
-    """With host KV lengths (every native plan needs them) the block-table entry of every new
-    token is host arithmetic, sent with every per-request array in one copy; the device gathers
-    slots and page indices from the block table. Per-request values are plain Python (a torch op
-    costs ~10 us of host time on the H100's host, a list of 256 ints far less); per-token ones are
-    torch, as a prefill can bring 16k tokens. 19-20 kernel launches and one copy per step on the
-    H100, where deriving the same from device lengths took 42-61 and 2-3 (bench/RESULTS.md)."""
-    import torch
-
-    page, nd, device, table = plan.kv_cache.page_size, inp.num_decodes, inp.seq_lens.device, inp.block_table
-    qlens = [int(x) for x in inp.query_lens]
-    seq = [int(x) for x in inp.seq_lens_cpu.tolist()]
-    b, width = len(qlens), int(table.shape[1])
-    short = [i for i in range(b) if seq[i] < qlens[i]]
-    if short:
-        raise ValueError(f"{'decode' if short[0] < nd else 'prefill'}: a request's KV length is shorter than its "
-                         "query length (append this step's tokens before attending)")
-    qo = list(accumulate(qlens, initial=0))
-    pages = [(s + page - 1) // page for s in seq]
-    kv_ptr = list(accumulate(pages, initial=0))
-    last = [(s - 1) % page + 1 for s in seq]
-    # Per request: where its new tokens start in its KV (less its offset in the step), the row-major
-    # index of its block-table row, and where its pages start in that row less its kv_ptr.
-    t_all = qo[-1]
-    per_req = torch.tensor([[seq[i] - qlens[i] - qo[i] for i in range(b)], [i * width for i in range(b)],
-                            [i * width - kv_ptr[i] for i in range(b)], pages], dtype=torch.int32)
-    q = torch.tensor(qlens, dtype=torch.int32)
-    base_row = torch.repeat_interleave(per_req[:2], q, dim=1, output_size=t_all)
-    pos = torch.arange(t_all, dtype=torch.int32) + base_row[0]
-    bounds = [(0, nd), (nd, b)]
-    phase_ints: list[int] = []
-    for r0, r1 in bounds:
-        phase_ints += [x - qo[r0] for x in qo[r0:r1 + 1]] + [x - kv_ptr[r0] for x in kv_ptr[r0:r1 + 1]]
-        phase_ints += seq[r0:r1] + last[r0:r1]
-    pack = _OneCopy()
-    i_entry, i_off = pack.add(base_row[1] + pos // page), pack.add(pos % page)
-    i_start, i_pages = pack.add(per_req[2]), pack.add(per_req[3])
-    i_ints = pack.add(torch.tensor(phase_ints, dtype=torch.int32))
-    host, dev = pack.send(device)
-    slots = torch.take(table, dev[i_entry].long()).long() * page + dev[i_off]
-    kv_indices = None
-    if needs.needs_paged_kv_indices:
-        # Pages can number hundreds of thousands (256 requests x 32k tokens): the device expands them.
-        entry = torch.arange(kv_ptr[-1], dtype=torch.int32, device=device) + torch.repeat_interleave(
-            dev[i_start], dev[i_pages], output_size=kv_ptr[-1])      # page j of request r: start[r] + kv_ptr[r] + j
-        kv_indices = torch.take(table, entry.long()).to(torch.int32)
-    step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots)
-    dec_ptr, pre_ptr = _device_page_indptr(inp.seq_lens, nd, page)
-    off = 0
-    for phase, (r0, r1), ptr in zip(("decode", "prefill"), bounds, (dec_ptr, pre_ptr)):
-        n = r1 - r0
-        # This phase's [qo indptr (n+1) | kv page indptr (n+1) | seq lens (n) | last page lens (n)].
-        hv = host[i_ints][off:off + 4 * n + 2].split([n + 1, n + 1, n, n])
-        dv = dev[i_ints][off:off + 4 * n + 2].split([n + 1, n + 1, n, n])
-        off += 4 * n + 2
-        if n == 0:
-            continue
-        batch = PhaseBatch(
-            phase=phase, req=slice(r0, r1), tok=slice(qo[r0], qo[r1]), num_reqs=n, num_tokens=qo[r1] - qo[r0],
-            max_q_len=max(qlens[r0:r1]), max_kv_len=max(seq[r0:r1]), qo_indptr=dv[0],
-            seq_lens=inp.seq_lens[r0:r1], block_table=table[r0:r1], kv_page_indptr=ptr, last_page_len=dv[3],
-            qo_indptr_cpu=hv[0], seq_lens_cpu=hv[2], kv_page_indptr_cpu=hv[1], last_page_len_cpu=hv[3],
-            query_lens=tuple(qlens[r0:r1]),
-            kv_indices=None if kv_indices is None else kv_indices[kv_ptr[r0]:kv_ptr[r1]],
-        )
-        setattr(step, phase, batch)
-    return step
-
-
 def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> StepMetadata:
     """Without host KV lengths (TRTLLM-gen plans take device tensors only): everything that
     depends on them is computed on the device, and nothing is read back."""
@@ -241,18 +172,24 @@ def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
     return step
 
 
-def build_step(plan: Plan, inp: StepInput) -> StepMetadata:
-    """Validate the step against the plan and build every tensor the planned kernels take."""
+def build_step(plan: Plan, inp: StepInput, staging: Any = None) -> StepMetadata:
+    """Validate the step against the plan and build every tensor the planned kernels take.
+    ``staging``: a ``host_metadata.HostStaging`` whose pinned buffers are reused across steps
+    (the executor keeps one; without it each step allocates its host arrays)."""
     b = len(inp.query_lens)
     nd = inp.num_decodes
     if not 0 <= nd <= b or b == 0:
         raise ValueError(f"num_decodes {nd} for a batch of {b} requests")
+    import numpy as np
+
     q_dec = plan.decode.q_len_per_req
-    bad = [i for i in range(nd) if int(inp.query_lens[i]) != q_dec]
+    # numpy, not a Python loop over requests: ~100 us of host time per step at batch 256 (H100 host).
+    q = np.asarray(inp.query_lens, dtype=np.int64)
+    bad = np.flatnonzero(q[:nd] != q_dec).tolist()
     if bad:
         raise ValueError(f"decode requests take {q_dec} query tokens each (1 + speculative tokens, "
-                         f"the plan's q_len_per_req); requests {bad} have {[int(inp.query_lens[i]) for i in bad]}")
-    if any(int(x) < 1 for x in inp.query_lens):
+                         f"the plan's q_len_per_req); requests {bad} have {[int(q[i]) for i in bad]}")
+    if (q < 1).any():
         raise ValueError("every request has at least one query token")
     kind = batch_kind(nd, b - nd)
     needs: BatchMetadata = getattr(plan.metadata, kind)
@@ -260,5 +197,7 @@ def build_step(plan: Plan, inp: StepInput) -> StepMetadata:
         raise ValueError(f"the plan's metadata for {kind} batches needs host seq lens (seed 001: some phase "
                          "runs a native kernel, which plans on the host); pass seq_lens_cpu")
     if inp.seq_lens_cpu is not None:
-        return _from_host(plan, inp, needs, kind)
+        from .host_metadata import from_host
+
+        return from_host(plan, inp, needs, kind, staging)
     return _on_device(plan, inp, needs, kind)

@@ -1,8 +1,12 @@
-"""The scalar attention parameters every backend applies, read once from the plan answer."""
+"""The scalar attention parameters every backend applies, read once from the plan answer.
+
+Scale, window and soft cap come from ``plan.attention`` (the policy computed them from the model's
+own attention code: head_dim^-0.5, Gemma's query_pre_attn_scalar, YaRN's mscale^2, ...); nothing
+here recomputes them. Head counts and dims come from the config the plan was made for.
+"""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,15 +26,29 @@ class AttentionParams:
     mla: bool = False
     kv_lora_rank: int = 0
     qk_rope_head_dim: int = 0
+    causal: bool = True
 
     @classmethod
     def from_answer(cls, answer: PlanAnswer) -> "AttentionParams":
         c = answer.config
-        # HF's sliding_window counts the query's own token; FlashInfer's window_left does not.
-        window = c.sliding_window - 1 if c.sliding_window is not None else -1
+        assert answer.plan is not None
+        a = answer.plan.attention
         return cls(
             num_qo_heads=c.num_qo_heads, num_kv_heads=c.kv_heads, head_dim_qk=c.qk_head_dim,
-            head_dim_vo=c.vo_head_dim, sm_scale=1.0 / math.sqrt(c.qk_head_dim), window_left=window,
-            soft_cap=c.logits_soft_cap, sinks=c.sinks, mla=c.is_mla,
-            kv_lora_rank=int(c.kv_lora_rank or 0), qk_rope_head_dim=int(c.qk_rope_head_dim or 0),
+            head_dim_vo=c.vo_head_dim, sm_scale=float(a.sm_scale), window_left=int(a.window_left),
+            # plan.attention says 0.0 for "no soft cap"; FlashInfer's wrappers take None for it.
+            soft_cap=float(a.logits_soft_cap) if a.logits_soft_cap else None, sinks=bool(a.sinks),
+            mla=c.is_mla, kv_lora_rank=int(c.kv_lora_rank or 0), qk_rope_head_dim=int(c.qk_rope_head_dim or 0),
+            causal=bool(a.causal),
         )
+
+
+def split_kv_kwargs(attention: object) -> dict:
+    """FlashInfer's plan() arguments for the plan's split-KV policy (``plan.attention``); batch
+    invariance: ``fixed`` -> ``fixed_split_size`` pages, ``disabled`` -> ``disable_split_kv``."""
+    mode = getattr(attention, "split_kv")
+    if mode == "fixed":
+        return dict(fixed_split_size=int(getattr(attention, "fixed_split_size")))
+    if mode == "disabled":
+        return dict(disable_split_kv=True)
+    return {}

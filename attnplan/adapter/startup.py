@@ -42,11 +42,21 @@ def fact_diffs(planned: NodeFacts, live: NodeFacts) -> list[str]:
     return out
 
 
+def engine_of(answer: PlanAnswer) -> Optional[str]:
+    """The engine layer the answer was made for, as ``evaluate`` takes it: the startup check
+    re-runs the same layers (a kernel-truth plan is not held to vLLM's gates, nor the reverse)."""
+    e = answer.engine
+    if e.name == "flashinfer":
+        return "flashinfer"
+    return f"vllm=={e.version}" if e.version else "vllm"
+
+
 def _phase_violations(answer: PlanAnswer, node: NodeFacts, phase: str, backend: str,
                       ruleset: Optional[RuleSet]) -> list[Violation]:
     """Every rule that refuses ``backend`` for ``phase`` on ``node``: the rules, forced to that
     backend (SPEC §4: a forced backend that violates a rule is a rejection naming the rules)."""
-    forced = evaluate(answer.config.replace(attention_backend=backend), node, ruleset, trace=False, suggest=False)
+    forced = evaluate(answer.config.replace(attention_backend=backend), node, ruleset, trace=False, suggest=False,
+                      engine=engine_of(answer))
     return [v for v in forced.violations if v.phase == phase and v.backend == backend]
 
 
@@ -61,7 +71,7 @@ def check_plan(answer: PlanAnswer, node: Optional[NodeFacts] = None, *, ruleset:
     if answer.plan is None:
         raise UnsupportedConfigurationError(answer)
     live_node = node if node is not None else probe_node()
-    live = evaluate(answer.config, live_node, ruleset)
+    live = evaluate(answer.config, live_node, ruleset, engine=engine_of(answer))
     plan = answer.plan
 
     violations: list[Violation] = [v for v in live.violations if v.phase == "both" and v.backend is None]

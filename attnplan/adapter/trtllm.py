@@ -1,8 +1,10 @@
-"""Keyword arguments for FlashInfer's TRTLLM-gen entry points, built from the plan.
+"""Keyword arguments for FlashInfer's device-tensor entry points (TRTLLM-gen and XQA), from the plan.
 
 These calls take only device tensors (block tables, seq lens, cumsums), which is why a batch
 that runs trtllm-gen in every phase needs no host metadata (seed 001). The builders are pure:
 tests bind their output to FlashInfer 0.7.2's real signatures on the CPU (``signatures.py``).
+``trtllm_batch_decode_with_kv_cache`` runs both trtllm-gen and XQA; which one is the plan's
+``flashinfer_backend`` (never "auto", which would pick by capability behind the plan's back).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from .params import AttentionParams
 # Where each entry point lives in flashinfer 0.7.2.post1: (module, function).
 ENTRY_POINTS = {
     "trtllm_decode": ("flashinfer.decode", "trtllm_batch_decode_with_kv_cache"),
+    "xqa_decode": ("flashinfer.decode", "trtllm_batch_decode_with_kv_cache"),
     "trtllm_context": ("flashinfer.prefill", "trtllm_batch_context_with_kv_cache"),
     "trtllm_mla_decode": ("flashinfer.mla", "trtllm_batch_decode_with_kv_cache_mla"),
     "trtllm_ragged": ("flashinfer.prefill", "trtllm_ragged_attention_deepseek"),
@@ -44,20 +47,41 @@ def _paged_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q: Any
     return dict(
         query=q, kv_cache=kv, workspace_buffer=workspace, block_tables=batch.block_table,
         seq_lens=batch.seq_lens, bmm1_scale=bmm1, bmm2_scale=bmm2, window_left=params.window_left, out=out,
-        sinks=[sinks] if sinks is not None else None, kv_layout=plan.kv_cache.layout, kv_cache_sf=kv_sf,
+        # One float32 value per query head; XQA reshapes it per KV head (decode.py
+        # xqa_batch_decode_with_kv_cache: sinks.reshape(num_kv_heads, -1)), so a tensor, not a list.
+        sinks=sinks, kv_layout=plan.kv_cache.layout, kv_cache_sf=kv_sf,
     )
+
+
+def xqa_draft_mask(q_len: int, num_reqs: int, device: Any) -> Any:
+    """XQA's causal draft mask for speculative decode (q_len > 1), uint16 [B, q_len, 2 * words]:
+    row i lets draft token i see draft tokens 0..i (xqa.py ``mask``; vLLM 0.33
+    ``_make_xqa_draft_block_mask`` builds the same)."""
+    import torch
+
+    words = (q_len + 31) // 32
+    q_idx = torch.arange(q_len, device=device).unsqueeze(1)
+    kv_idx = torch.arange(words * 32, device=device).unsqueeze(0)
+    bits = 1 << torch.arange(32, device=device, dtype=torch.int64)
+    packed = ((kv_idx <= q_idx).view(q_len, words, 32).to(torch.int64) * bits).sum(-1).to(torch.uint32)
+    per_req = packed.view(torch.uint16).reshape(q_len, words * 2)
+    return per_req.unsqueeze(0).expand(num_reqs, -1, -1).contiguous()
 
 
 def decode_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q: Any, cache: Any, workspace: Any,
                   out: Any, *, q_scale: float = 1.0, k_scale: float = 1.0, v_scale: float = 1.0,
-                  sinks: Optional[Any] = None) -> dict[str, Any]:
-    """``trtllm_batch_decode_with_kv_cache`` for the decode phase (q_len_per_req from the plan)."""
-    return dict(
+                  sinks: Optional[Any] = None, mask: Optional[Any] = None) -> dict[str, Any]:
+    """``trtllm_batch_decode_with_kv_cache`` for the decode phase (q_len_per_req from the plan);
+    ``backend`` is the plan's (trtllm-gen or xqa). XQA's speculative decode takes ``mask``
+    (``xqa_draft_mask``), which the caller builds once per batch size and reuses."""
+    d = plan.decode
+    kw = dict(
         _paged_kwargs(plan, params, batch, q, cache, workspace, out, q_scale, k_scale, v_scale, sinks),
-        max_seq_len=batch.max_kv_len,
-        # "auto" would pick xqa off 10.x; the plan says trtllm-gen, so name it.
-        backend="trtllm-gen", q_len_per_req=plan.decode.q_len_per_req,
+        max_seq_len=batch.max_kv_len, backend=d.flashinfer_backend, q_len_per_req=d.q_len_per_req,
     )
+    if mask is not None:
+        kw["mask"] = mask
+    return kw
 
 
 def context_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q: Any, cache: Any, workspace: Any,
@@ -82,7 +106,7 @@ def mla_decode_kwargs(plan: Plan, params: AttentionParams, batch: PhaseBatch, q:
         query=q, kv_cache=cache.kernel_view(), workspace_buffer=workspace,
         qk_nope_head_dim=params.head_dim_qk - params.qk_rope_head_dim, kv_lora_rank=params.kv_lora_rank,
         qk_rope_head_dim=params.qk_rope_head_dim, block_tables=batch.block_table, seq_lens=batch.seq_lens,
-        max_seq_len=batch.max_kv_len, out=out, bmm1_scale=bmm1, bmm2_scale=bmm2, backend="trtllm-gen",
+        max_seq_len=batch.max_kv_len, out=out, bmm1_scale=bmm1, bmm2_scale=bmm2, backend=plan.decode.flashinfer_backend,
     )
 
 

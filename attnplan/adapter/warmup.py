@@ -50,24 +50,53 @@ class WarmupReport:
         return f"warm-up {self.seconds:.1f}s (build {self.build_seconds:.1f}s): modules [{mods}]; batch kinds [{kinds}]{late}"
 
 
+# Kernel kinds a plan's modules name (``JitModule.params["kernel"]``) and how each is loaded. The
+# new calls' modules use the call's own name as their kind ("xqa_decode", "sink").
+XQA_KINDS = ("xqa_decode", "xqa")
+SINK_KINDS = ("sink", "attention_sink")
+MERGE_KINDS = ("merge_state", "merge")
+
+
 def _module_args(mod: JitModule) -> tuple[str, str, tuple]:
-    """(getter kind, FlashInfer backend, the positional args its wrapper passes at plan time)."""
+    """(getter kind, FlashInfer backend argument, the positional args its caller passes at plan
+    time). The backend argument is the phase plan's ``flashinfer_backend`` (``plan_modules`` puts
+    it in the module's params when the policy did not), never derived from the backend's name."""
     import torch
 
     p = mod.params
-    if p["kernel"] == "merge":
-        return "merge", mod.backend, ()
+    if p["kernel"] in MERGE_KINDS:
+        return "merge", "", ()
+    fb = p["flashinfer_backend"]
     q, o = torch_dtype(p["dtype_q"]), torch_dtype(p["dtype_o"])
     kv = torch.uint8 if p["dtype_kv"] == NVFP4 else torch_dtype(p["dtype_kv"])
-    backend = mod.backend.removesuffix("-mla")
     sw, cap = bool(p["sliding_window"]), bool(p["logits_soft_cap"])
     if p["kernel"] in ("batch_prefill", "ragged_prefill"):
-        return "prefill", backend, (q, kv, o, torch.int32, p["head_dim_qk"], p["head_dim_vo"], 0, sw, cap, False)
+        return "prefill", fb, (q, kv, o, torch.int32, p["head_dim_qk"], p["head_dim_vo"], 0, sw, cap, False)
     if p["kernel"] == "batch_decode":
-        return "decode", backend, (q, kv, o, torch.int32, p["head_dim_qk"], p["head_dim_vo"], 0, sw, cap)
+        return "decode", fb, (q, kv, o, torch.int32, p["head_dim_qk"], p["head_dim_vo"], 0, sw, cap)
     if p["kernel"] == "mla_decode":
-        return "mla", backend, (q, kv, o, torch.int32, p["kv_lora_rank"], p["qk_rope_head_dim"], False)
+        return "mla", fb, (q, kv, o, torch.int32, p["kv_lora_rank"], p["qk_rope_head_dim"], False)
+    if p["kernel"] in XQA_KINDS:
+        # flashinfer/xqa.py get_xqa_module(input, kv, page, head_dim, group, sliding window, output, q_seq_len)
+        return "xqa", fb, (q, kv, p["page_size"], p["head_dim_qk"], p["num_qo_heads"] // p["num_kv_heads"], sw, o,
+                           int(p.get("q_len_per_req", 1)))
+    if p["kernel"] in SINK_KINDS:
+        return "sink", fb, _sink_jit_args(fb, q, kv, p["head_dim_qk"], p["head_dim_vo"], sw)
     raise ValueError(f"no loader for plan module {mod.name} (kernel {p['kernel']!r})")
+
+
+def _sink_jit_args(backend: str, q: Any, kv: Any, hd_qk: int, hd_vo: int, sw: bool) -> tuple:
+    """What ``BatchAttentionWithAttentionSinkWrapper.__init__`` (flashinfer/attention/_core.py)
+    passes to ``get_customize_batch_prefill_module``: (args, kwargs), the same URI included."""
+    import torch
+    from flashinfer.jit.attention.variants import attention_sink_decl
+    from flashinfer.jit.utils import filename_safe_dtype_map
+
+    args = (f"batch_prefill_attention_sink_{filename_safe_dtype_map[q]}_swa_{sw}_{backend}", q, kv, q, torch.int32,
+            hd_qk, hd_vo, ["sink"], ["float"], ["sm_scale"], ["double"], "AttentionSink", attention_sink_decl[backend])
+    kwargs = dict(use_sliding_window=sw, use_fp16_qk_reduction=False, pos_encoding_mode=0,
+                  paged_kv_stride_mode="independent" if backend == "fa2" else "runtime", module_surface="full")
+    return args, kwargs
 
 
 def _module_loader(mod: JitModule) -> Optional[Callable[[], Any]]:
@@ -88,6 +117,14 @@ def _module_loader(mod: JitModule) -> Optional[Callable[[], Any]]:
         from flashinfer.mla import get_batch_mla_module
 
         return lambda: get_batch_mla_module(backend, *args)
+    if what == "xqa":
+        from flashinfer.xqa import get_xqa_module
+
+        return lambda: get_xqa_module(*args)
+    if what == "sink":
+        from flashinfer.prefill import get_customize_batch_prefill_module
+
+        return lambda: get_customize_batch_prefill_module(backend, *args[0], **args[1])
     from flashinfer.cascade import get_cascade_module
 
     return get_cascade_module
@@ -99,12 +136,19 @@ def _module_spec(mod: JitModule) -> Any:
 
     what, backend, args = _module_args(mod)
     if what == "prefill":
-        # fa2's getter builds the "primary" (equal K/V strides) module; fa3's the public one.
+        # fa2's getter builds the "primary" (equal K/V strides) module; fa3's the public one
+        # (flashinfer/prefill.py get_batch_prefill_module branches on the backend argument).
         return (m._gen_batch_prefill_primary_module if backend == "fa2" else m.gen_batch_prefill_module)(backend, *args)
     if what == "decode":
         return m.gen_batch_decode_module(*args)
     if what == "mla":
         return m.gen_batch_mla_module(backend, *args)
+    if what == "xqa":
+        from flashinfer.jit.xqa import gen_xqa_module
+
+        return gen_xqa_module(*args)
+    if what == "sink":
+        return m.gen_customize_batch_prefill_module(backend, *args[0], **args[1])
     from flashinfer.jit.cascade import gen_cascade_module
 
     return gen_cascade_module()
@@ -114,13 +158,30 @@ MERGE = JitModule(name="merge_state_in_place (cascade)", kind="jit", phase="pref
                   params={"kernel": "merge"})
 
 
+def _with_phase(mod: JitModule, plan: Any) -> JitModule:
+    """``mod`` with what its loader needs from its phase plan (FlashInfer's backend argument, the
+    query rows per request), where the policy's module params do not carry them already."""
+    pp = getattr(plan, mod.phase)
+    extra = {k: v for k, v in (("flashinfer_backend", pp.flashinfer_backend), ("q_len_per_req", pp.q_len_per_req))
+             if k not in mod.params}
+    return mod.model_copy(update={"params": {**mod.params, **extra}}) if extra else mod
+
+
 def plan_modules(plan: Any) -> list[JitModule]:
-    """Every module a plan's steps load: the plan's lists, plus FlashInfer's merge kernel when
-    MLA chunked prefill merges context on a native backend (not in the plan's lists)."""
-    mods = list({m.name: m for m in (*plan.prefill.modules, *plan.decode.modules)}.values())
-    if plan.kv_cache.mla and not plan.prefill.backend.startswith("trtllm"):
-        mods.append(MERGE)
-    return mods
+    """Every module a plan's steps load: the plan's lists, plus - the one module warm-up adds -
+    FlashInfer's merge kernel where the plan merges partial states (a prefill phase that must
+    return LSE to merge MLA chunked-prefill context, seed 004) and the plan does not list it."""
+    mods = {m.name: _with_phase(m, plan) for m in (*plan.prefill.modules, *plan.decode.modules)}
+    if needs_merge(plan) and not any(m.params.get("kernel") in MERGE_KINDS for m in mods.values()):
+        mods[MERGE.name] = MERGE
+    return list(mods.values())
+
+
+def needs_merge(plan: Any) -> bool:
+    """MLA chunked prefill merges the context part into the new-token part by LSE with
+    FlashInfer's ``merge_state_in_place`` (``FlashInferBackend.merge``), whichever call runs the
+    two parts (ragged_prefill or trtllm_ragged: both return LSE), so an MLA plan loads it."""
+    return bool(plan.kv_cache.mla and plan.prefill.returns_lse)
 
 
 def prebuild(modules: list[JitModule], progress: Optional[Callable[[dict], None]] = None) -> float:
@@ -220,7 +281,8 @@ def exercise(ex: Any, kind: str) -> None:
                            rnd(n, p.num_qo_heads, p.head_dim_vo), context=ctx)
     else:
         ex.append_kv(step, cache, rnd(t, p.num_kv_heads, p.head_dim_qk), rnd(t, p.num_kv_heads, p.head_dim_vo))
-        ex.forward(step, rnd(t, p.num_qo_heads, p.head_dim_qk), cache)
+        sinks = torch.randn(p.num_qo_heads, generator=gen, device=ex.device) if p.sinks else None
+        ex.forward(step, rnd(t, p.num_qo_heads, p.head_dim_qk), cache, sinks=sinks)
 
 
 def warmup(ex: Any, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> WarmupReport:

@@ -70,7 +70,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         return run(args)
     except AttnplanError as exc:
         # One line, whatever the message holds (a parser's own text may span several).
-        print("attnplan: error: " + "; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()), file=sys.stderr)
+        msg = "; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip())
+        # A user's own escape sequences (a flag value, a file name) are shown, never executed.
+        print("attnplan: error: " + "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in msg), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("attnplan: interrupted", file=sys.stderr)

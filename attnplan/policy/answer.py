@@ -10,6 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from .config import AttentionConfig
 from .facts import NodeFacts
 
+# The plan JSON's version: REST, the CLI's --json and preflight's reader agree on it (a node whose
+# answer carries another is an error row in preflight, never a pass).
+ANSWER_SCHEMA_VERSION = "1"
+
 PhaseOrBoth = Literal["prefill", "decode", "both"]
 Layer = Literal["kernel", "engine"]
 # How the adapter calls a phase's kernel (one calling convention each; the adapter dispatches on
@@ -220,7 +224,7 @@ class PlanAnswer(BaseModel):
 
     def to_json(self, *, trace: bool = True) -> dict[str, Any]:
         """The JSON contract; ``config`` is normalised (defaults filled, aliases resolved)."""
-        data = self.model_dump(mode="json")
+        data = {"schema_version": ANSWER_SCHEMA_VERSION, **self.model_dump(mode="json")}
         data["node"] = node_json(self.node)
         if not trace:
             data.pop("trace", None)

@@ -244,4 +244,8 @@ def compile_condition(raw: Any) -> Pred:
     if len(ops) != 1 or ops[0] not in _OPS:
         raise ConditionError(f"a leaf has exactly one operator of {sorted(_OPS)}, got {ops}")
     op = ops[0]
+    if op == "divisible_by" and not isinstance(raw[op], dict) and (
+            isinstance(raw[op], bool) or not isinstance(raw[op], int) or raw[op] <= 0):
+        # "divisible by 0" can never hold: a rule written so would refuse everything it checks
+        raise ConditionError(f"divisible_by needs a positive integer, got {raw[op]!r}")
     return Leaf(raw["fact"], op, _operand(raw[op], op), _OPS[op])

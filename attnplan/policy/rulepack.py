@@ -262,20 +262,19 @@ class RuleSet:
 
 
 def _load_yaml(path: Path) -> Any:
-    import yaml  # lazy: only loading rules needs it
+    """A pack's data and text. Read bounded and parsed with nesting, aliases and duplicate keys
+    limited before the document is composed (attnplan/safeio.py): libyaml segfaults on deep flow
+    nesting, an alias bomb takes minutes, and a duplicate ``require:`` would silently drop one."""
+    from attnplan.safeio import parse_yaml, read_bounded
+
+    from .errors import InvalidInputError
 
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RulePackError(str(path), f"cannot read: {exc.strerror or exc}") from None
-    try:
-        # libyaml when available: the pure-Python parser costs ~150 ms on the shipped packs.
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)), text
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RulePackError(str(path), f"not valid YAML{where}: {problem}") from None
+        text = read_bounded(path, what="rules", max_bytes=1024 * 1024)
+        return parse_yaml(text, what="rules", name=path.name), text
+    except InvalidInputError as exc:
+        msg = str(exc).removeprefix("rules: ").removeprefix(f"{path.name}: ").removeprefix(str(path)).lstrip(": ")
+        raise RulePackError(str(path), msg) from None
 
 
 def _pydantic_msg(exc: ValidationError) -> str:

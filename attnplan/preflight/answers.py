@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from attnplan.policy.answer import ANSWER_SCHEMA_VERSION
 from attnplan.policy import AttnplanError, PlanAnswer
 from attnplan.safeio import parse_json
 
 from .model import NamedConfig
 
 # The version of the /v1/plan answer schema this preflight reads (the REST service writes it).
-ANSWER_SCHEMA_VERSION = "1"
 MAX_ANSWER_DEPTH = 32  # a plan answer nests about 8 deep
 MAX_TEXT = 256  # node-supplied names and versions: anything longer is not a name
 

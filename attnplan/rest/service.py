@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 from fastapi import HTTPException
 
+from attnplan.policy.answer import ANSWER_SCHEMA_VERSION
 from attnplan.policy import AttentionConfig, NodeFacts, RuleSet, catalog, plan_for, resolve_engine, simulated_node
 from attnplan.policy.answer import node_json
 
@@ -25,7 +26,6 @@ from .readiness import NodeService
 ANSWER_CACHE_SIZE = 256  # ~10-20 KiB of JSON each
 # The version of the /v1/plan answer schema; preflight counts only answers that name the one
 # it reads (attnplan.preflight.answers.ANSWER_SCHEMA_VERSION).
-ANSWER_SCHEMA_VERSION = "1"
 
 
 @dataclass(frozen=True, slots=True)

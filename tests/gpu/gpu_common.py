@@ -22,14 +22,21 @@ print(f"[gpu tests] random seed {SEED}")
 TOL = 1e-2
 
 
-def answer(**cfg: Any):
-    a = plan_for(AttentionConfig(**cfg))          # this machine's probed facts
+def answer(engine: str = "flashinfer", **cfg: Any):
+    """The plan on this machine's probed facts; kernel truth by default (these tests exercise the
+    native kernels: ``--engine vllm`` decodes with XQA on 9.0, tested in test_new_paths_gpu.py)."""
+    a = plan_for(AttentionConfig(**cfg), engine=engine)
     assert a.ok, a.violations
     return a
 
 
 def executor(**cfg: Any) -> AttentionExecutor:
     return AttentionExecutor(answer(**cfg), device="cuda")
+
+
+def derived_executor(a: Any) -> AttentionExecutor:
+    """An executor over a plan derived in ``derive.py`` (today's live rules would refuse it)."""
+    return AttentionExecutor(a, device="cuda", check=False)
 
 
 def prebuild(*answers: Any) -> None:
@@ -62,7 +69,11 @@ class Batch:
 
     def __init__(self, ex: AttentionExecutor, q_lens: list[int], seq: list[int], nd: int, *,
                  k_scale: float = 1.0, gen: torch.Generator | None = None, host: bool = True,
-                 reuse: "Batch | None" = None):
+                 reuse: "Batch | None" = None, poison: str = "nan"):
+        """``poison``: what every slot holds before the history is written - ``nan`` (a kernel
+        reading a slot nobody wrote shows NaN), ``finite`` (large finite garbage: what freed
+        pages of other requests hold, for kernels that read whole last pages, like XQA) or
+        ``none`` (the cache as the adapter allocates it)."""
         self.ex, self.q_lens, self.seq, self.nd = ex, q_lens, seq, nd
         self.gen = gen or torch.Generator(device="cuda").manual_seed(SEED + sum(seq))
         p, page = ex.params, ex.plan.kv_cache.page_size
@@ -75,8 +86,17 @@ class Batch:
             n_pages = len(seq) * width
             self.table = torch.randperm(n_pages, device="cuda", generator=self.gen).view(len(seq), width).int()
             self.cache = ex.allocate_kv_cache(n_pages)
-            # Poison the whole cache: a kernel reading a slot nobody wrote would show NaN.
-            self.cache.data.fill_(0x7F if self.cache.data.dtype == torch.uint8 else float("nan"))
+            if poison == "nan":
+                # Poison the whole cache: a kernel reading a slot nobody wrote would show NaN.
+                self.cache.data.fill_(0x7F if self.cache.data.dtype == torch.uint8 else float("nan"))
+                if self.cache.scales is not None:
+                    self.cache.scales.view(torch.uint8).fill_(0x7F)
+            elif poison == "finite":
+                # Large finite values: fp8 bytes below 0x60 are finite (e4m3 up to 30, e5m2 up to 3e4).
+                if self.cache.data.dtype == torch.uint8:
+                    self.cache.data.random_(0, 0x60, generator=self.gen)
+                else:
+                    self.cache.data.normal_(0, 100.0, generator=self.gen)
         self.k_scale = k_scale
         self.ks = [self.rand(s, p.num_kv_heads, p.head_dim_qk) for s in seq]
         self.vs = [self.rand(s, p.num_kv_heads, p.head_dim_vo) for s in seq]
@@ -89,6 +109,7 @@ class Batch:
         self.input = StepInput(query_lens=q_lens, seq_lens=seq_t.cuda(), block_table=self.table, num_decodes=nd,
                                seq_lens_cpu=seq_t if host else None)
         self.q = self.rand(sum(q_lens), p.num_qo_heads, p.head_dim_qk)
+        self.sinks = (torch.randn(p.num_qo_heads, device="cuda", generator=self.gen) * 2).float() if p.sinks else None
 
     def rand(self, *shape: int) -> torch.Tensor:
         return torch.randn(*shape, device="cuda", generator=self.gen).to(torch.bfloat16)
@@ -104,11 +125,13 @@ class Batch:
         ex.append_kv(step, self.cache, *self.new_kv(), k_scale=self.k_scale, v_scale=self.k_scale)
         out = torch.full((step.num_tokens, ex.params.num_qo_heads, ex.params.head_dim_vo), float("nan"),
                          dtype=torch.bfloat16, device="cuda")
-        ex.forward(step, self.q, self.cache, out, k_scale=self.k_scale, v_scale=self.k_scale)
+        ex.forward(step, self.q, self.cache, out, k_scale=self.k_scale, v_scale=self.k_scale, sinks=self.sinks)
         torch.cuda.synchronize()
         return out
 
-    def reference(self) -> torch.Tensor:
+    def reference(self, q_dtype: Any = None) -> torch.Tensor:
+        """float32 attention over what the cache holds (dequantized); ``q_dtype``: round the
+        query through that dtype first (what a kernel that quantizes the query computes)."""
         p = self.ex.params
         view = self.ex.plan.kv_cache.view_dtype
         s = self.k_scale
@@ -116,12 +139,17 @@ class Batch:
         def stored(x: torch.Tensor) -> torch.Tensor:     # what the cache holds, dequantized
             if "float8" in view:
                 return (x.float() / s).to(getattr(torch, view)).float() * s
+            if view == "nvfp4":
+                from attnplan.adapter import nvfp4
+
+                return nvfp4.dequantize(*nvfp4.quantize(x, 16, s), 16, s)
             return x.float()
 
+        q_all = self.q if q_dtype is None else self.q.float().to(q_dtype).float()
         outs, t = [], 0
         for r, (L, n) in enumerate(zip(self.seq, self.q_lens)):
-            o, _ = attention_ref(self.q[t:t + n], stored(self.ks[r]), stored(self.vs[r]), sm_scale=p.sm_scale,
-                                 causal=True, window_left=p.window_left, soft_cap=p.soft_cap)
+            o, _ = attention_ref(q_all[t:t + n], stored(self.ks[r]), stored(self.vs[r]), sm_scale=p.sm_scale,
+                                 causal=True, window_left=p.window_left, soft_cap=p.soft_cap, sinks=self.sinks)
             outs.append(o)
             t += n
         return torch.cat(outs)
