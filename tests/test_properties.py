@@ -232,7 +232,9 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         v.add("trtllm.kv-dtype")
     if (trt or backend == "xqa") and cfg.logits_soft_cap is not None:
         v.add("trtllm.softcap")
-    if kv == "nvfp4" and ((backend == "trtllm-gen" and cap not in (100, 103)) or (backend == "fa2" and qk == 64)):
+    # fa2 reads nvfp4 at head 64 too (measured on the H100 by attnplan verify); vLLM's refusal of it
+    # is the engine rule vllm.nvfp4
+    if kv == "nvfp4" and backend == "trtllm-gen" and cap not in (100, 103):
         v.add("kv.nvfp4-sm100f")
     if cfg.sinks and (backend in MLA_BACKENDS or (backend in ("fa2", "fa3") and kv == "nvfp4")):
         v.add("sinks")
@@ -243,8 +245,9 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     if backend == "trtllm-gen-mla" and 64 < cfg.num_qo_heads < 128:
         v.add("mla.heads")
     latent = (cfg.kv_lora_rank, cfg.qk_rope_head_dim)
-    if (backend in ("trtllm-ragged", "fa2-mla", "fa3-mla") and latent != (512, 64)) or \
-            (backend == "trtllm-gen-mla" and latent not in ((512, 64), (256, 64))):
+    # native MLA decode: kv_lora_rank 256 or 512 with rope 64 (256 measured on the H100 by attnplan verify)
+    if (backend == "trtllm-ragged" and latent != (512, 64)) or \
+            (backend in ("trtllm-gen-mla", "fa2-mla", "fa3-mla") and latent not in ((512, 64), (256, 64))):
         v.add("mla.dims")
     if (backend in ("trtllm-gen-mla", "trtllm-ragged") and kv not in ("fp16", "bf16", "fp8_e4m3")) or \
             (backend in ("fa2-mla", "fa3-mla") and kv not in ("fp16", "bf16")):
@@ -252,7 +255,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     if backend == "trtllm-ragged" and (cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim) not in \
             ((128, 64, 128), (192, 64, 256)):
         v.add("mla.ragged-dims")
-    if backend in ("fa2", "fa3") and mla and (qk, vo) != (192, 128):
+    if backend in ("fa2", "fa3") and mla and (qk, vo) not in ((192, 128), (128, 128)):
         v.add("mla.prefill-dims")
     if engine == "vllm":
         if backend in ("fa2", "fa3", "trtllm-gen", "xqa") and not mla and qk not in (64, 128, 256, 512):
@@ -279,9 +282,7 @@ def spec_page_ok(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str
         ok = page in (16, 32, 64, 128) or (page in (256, 512, 1024) and g is not None and g >= 2)
     elif backend in ("trtllm-gen-mla", "trtllm-ragged"):
         ok = page in (32, 64)
-    elif backend in ("fa2-mla", "fa3-mla"):
-        ok = page in (16, 32, 64)
-    elif backend not in ("fa2", "fa3"):
+    elif backend not in ("fa2", "fa3", "fa2-mla", "fa3-mla"):  # the native kernels take any page size
         raise AssertionError(f"no page rule known for {backend}")
     if engine == "vllm" and backend in ("fa2", "fa3", "trtllm-gen", "xqa") and not mla:
         big = (page in (128, 256, 512, 1024) and major == 10 and g is not None and g >= 2

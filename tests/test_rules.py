@@ -836,11 +836,14 @@ def test_mla_family_off_10x():
 
 
 def test_mla_dims_kv_lora_rank():
-    a = run(mla(kv_lora_rank=256), simulated_node("A100"))
+    # Native MLA decode runs kv_lora_rank 256 and 512 (256 measured on the H100 by attnplan verify);
+    # other ranks are refused
+    assert run(mla(kv_lora_rank=256), simulated_node("A100")).ok
+    a = run(mla(kv_lora_rank=384), simulated_node("A100"))
     assert a.status == "rejected"
     v = the_violation(a, "mla.dims", "decode", "fa2-mla")
-    assert obs(v) == "256"
-    assert "512" in v.required
+    assert obs(v) == "384"
+    assert "256" in v.required and "512" in v.required
     # trtllm-gen MLA decode also has (256, 64); trtllm-ragged prefill does not
     b = run(mla(kv_lora_rank=256), simulated_node("B200"))
     assert b.ok and b.backends() == ("fa2", "trtllm-gen-mla")
@@ -876,11 +879,10 @@ def test_mla_page_size_trtllm_rejects(page):
     assert "32" in v.required and "64" in v.required
 
 
-def test_mla_page_size_native_rejects_128():
+def test_mla_page_size_native_takes_128():
+    # measured on the H100 (attnplan verify): the native MLA wrapper reads pages of 128
     a = run(mla(page_size=128), simulated_node("A100"))
-    assert a.status == "rejected"
-    v = the_violation(a, "mla.page-size", "decode", "fa2-mla")
-    assert obs(v) == "128"
+    assert a.ok and a.plan.kv_cache.page_size == 128 and a.plan.decode.backend == "fa2-mla"
 
 
 def test_mla_page_size_16_trtllm_ragged_not_chosen():
@@ -945,10 +947,12 @@ def test_mla_ragged_dims_rejected_when_forced():
 def test_mla_prefill_dims_native():
     ok = run(mla(), simulated_node("A100"))
     assert_passes(ok, "mla.prefill-dims", "prefill", "fa2")
+    # (128, 128) measured on the H100 (attnplan verify), (192, 128) is DeepSeek's
+    assert run(mla(qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=128), simulated_node("A100")).ok
     a = run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256), simulated_node("A100"))
     assert a.status == "rejected"
     v = the_violation(a, "mla.prefill-dims", "prefill", "fa2")
-    assert obs(v) == "256"
+    assert "256" in obs(v)
     assert "192" in v.required and "128" in v.required
 
 

@@ -26,7 +26,7 @@ ORDER = ("dangerous", "hang", "stale", "consistent", "source-only", "untested")
 
 
 def probe_verdict(side: str, outcome: str) -> str:
-    if outcome == "skipped":
+    if outcome in ("skipped", "build-timeout"):
         return "skipped"
     if outcome == "hang":
         return "hang" if side == "accept" else "consistent"

@@ -119,7 +119,8 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
 
     def after_build(p: Probe, res: dict[str, Any]) -> None:
         err = str(res.get("error") or "").lower()
-        inherited = res["outcome"] == "hang" or (res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
+        inherited = res["outcome"] in ("hang", "build-timeout") or (
+            res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
         for f in followers.get(p.module, []):
             if inherited:
                 finish(f, {"outcome": res["outcome"], "seconds": 0.0,
@@ -148,6 +149,13 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                     continue
                 state["in_flight"] += 1
             res = runner(p, build_timeout if label == "build" else probe_timeout)
+            if label == "build" and res.get("outcome") == "hang":
+                # The module's first probe compiles it and then runs it under one limit: running out
+                # of it there says the build was slow (fa3 modules take minutes), not that the kernel
+                # hangs. The probe is untested, never a hang verdict; a later run with a longer
+                # --build-timeout (or a warm JIT cache) settles it.
+                res = {**res, "outcome": "build-timeout",
+                       "error": f"no answer within the {build_timeout:g}s build limit (JIT build and run together)"}
             with lock:
                 state["in_flight"] -= 1
                 finish(p, res, label)
