@@ -4,7 +4,7 @@ Runs anywhere on the pure-torch reference backend; on a GPU node set DEVICE, BAC
 "flashinfer" and plan with require_plan(cfg) (the probed node). `python examples/adapter_step.py`.
 """
 import torch
-from attnplan.policy import AttentionConfig, require_plan, simulated_node
+from attnplan import AttentionConfig, require_plan, simulated_node
 from attnplan.adapter import AttentionExecutor, StepInput
 
 DEVICE, BACKEND = "cpu", "reference"      # on a GPU: "cuda", "flashinfer" (the default)
