@@ -247,7 +247,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     latent = (cfg.kv_lora_rank, cfg.qk_rope_head_dim)
     # native MLA decode: kv_lora_rank 256 or 512 with rope 64 (256 measured on the H100 by attnplan verify)
     if (backend == "trtllm-ragged" and latent != (512, 64)) or \
-            (backend in ("trtllm-gen-mla", "fa2-mla", "fa3-mla") and latent not in ((512, 64), (256, 64))):
+            (backend in ("fa2-mla", "fa3-mla") and latent not in ((512, 64), (256, 64))) or \
+            (backend == "trtllm-gen-mla" and latent not in ((512, 64), (256, 64), (512, 0))):
         v.add("mla.dims")
     if (backend in ("trtllm-gen-mla", "trtllm-ragged") and kv not in ("fp16", "bf16", "fp8_e4m3")) or \
             (backend in ("fa2-mla", "fa3-mla") and kv not in ("fp16", "bf16")):

@@ -850,6 +850,15 @@ def test_mla_dims_kv_lora_rank():
     assert b.plan.prefill.modules[-1].params["kernel"] == "merge_state"
 
 
+def test_mla_trtllm_decode_nope_dims():
+    # trtllm-gen MLA decode's NoPE layout (512, 0) (flashinfer/mla/_core.py nope_mla_dimensions)
+    b = run(mla(qk_rope_head_dim=0, attention_backend="trtllm-gen-mla"), simulated_node("B200"))
+    dims = {e.verdict for e in b.trace if e.rule == "mla.dims" and e.backend == "trtllm-gen-mla"}
+    assert dims == {"pass"}
+    c = run(mla(qk_rope_head_dim=32, attention_backend="trtllm-gen-mla"), simulated_node("B200"))
+    assert c.status == "rejected" and the_violation(c, "mla.dims", "decode", "trtllm-gen-mla")
+
+
 def test_mla_trtllm_decode_refuses_64_to_128_heads():
     a = run(mla(num_qo_heads=96, attention_backend=TRT), simulated_node("B200"))
     assert the_violation(a, "mla.heads", "decode", "trtllm-gen-mla").observed == "96"
