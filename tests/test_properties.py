@@ -236,7 +236,9 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     # is the engine rule vllm.nvfp4
     if kv == "nvfp4" and backend == "trtllm-gen" and cap not in (100, 103):
         v.add("kv.nvfp4-sm100f")
-    if cfg.sinks and (backend in MLA_BACKENDS or (backend in ("fa2", "fa3") and kv == "nvfp4")):
+    # MLA ragged prefill on fa2/fa3 has no sinks (found dangerous by attnplan verify on the H100)
+    if cfg.sinks and (backend in MLA_BACKENDS or (backend in ("fa2", "fa3") and kv == "nvfp4")
+                      or (backend in ("fa2", "fa3") and mla and phase == "prefill")):
         v.add("sinks")
     if (backend in MLA_BACKENDS and not mla) or (backend in ("trtllm-gen", "xqa") and mla):
         v.add("mla.backend")
@@ -247,7 +249,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     latent = (cfg.kv_lora_rank, cfg.qk_rope_head_dim)
     # native MLA decode: kv_lora_rank 256 or 512 with rope 64 (256 measured on the H100 by attnplan verify)
     if (backend == "trtllm-ragged" and latent != (512, 64)) or \
-            (backend in ("fa2-mla", "fa3-mla") and latent not in ((512, 64), (256, 64))) or \
+            (backend in ("fa2-mla", "fa3-mla") and latent not in ((512, 64), (256, 64), (128, 64))) or \
             (backend == "trtllm-gen-mla" and latent not in ((512, 64), (256, 64), (512, 0))):
         v.add("mla.dims")
     if (backend in ("trtllm-gen-mla", "trtllm-ragged") and kv not in ("fp16", "bf16", "fp8_e4m3")) or \
@@ -256,7 +258,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     if backend == "trtllm-ragged" and (cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim) not in \
             ((128, 64, 128), (192, 64, 256)):
         v.add("mla.ragged-dims")
-    if backend in ("fa2", "fa3") and mla and (qk, vo) not in ((192, 128), (128, 128)):
+    if (backend == "fa2" and mla and (qk, vo) not in ((192, 128), (128, 128), (256, 128))) or \
+            (backend == "fa3" and mla and (qk, vo) not in ((192, 128), (128, 128))):
         v.add("mla.prefill-dims")
     if engine == "vllm":
         if backend in ("fa2", "fa3", "trtllm-gen", "xqa") and not mla and qk not in (64, 128, 256, 512):

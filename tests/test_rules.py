@@ -836,9 +836,10 @@ def test_mla_family_off_10x():
 
 
 def test_mla_dims_kv_lora_rank():
-    # Native MLA decode runs kv_lora_rank 256 and 512 (256 measured on the H100 by attnplan verify);
-    # other ranks are refused
+    # Native MLA decode runs kv_lora_rank 128, 256 and 512 (128 and 256 measured on the H100 by
+    # attnplan verify); other ranks are refused
     assert run(mla(kv_lora_rank=256), simulated_node("A100")).ok
+    assert run(mla(kv_lora_rank=128), simulated_node("A100")).ok
     a = run(mla(kv_lora_rank=384), simulated_node("A100"))
     assert a.status == "rejected"
     v = the_violation(a, "mla.dims", "decode", "fa2-mla")
@@ -848,6 +849,14 @@ def test_mla_dims_kv_lora_rank():
     b = run(mla(kv_lora_rank=256), simulated_node("B200"))
     assert b.ok and b.backends() == ("fa2", "trtllm-gen-mla")
     assert b.plan.prefill.modules[-1].params["kernel"] == "merge_state"
+
+
+def test_mla_ragged_prefill_on_native_backends_refuses_sinks():
+    # attnplan verify (H100) found fa2's ragged MLA prefill accepting sinks and ignoring them
+    a = run(mla(sinks=True, attention_backend="fa2"), simulated_node("A100"))
+    assert a.status == "rejected"
+    v = [x for x in a.violations if x.rule == "sinks" and x.phase == "prefill" and x.backend == "fa2"]
+    assert v and "ragged prefill" in v[0].message
 
 
 def test_mla_trtllm_decode_nope_dims():
@@ -958,6 +967,8 @@ def test_mla_prefill_dims_native():
     assert_passes(ok, "mla.prefill-dims", "prefill", "fa2")
     # (128, 128) measured on the H100 (attnplan verify), (192, 128) is DeepSeek's
     assert run(mla(qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=128), simulated_node("A100")).ok
+    # (256, 128) on fa2 measured too; vo 256 is refused
+    assert run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=128), simulated_node("A100")).ok
     a = run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256), simulated_node("A100"))
     assert a.status == "rejected"
     v = the_violation(a, "mla.prefill-dims", "prefill", "fa2")
