@@ -75,7 +75,7 @@ def test_grid_colours_and_click_details(browser, page_file):
     text = details.inner_text()
     assert "h100-1" in text and "nvfp4-kv" in text
     rules = details.locator("table.violations td:first-child").all_inner_texts()
-    assert "kv.nvfp4-sm100f" in rules
+    assert "vllm.nvfp4" in rules
     assert "9.0" in details.locator("table.violations").inner_text()  # observed
     sugg = details.locator("table.suggestions").inner_text()
     assert "kv_cache_dtype" in sugg and "then prefill runs" in sugg

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from attnplan.policy.errors import AttnplanError
+from attnplan.policy import AttnplanError
 
 RECORDS = (".ninja_log", ".ninja_deps")
 

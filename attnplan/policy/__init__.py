@@ -54,6 +54,17 @@ from .model_plan import GroupPlan, KVCacheGroup, KVCacheGroupsPlan, ModelPlanAns
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER
 
+# Names the other sub-packages use: they import from here, never from a policy module.
+from .answer import ANSWER_SCHEMA_VERSION
+from .backend_names import VLLM_OTHER_BACKENDS, VLLM_TO_ATTNPLAN, backend_choice
+from .conditions import FactRef, Leaf, Pred
+from .facts_catalog import base_context
+from .hfconfig import read_model
+from .parallel import per_rank_fields, per_rank_heads, startup_errors
+from .probe import ARTIFACTORY_TTL_S, DEFAULT_ARTIFACTORY, DEFAULT_TIMEOUT_S, artifactory_policy, check_artifactory
+from .rulepack import Check, Rule
+from .plan import attention_plan, phase_plan
+
 __all__ = [
     "AttentionConfig", "plan_for", "require_plan", "UnsupportedConfigurationError", "simulated_node",
     "PlanAnswer", "Plan", "PhasePlan", "KVCachePlan", "MetadataPlan", "BatchMetadata", "JitModule",
@@ -68,4 +79,5 @@ __all__ = [
     "parse_capability", "format_capability", "clear_cache",
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError",
     "PlanMismatchError", "SUPPORTED_FLASHINFER", "CONFIG_FIELDS", "KV_CACHE_DTYPES", "QUERY_DTYPES", "BACKEND_CHOICES",
+    'ANSWER_SCHEMA_VERSION', 'ARTIFACTORY_TTL_S', 'Check', 'DEFAULT_ARTIFACTORY', 'DEFAULT_TIMEOUT_S', 'FactRef', 'Leaf', 'Pred', 'Rule', 'VLLM_OTHER_BACKENDS', 'VLLM_TO_ATTNPLAN', 'artifactory_policy', 'attention_plan', 'backend_choice', 'base_context', 'check_artifactory', 'per_rank_fields', 'per_rank_heads', 'phase_plan', 'read_model', 'startup_errors',
 ]

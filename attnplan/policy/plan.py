@@ -63,7 +63,7 @@ def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str
     return (JitModule(name=name, kind=kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
 
 
-def _phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int,
+def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int,
                 batch_invariant: bool = False) -> PhasePlan:
     spec = ruleset.backends[backend]
     trtllm = spec.family == "trtllm-gen"
@@ -192,8 +192,8 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
     return Plan(
         attention=attention_plan(config, page_size=page_size, capability=capability, native_nvfp4=native_nvfp4,
                                  batch_invariant=batch_invariant),
-        prefill=_phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant),
-        decode=_phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant),
+        prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant),
+        decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant),
         kv_cache=kv,
         metadata=metadata_needs(config, uses_trtllm_api(ruleset, prefill), uses_trtllm_api(ruleset, decode)),
     )

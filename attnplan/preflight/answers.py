@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from attnplan.policy.answer import ANSWER_SCHEMA_VERSION
+from attnplan.policy import ANSWER_SCHEMA_VERSION
 from attnplan.policy import AttnplanError, PlanAnswer
 from attnplan.safeio import parse_json
 

@@ -15,9 +15,9 @@ from typing import Any, Callable, Optional
 
 from fastapi import HTTPException
 
-from attnplan.policy.answer import ANSWER_SCHEMA_VERSION
+from attnplan.policy import ANSWER_SCHEMA_VERSION
 from attnplan.policy import AttentionConfig, NodeFacts, RuleSet, catalog, plan_for, resolve_engine, simulated_node
-from attnplan.policy.answer import node_json
+from attnplan.policy import node_json
 
 from .metrics import Metrics
 from .models import NodeSpec

@@ -21,11 +21,11 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from attnplan.policy.config import AttentionConfig
-from attnplan.policy.facts import NodeFacts
-from attnplan.policy.facts_catalog import base_context
-from attnplan.policy.plan import _phase_plan, attention_plan  # the plan's own derivation of the call
-from attnplan.policy.rulepack import Check, Rule, RuleSet
+from attnplan.policy import AttentionConfig
+from attnplan.policy import NodeFacts
+from attnplan.policy import base_context
+from attnplan.policy import attention_plan, phase_plan  # the plan's own derivation of the call
+from attnplan.policy import Check, Rule, RuleSet
 
 from .domains import (CONFIG_FIELD, FIXED_BY_PROBE, dynamic_values, leaves, named_values, static_domains,
                       why_unprobeable)
@@ -307,7 +307,7 @@ def generate(ruleset: RuleSet, node: NodeFacts, *, only: Optional[list[str]] = N
 
 def _no_base_reason(rules: list[Rule], ruleset: RuleSet, node: NodeFacts, t: Target) -> str:
     config = AttentionConfig.model_validate(MLA_BASE if t.mla else STANDARD_BASE)
-    call = _phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16)).call
+    call = phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16)).call
     why = unrunnable_reason(call, node.capability.value)
     refused = ", ".join(refusals(rules, config, node, t))
     return (why + "; " if why else "") + f"no config is accepted by every kernel rule here (refused by {refused})"
@@ -315,7 +315,7 @@ def _no_base_reason(rules: list[Rule], ruleset: RuleSet, node: NodeFacts, t: Tar
 
 def _module_key(ruleset: RuleSet, t: Target, cfg: dict[str, Any]) -> str:
     config = AttentionConfig.model_validate(cfg)
-    pp = _phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16))
+    pp = phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16))
     return "|".join([pp.call, pp.flashinfer_backend, f"tc={bool(pp.use_tensor_cores)}", *(m.name for m in pp.modules)])
 
 
@@ -371,7 +371,7 @@ def _add(probes: dict[str, Probe], ruleset: RuleSet, node: NodeFacts, t: Target,
         probes[digest].boundaries.append(why)
         return
     config = AttentionConfig.model_validate(cand.cfg)
-    pp = _phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16))
+    pp = phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16))
     skip = unrunnable_reason(pp.call, node.capability.value)
     tol, tol_kind = tolerance(config)
     att = attention_plan(config)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnplan.policy.rulepack import Rule, RuleSet
+from attnplan.policy import Rule, RuleSet
 
 # The plan's ``call`` values verify knows how to run directly through FlashInfer (calls.py).
 RUNNABLE_CALLS = ("paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill")

@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from attnplan.policy.errors import InvalidInputError
+from attnplan.policy import InvalidInputError
 
 # The fallback subset: flag(s), dest, type, default. Mirrors vLLM 0.33's EngineArgs defaults.
 SUBSET: list[tuple[tuple[str, ...], str, Any, Any]] = [

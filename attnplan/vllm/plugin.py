@@ -28,8 +28,8 @@ import logging
 import os
 from typing import Any, Callable, Optional
 
-from attnplan.policy.answer import PlanAnswer
-from attnplan.policy.errors import UnsupportedConfigurationError
+from attnplan.policy import PlanAnswer
+from attnplan.policy import UnsupportedConfigurationError
 
 from .mapping import config_from_vllm
 

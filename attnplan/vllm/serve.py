@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from attnplan.policy import ModelPlanAnswer, plan_for, plan_model, read_layers
-from attnplan.policy.answer import PlanAnswer
-from attnplan.policy.config import AttentionConfig
-from attnplan.policy.errors import InvalidInputError
-from attnplan.policy.facts import NodeFacts
-from attnplan.policy.hfconfig import make_config, read_model
-from attnplan.policy.rulepack import RuleSet
+from attnplan.policy import PlanAnswer
+from attnplan.policy import AttentionConfig
+from attnplan.policy import InvalidInputError
+from attnplan.policy import NodeFacts
+from attnplan.policy import make_config, read_model
+from attnplan.policy import RuleSet
 
 from .args import ServeLine, speculative_tokens
 from .backends import backend_choice
