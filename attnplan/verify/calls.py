@@ -16,6 +16,7 @@ nibble first) times their fp8 block scales.
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -98,23 +99,27 @@ def make_inputs(spec: dict[str, Any], torch: Any, device: Any) -> Inputs:
     if spec["call"] == "ragged_prefill":
         k, _, kf = _random_kv(torch, (sum(kv_lens), hk, d), view, device)
         v, _, vf = _random_kv(torch, (sum(kv_lens), hk, dv), view, device)
-        bounds = [0, *__import__("itertools").accumulate(kv_lens)]
+        bounds = [0, *itertools.accumulate(kv_lens)]
         keys = [kf[a:b] for a, b in zip(bounds, bounds[1:])]
         values = [vf[a:b] for a, b in zip(bounds, bounds[1:])]
         return Inputs(q, k, v, None, keys, values, q_lens, kv_lens, [], sinks, _poisoned(torch, spec, q, dv))
     page = int(spec["page_size"])
-    counts = [math.ceil(n / page) for n in kv_lens]
-    perm = torch.randperm(sum(counts)).tolist()
-    pages, i = [], 0
-    for c in counts:
-        pages.append(perm[i:i + c])
-        i += c
+    counts, pages = _random_pages(torch, kv_lens, page)
     k, ksf, kf = _random_kv(torch, (sum(counts), page, hk, d), view, device)
     v, vsf, vf = _random_kv(torch, (sum(counts), page, hk, dv), view, device)
     keys = [kf[p].reshape(-1, hk, d)[:n] for p, n in zip(pages, kv_lens)]
     values = [vf[p].reshape(-1, hk, dv)[:n] for p, n in zip(pages, kv_lens)]
     sf = (ksf, vsf) if ksf is not None else None
     return Inputs(q, k, v, sf, keys, values, q_lens, kv_lens, pages, sinks, _poisoned(torch, spec, q, dv))
+
+
+def _random_pages(torch: Any, kv_lens: list[int], page: int) -> tuple[list[int], list[list[int]]]:
+    """Pages per request and each request's pages, drawn from one random permutation (so page
+    order is never the identity a kernel could get right by accident)."""
+    counts = [math.ceil(n / page) for n in kv_lens]
+    perm = torch.randperm(sum(counts)).tolist()
+    bounds = [0, *itertools.accumulate(counts)]
+    return counts, [perm[a:b] for a, b in zip(bounds, bounds[1:])]
 
 
 def _q_std(spec: dict[str, Any]) -> float:
@@ -128,12 +133,7 @@ def _mla_inputs(spec: dict[str, Any], torch: Any, device: Any, q_lens: list[int]
                 sinks: Any) -> Inputs:
     rank, rope, h = int(spec["kv_lora_rank"]), int(spec["qk_rope_head_dim"]), int(spec["num_qo_heads"])
     page = int(spec["page_size"])
-    counts = [math.ceil(n / page) for n in kv_lens]
-    perm = torch.randperm(sum(counts)).tolist()
-    pages, i = [], 0
-    for c in counts:
-        pages.append(perm[i:i + c])
-        i += c
+    counts, pages = _random_pages(torch, kv_lens, page)
     qdt = _dt(torch, spec["query_dtype"])
     cache, _, cf = _random_kv(torch, (sum(counts), page, rank + rope), spec["kv_view_dtype"], device)
     lat = [cf[p].reshape(-1, rank + rope)[:n].unsqueeze(1) for p, n in zip(pages, kv_lens)]
