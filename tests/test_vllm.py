@@ -118,12 +118,12 @@ def test_serve_startup_error(capsys):
 
 
 def test_serve_names_the_rule_of_a_later_failure(capsys):
-    # Gemma-2-style soft-cap with fp8 KV: whatever the rules decide, a rejection names each rule.
+    # vLLM 0.33 serves an nvfp4 KV cache on families 8/9/10/12 only: Jetson Thor (11.0) is refused,
+    # and the answer names the rule and when vLLM would fail; the H100 serves it (fa2).
+    rc, out, _ = cli(capsys, "vllm", "serve", LLAMA, "--kv-cache-dtype", "nvfp4", "--device", "Jetson Thor")
+    assert rc == 1 and any("vLLM would fail" in ln and "[vllm.nvfp4]" in ln for ln in out.splitlines())
     rc, out, _ = cli(capsys, "vllm", "serve", LLAMA, "--kv-cache-dtype", "nvfp4", "--device", "H100")
-    if rc == 1:
-        assert "vLLM would fail" in out and "[" in out
-    else:
-        assert rc == 0 and "OK" in out
+    assert rc == 0 and "OK" in out
 
 
 @pytest.mark.parametrize("argv", [
@@ -140,3 +140,17 @@ def test_serve_bad_input_exit_2(capsys, argv, tmp_path, monkeypatch):
 def test_serve_unknown_flag_is_named(capsys):
     rc, _out, err = cli(capsys, "vllm", "serve", LLAMA, "--gpu-memory-utilization", "0.9", "--device", "B200")
     assert rc == 2 and "--gpu-memory-utilization" in err and "install vllm" in err
+
+
+def test_serve_layered_model_planned_per_group_names_each_later_failure(capsys):
+    # gpt-oss: window-128 and full layers, sinks everywhere; vLLM 0.33 serves sinks only on 9.0/10.x/12.x
+    model = str(MODELS / "gpt-oss-20b.json")
+    assert main(["vllm", "serve", model, "-tp", "2", "--device", "H100", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    groups = data["per_rank"]["layer_groups"]
+    assert len(groups) == 2 and {g["attention"]["window_left"] for g in groups} == {127, -1}
+    assert all(g["config"]["num_qo_heads"] == 32 for g in groups)   # per rank: 64 / tp 2
+    assert main(["vllm", "serve", model, "--device", "A100"]) == 1
+    out = capsys.readouterr().out
+    assert "2 layer groups" in out
+    assert sum("vLLM would fail" in line and "[vllm.sinks]" in line for line in out.splitlines()) >= 2

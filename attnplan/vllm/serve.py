@@ -139,10 +139,9 @@ def render_serve(sa: ServeAnswer) -> str:
 
         out += ["", render_groups(sa.model)]
         if not sa.model.ok:
-            out.append("")
-            for v in sa.model.violations:
-                where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
-                out.append(f"vLLM would fail {WHEN.get(v.phase, 'at startup')}: [{v.rule}] {where}: {v.message}")
+            # group violations live on their groups; the model's own are the cross-group ones
+            vs = [v for g in sa.model.layer_groups for v in g.violations] + list(sa.model.violations)
+            out += ["", *_failures(vs)]
         return "\n".join(out)
     assert c is not None and sa.answer is not None
     if c.is_mla:
@@ -153,8 +152,14 @@ def render_serve(sa: ServeAnswer) -> str:
     out.append("")
     out.append(render_answer(sa.answer))
     if not sa.answer.ok:
-        out.append("")
-        for v in sa.answer.violations:
-            where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
-            out.append(f"vLLM would fail {WHEN.get(v.phase, 'at startup')}: [{v.rule}] {where}: {v.message}")
+        out += ["", *_failures(sa.answer.violations)]
     return "\n".join(out)
+
+
+def _failures(violations: Any) -> list[str]:
+    """When and why vLLM would fail, one line per violated rule."""
+    out = []
+    for v in violations:
+        where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
+        out.append(f"vLLM would fail {WHEN.get(v.phase, 'at startup')}: [{v.rule}] {where}: {v.message}")
+    return out
