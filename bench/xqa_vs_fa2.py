@@ -11,7 +11,7 @@ plans nothing). Step end to end: N back-to-back decode steps, one CUDA graph per
 wall time / N with one synchronize at the end (host work of step i+1 overlaps the device work
 of step i, as in a serving loop): the adapter's ``DecodeGraph`` for XQA (host: copy lengths and
 block table, replay a graph holding slots + append + attention), the adapter's ``DecodeGraph`` for
-fa2 (host: build_step + FlashInfer's plan, replay) and FlashInfer's own CUDA-graph decode wrapper
+fa2 (host: the same copies + FlashInfer's plan; metadata in the graph; replay) and FlashInfer's own CUDA-graph decode wrapper
 (host: FlashInfer's plan from prepared host arrays, replay).
 """
 
@@ -278,7 +278,7 @@ def graph_steps(fa2, xqa, cache, inp, table, q, steps: int) -> dict:
     k_new = torch.randn(bs, 8, 128, device="cuda").bfloat16()
     v_new = torch.randn(bs, 8, 128, device="cuda").bfloat16()
     # Adapter, XQA: the host copies lengths + block table; the graph holds slots, append, attention.
-    g = DecodeGraph(xqa, bs, table.numel(), cache, max_pages_per_req=table.shape[1])
+    g = DecodeGraph(xqa, bs, table.shape[1], cache)
     g.update(inp.seq_lens, table)
     g.capture()
 
@@ -287,13 +287,13 @@ def graph_steps(fa2, xqa, cache, inp, table, q, steps: int) -> dict:
         g.graph.replay()
     res["graph_xqa_step_us"] = loop(xqa_step, steps)
     res["graph_xqa_host_us"] = host_only(xqa_step, steps)
-    # Adapter, fa2: metadata + FlashInfer's plan on the host, then replay.
-    g2 = DecodeGraph(fa2, bs, table.numel(), cache)
-    g2.plan(fa2.plan_step(inp))
+    # Adapter, fa2: copies + FlashInfer's plan on the host, metadata inside the graph, replay.
+    g2 = DecodeGraph(fa2, bs, table.shape[1], cache)
+    g2.update(inp.seq_lens, table, inp.seq_lens_cpu)
     g2.capture()
 
     def fa2_step():
-        g2.plan(fa2.plan_step(inp))
+        g2.update(inp.seq_lens, table, inp.seq_lens_cpu)
         g2.graph.replay()
     res["graph_fa2_step_us"] = loop(fa2_step, steps)
     res["graph_fa2_host_us"] = host_only(fa2_step, steps)

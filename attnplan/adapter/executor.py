@@ -46,6 +46,9 @@ class AttentionExecutor:
         from .host_metadata import HostStaging
 
         self._staging = HostStaging(self.device)
+        from .decode_layout import DecodeLayouts
+
+        self._layouts = DecodeLayouts(self.plan.kv_cache.page_size, self.device)
         self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
         if backend == "flashinfer":
             from .flashinfer_backend import FlashInferBackend
@@ -74,7 +77,7 @@ class AttentionExecutor:
     # -- per step ------------------------------------------------------------------------------
     def plan_step(self, inp: StepInput) -> StepMetadata:
         """Metadata for this step's batch, and every kernel planned for it (once per step)."""
-        step = build_step(self.plan, inp, self._staging)
+        step = build_step(self.plan, inp, self._staging, self._layouts)
         self.backend.plan_step(step)
         if self.plan.kv_cache.mla and step.prefill is not None:
             self._plan_mla_prefill(step)
@@ -84,11 +87,11 @@ class AttentionExecutor:
 
     def append_kv(self, step: StepMetadata, cache: kvc.PagedKVCache, k: Any, v: Any, *,
                   k_scale: float = 1.0, v_scale: float = 1.0) -> None:
-        kvc.append(cache, step.slots, k, v, k_scale=k_scale, v_scale=v_scale)
+        kvc.append(cache, step.slots, k, v, k_scale=k_scale, v_scale=v_scale, pages_offsets=_parts(step))
 
     def append_latent(self, step: StepMetadata, cache: kvc.PagedKVCache, latent: Any) -> None:
         """MLA: this step's latent rows [T, kv_lora_rank + rope] into their pages."""
-        kvc.append(cache, step.slots, latent)
+        kvc.append(cache, step.slots, latent, pages_offsets=_parts(step))
 
     def _query(self, q: Any, phase: str, q_scale: float) -> Any:
         want = getattr(self.plan, phase).query_dtype
@@ -194,3 +197,7 @@ class AttentionExecutor:
             self.backend.run_ragged(step, "context", q, context[0], context[1], v_ctx, s_ctx)
             self.backend.merge(out, lse, v_ctx, s_ctx, step.extra["has_context"])
         return out
+
+
+def _parts(step: StepMetadata) -> Optional[tuple[Any, Any]]:
+    return None if step.slot_pages is None else (step.slot_pages, step.slot_offsets)

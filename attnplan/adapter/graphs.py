@@ -1,108 +1,142 @@
-"""CUDA-graph decode for a fixed batch size, dispatched on the decode phase's ``call``.
+"""CUDA-graph decode for a fixed batch size: the whole step's device work in one graph (issue 17).
 
-A captured graph replays fixed addresses. Host-planned calls (``calls.py``: paged_decode,
-paged_prefill for speculative decode, sink) build their wrapper over buffers that outlive every
-step (indptr, page indices, last-page lengths, qo indptr); each step's ``plan`` rewrites them in
-place outside the graph - FlashInfer's scheduler runs on the host - and ``replay`` launches the
-captured kernels over the new metadata. Device-tensor calls (xqa_decode, trtllm_decode) need no
-host planning at all: the graph captures the whole step - this step's slots from the lengths,
-the K/V append and the attention - and the host only copies the lengths and the block table in
-(``update``), which is the whole per-step host work.
+The graph holds, in order: the step's metadata from its lengths and block table
+(``DecodeLayout.compute``: KV page indptr, page indices, last-page lengths, each new token's
+slot), the append of the new K/V (MLA: latent rows) at those slots, and the attention call the
+plan names (``PhasePlan.call``, looked up in ``calls.py``). Per step the host copies the lengths
+and the block table into the graph's buffers (``update``) and replays.
+
+Host-planned calls (FlashInfer wrappers: paged_decode, paged_prefill for speculative decode or fa3
+decode, sink, mla_paged_decode) also need FlashInfer's scheduler, which runs on the host: their
+wrapper is built in CUDA-graph mode over the layout's own buffers, and ``update`` calls its
+``plan`` with the host lengths and an empty page-index tensor - the wrapper copies nothing into
+the indices buffer, which the graph fills on the device. That ``plan`` is FlashInfer's own cost,
+the same one its CUDA-graph wrapper pays; everything else the adapter adds is two copies.
+Device-tensor calls (xqa_decode, trtllm_decode, trtllm_mla_decode) plan nothing on the host.
 """
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any, Optional
 
-import flashinfer
 import torch
 
 from . import kv_cache as kvc
 from .calls import spec
+from .decode_layout import DecodeLayout, HostDecodeArrays
 from .flashinfer_backend import FlashInferBackend
-from .metadata import StepMetadata
+from .metadata import PhaseBatch, StepMetadata
 
 
-def _graph_buffers(call: str, indptr: Any, indices: Any, last: Any, qo_indptr: Any) -> dict[str, Any]:
+def _graph_buffers(call: str, layout: DecodeLayout) -> dict[str, Any]:
     """The CUDA-graph buffer arguments of the wrapper that runs ``call`` (FlashInfer names them
-    differently in its decode and prefill wrappers: decode.py / prefill.py ``__init__``)."""
+    differently per wrapper: decode.py, prefill.py and mla/_batch_mla/_wrapper.py ``__init__``)."""
+    indices = layout.kv_indices[:-1]                       # the spare last entry stays ours
     if call == "paged_decode":
-        return dict(use_cuda_graph=True, paged_kv_indptr_buffer=indptr, paged_kv_indices_buffer=indices,
-                    paged_kv_last_page_len_buffer=last)
-    return dict(use_cuda_graph=True, qo_indptr_buf=qo_indptr, paged_kv_indptr_buf=indptr,
-                paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=last)
+        return dict(use_cuda_graph=True, paged_kv_indptr_buffer=layout.kv_indptr, paged_kv_indices_buffer=indices,
+                    paged_kv_last_page_len_buffer=layout.last_page_len)
+    if call == "mla_paged_decode":
+        return dict(use_cuda_graph=True, qo_indptr=layout.qo_indptr, kv_indptr=layout.kv_indptr, kv_indices=indices,
+                    kv_len_arr=layout.seq_lens)
+    return dict(use_cuda_graph=True, qo_indptr_buf=layout.qo_indptr, paged_kv_indptr_buf=layout.kv_indptr,
+                paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=layout.last_page_len)
 
 
 class DecodeGraph:
-    def __init__(self, executor: Any, batch_size: int, max_pages: int, cache: Any, *,
-                 max_pages_per_req: Optional[int] = None, sinks: Optional[Any] = None):
+    """``DecodeGraph(executor, batch_size, max_pages_per_req, cache)``; then each step
+    ``update(seq_lens, block_table, seq_lens_cpu)`` and ``replay(q, k_new, v_new)`` (MLA:
+    ``replay_mla(q_nope, q_pe, latent)``). ``capture()`` once, after the first ``update``."""
+
+    def __init__(self, executor: Any, batch_size: int, max_pages_per_req: int, cache: Any, *,
+                 sinks: Optional[Any] = None):
         plan = executor.plan
-        if executor.backend.name != "flashinfer" or plan.kv_cache.mla:
-            raise ValueError("DecodeGraph captures standard-attention decode on the FlashInfer backend")
+        if executor.backend.name != "flashinfer":
+            raise ValueError("DecodeGraph captures the FlashInfer backend's decode kernels")
         self.ex = executor
         self.cache = cache
         self.batch_size = batch_size
         self.sinks = sinks
+        self.mla = plan.kv_cache.mla
         backend: FlashInferBackend = executor.backend
         dev = executor.device
         d = plan.decode
         p = executor.params
-        self.host_planned = spec(d.call).wrapper
-        tokens = batch_size * d.q_len_per_req
-        self.q = torch.zeros(tokens, p.num_qo_heads, p.head_dim_qk, dtype=backend.q_dtype["decode"], device=dev)
-        self.out = torch.empty(tokens, p.num_qo_heads, p.head_dim_vo, dtype=backend.o_dtype, device=dev)
-        self.graph: Any = None
-        if self.host_planned:
-            self.indptr = torch.zeros(batch_size + 1, dtype=torch.int32, device=dev)
-            self.indices = torch.zeros(max_pages, dtype=torch.int32, device=dev)
-            self.last = torch.ones(batch_size, dtype=torch.int32, device=dev)
-            self.qo_indptr = torch.arange(batch_size + 1, dtype=torch.int32, device=dev) * d.q_len_per_req
-            self.wrapper = backend.make_wrapper(
-                "decode", **_graph_buffers(d.call, self.indptr, self.indices, self.last, self.qo_indptr))
+        self.q_len = d.q_len_per_req
+        self.layout = DecodeLayout(batch_size, d.q_len_per_req, plan.kv_cache.page_size, max_pages_per_req, dev)
+        tokens = self.layout.num_tokens
+        q_dtype = backend.q_dtype["decode"]
+        if self.mla:
+            self.q_nope = torch.zeros(tokens, p.num_qo_heads, p.kv_lora_rank, dtype=q_dtype, device=dev)
+            self.q_pe = torch.zeros(tokens, p.num_qo_heads, p.qk_rope_head_dim, dtype=q_dtype, device=dev)
+            self.latent = torch.zeros(tokens, p.kv_lora_rank + p.qk_rope_head_dim, dtype=q_dtype, device=dev)
+            self.out = torch.empty(tokens, p.num_qo_heads, p.kv_lora_rank, dtype=backend.o_dtype, device=dev)
         else:
-            if d.q_len_per_req != 1:
-                raise ValueError("the captured device-tensor step appends one token per request (q_len_per_req 1)")
-            width = max_pages_per_req or max_pages // batch_size
-            page = plan.kv_cache.page_size
-            self.seq_lens = torch.ones(batch_size, dtype=torch.int32, device=dev)
-            self.table = torch.zeros(batch_size, width, dtype=torch.int32, device=dev)
-            self.k_new = torch.zeros(batch_size, p.num_kv_heads, p.head_dim_qk, dtype=backend.q_dtype["decode"], device=dev)
-            self.v_new = torch.zeros(batch_size, p.num_kv_heads, p.head_dim_vo, dtype=backend.q_dtype["decode"], device=dev)
-            batch = SimpleNamespace(block_table=self.table, seq_lens=self.seq_lens, max_kv_len=width * page)
-            self.step = SimpleNamespace(decode=batch, extra={})
-            if d.call == "xqa_decode" and d.q_len_per_req > 1:
-                self.step.extra["xqa_mask"] = backend.xqa_mask(batch_size)
+            self.q = torch.zeros(tokens, p.num_qo_heads, p.head_dim_qk, dtype=q_dtype, device=dev)
+            self.k_new = torch.zeros(tokens, p.num_kv_heads, p.head_dim_qk, dtype=q_dtype, device=dev)
+            self.v_new = torch.zeros(tokens, p.num_kv_heads, p.head_dim_vo, dtype=q_dtype, device=dev)
+            self.out = torch.empty(tokens, p.num_qo_heads, p.head_dim_vo, dtype=backend.o_dtype, device=dev)
+        self.graph: Any = None
+        self._parts = (self.layout.slot_pages, self.layout.slot_offsets)
+        self.host_planned = spec(d.call).wrapper
+        lay = self.layout
+        # What the kernels read, as the eager path hands it to them: the layout's buffers.
+        self.step = StepMetadata(kind="decode_only", needs=plan.metadata.decode_only, num_tokens=tokens,
+                                 slots=lay.slots, decode=PhaseBatch(
+            phase="decode", req=slice(0, batch_size), tok=slice(0, tokens), num_reqs=batch_size, num_tokens=tokens,
+            max_q_len=d.q_len_per_req, max_kv_len=max_pages_per_req * plan.kv_cache.page_size,
+            qo_indptr=lay.qo_indptr, seq_lens=lay.seq_lens, block_table=lay.table, kv_page_indptr=lay.kv_indptr,
+            last_page_len=lay.last_page_len, kv_indices=lay.kv_indices[:-1], qo_indptr_cpu=lay.qo_indptr_cpu,
+            query_lens=(d.q_len_per_req,) * batch_size))
+        if self.host_planned:
+            self.wrapper = backend.make_wrapper("decode", **_graph_buffers(d.call, lay))
+            self._no_indices = torch.empty(0, dtype=torch.int32, device=dev)
+        elif d.call == "xqa_decode" and d.q_len_per_req > 1:
+            self.step.extra["xqa_mask"] = backend.xqa_mask(batch_size)
 
     # -- host side, each step ------------------------------------------------------------------
-    def plan(self, step: StepMetadata) -> None:
-        """Host-planned calls, outside the graph: this step's metadata into the captured buffers."""
+    def update(self, seq_lens: Any, block_table: Any, seq_lens_cpu: Optional[Any] = None) -> None:
+        """The step's host work: copy its lengths and block table in; a host-planned call also
+        runs FlashInfer's ``plan`` on the host lengths (``seq_lens_cpu``)."""
+        lay = self.layout
+        if int(block_table.shape[0]) != self.batch_size or int(block_table.shape[1]) > lay.width:
+            raise ValueError(f"this graph runs {self.batch_size} requests over block tables of at most {lay.width} "
+                             f"pages; got a table of shape {tuple(block_table.shape)}")
+        lay.seq_lens.copy_(seq_lens, non_blocking=True)
+        w = int(block_table.shape[1])
+        (lay.table if w == lay.width else lay.table[:, :w]).copy_(block_table, non_blocking=True)
         if not self.host_planned:
-            raise ValueError("a device-tensor decode graph takes update(seq_lens, block_table), not plan()")
-        if step.decode is None or step.prefill is not None or step.decode.num_reqs != self.batch_size:
-            raise ValueError(f"a captured decode graph runs decode-only batches of {self.batch_size} requests")
-        self.ex.backend.plan_wrapper(self.wrapper, step.decode, "decode")
-
-    def update(self, seq_lens: Any, block_table: Any) -> None:
-        """Device-tensor calls: the only host work of a step - copy its lengths and block table."""
-        self.seq_lens.copy_(seq_lens, non_blocking=True)
-        self.table[:, : block_table.shape[1]].copy_(block_table, non_blocking=True)
+            return
+        if seq_lens_cpu is None:
+            raise ValueError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
+        host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
+        b = self.step.decode
+        assert b is not None
+        batch = PhaseBatch(
+            phase="decode", req=b.req, tok=b.tok, num_reqs=b.num_reqs, num_tokens=b.num_tokens, max_q_len=b.max_q_len,
+            max_kv_len=host.max_kv_len, qo_indptr=b.qo_indptr, seq_lens=b.seq_lens, block_table=b.block_table,
+            kv_page_indptr=b.kv_page_indptr, last_page_len=b.last_page_len, kv_indices=self._no_indices,
+            qo_indptr_cpu=lay.qo_indptr_cpu, seq_lens_cpu=host.seq_lens, kv_page_indptr_cpu=host.kv_indptr,
+            last_page_len_cpu=host.last_page_len, query_lens=b.query_lens)
+        self.ex.backend.plan_wrapper(self.wrapper, batch, "decode")
 
     # -- captured work ---------------------------------------------------------------------------
     def _run(self) -> None:
         backend: FlashInferBackend = self.ex.backend
-        if self.host_planned:
-            backend.run_wrapper(self.wrapper, self.ex.plan.decode.call, self.q, self.cache, self.out,
-                                k_scale=1.0, v_scale=1.0, sinks=self.sinks)
+        call = self.ex.plan.decode.call
+        self.layout.compute()
+        if self.mla:
+            kvc.append(self.cache, self.layout.slots, self.latent, pages_offsets=self._parts)
+            if self.host_planned:
+                self.wrapper.run(query=(self.q_nope, self.q_pe), kv_cache=self.cache.kernel_view(), out=self.out)
+            else:
+                backend.run_mla_decode(self.step, self.q_nope, self.q_pe, self.cache, self.out)
             return
-        # The step's slots from the device lengths (the new token is the last one), then append, then attend.
-        page = self.ex.plan.kv_cache.page_size
-        pos = (self.seq_lens - 1).long()
-        rows = torch.arange(self.batch_size, device=pos.device)
-        slots = self.table[rows, pos // page].long() * page + pos % page
-        kvc.append(self.cache, slots, self.k_new, self.v_new)
-        flashinfer.decode.trtllm_batch_decode_with_kv_cache(
-            **backend.device_decode_kwargs(self.step, self.q, self.cache, self.out, sinks=self.sinks))
+        kvc.append(self.cache, self.layout.slots, self.k_new, self.v_new, pages_offsets=self._parts)
+        if self.host_planned:
+            backend.run_wrapper(self.wrapper, call, self.q, self.cache, self.out, k_scale=1.0, v_scale=1.0,
+                                sinks=self.sinks)
+        else:
+            backend.run_decode(self.step, self.q, self.cache, self.out, sinks=self.sinks)
 
     def capture(self) -> None:
         stream = torch.cuda.Stream()
@@ -114,10 +148,17 @@ class DecodeGraph:
         with torch.cuda.graph(self.graph):
             self._run()
 
-    def replay(self, q: Any, k_new: Optional[Any] = None, v_new: Optional[Any] = None) -> Any:
+    def replay(self, q: Any, k_new: Any, v_new: Any) -> Any:
+        """One step: this step's query and new K/V in, the graph replayed, the output buffer out."""
         self.q.copy_(q)
-        if not self.host_planned and k_new is not None:
-            self.k_new.copy_(k_new)
-            self.v_new.copy_(v_new)
+        self.k_new.copy_(k_new)
+        self.v_new.copy_(v_new)
+        self.graph.replay()
+        return self.out
+
+    def replay_mla(self, q_nope: Any, q_pe: Any, latent: Any) -> Any:
+        self.q_nope.copy_(q_nope)
+        self.q_pe.copy_(q_pe)
+        self.latent.copy_(latent)
         self.graph.replay()
         return self.out

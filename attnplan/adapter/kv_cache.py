@@ -88,13 +88,16 @@ def _quantize(x: Any, view: str, scale: float) -> Any:
 
 
 def append(cache: PagedKVCache, slots: Any, k: Any, v: Optional[Any] = None, *,
-           k_scale: float = 1.0, v_scale: float = 1.0) -> None:
+           k_scale: float = 1.0, v_scale: float = 1.0, pages_offsets: Optional[tuple[Any, Any]] = None) -> None:
     """Write this step's K/V (MLA: ``k`` = latent rows [T, rank + rope], ``v`` unused) at ``slots``
-    (``page * page_size + offset`` per token, from the step metadata). Device-side scatter: no
-    host round trip, graph-capturable."""
+    (``page * page_size + offset`` per token, from the step metadata; ``pages_offsets``: the two
+    parts, when the metadata has them). Device-side scatter: no host round trip, graph-capturable."""
     plan = cache.plan
-    page = slots // plan.page_size
-    off = slots % plan.page_size
+    if pages_offsets is not None:
+        page, off = pages_offsets
+    else:
+        page = slots // plan.page_size
+        off = slots % plan.page_size
     if plan.mla:
         cache.data[page, off] = k.to(cache.data.dtype)
         return

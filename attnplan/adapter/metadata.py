@@ -73,6 +73,10 @@ class StepMetadata:
     decode: Optional[PhaseBatch] = None
     prefill: Optional[PhaseBatch] = None
     extra: dict[str, Any] = field(default_factory=dict)   # backend plan state (ragged plans, ...)
+    # slots // page_size and slots % page_size, when the metadata already has them (decode
+    # layouts): appends, once per layer, then launch no arithmetic of their own.
+    slot_pages: Optional[Any] = None
+    slot_offsets: Optional[Any] = None
 
 
 def batch_kind(num_decodes: int, num_prefills: int) -> str:
@@ -172,17 +176,32 @@ def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
     return step
 
 
-def build_step(plan: Plan, inp: StepInput, staging: Any = None) -> StepMetadata:
+def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = None) -> StepMetadata:
     """Validate the step against the plan and build every tensor the planned kernels take.
     ``staging``: a ``host_metadata.HostStaging`` whose pinned buffers are reused across steps
-    (the executor keeps one; without it each step allocates its host arrays)."""
+    (the executor keeps one; without it each step allocates its host arrays). ``layouts``: a
+    ``decode_layout.DecodeLayouts``; with it a decode-only step replays its shape's captured
+    metadata instead of building it afresh (the executor keeps one)."""
     b = len(inp.query_lens)
     nd = inp.num_decodes
     if not 0 <= nd <= b or b == 0:
         raise ValueError(f"num_decodes {nd} for a batch of {b} requests")
+    q_dec = plan.decode.q_len_per_req
+    ql = inp.query_lens
+    if layouts is not None and nd == b and isinstance(ql, (list, tuple)) and ql.count(q_dec) == b:
+        # The steady state of serving: every request decodes (a C-level count, not a numpy pass).
+        needs_dec: BatchMetadata = plan.metadata.decode_only
+        if needs_dec.needs_host_seq_lens and inp.seq_lens_cpu is None:
+            raise ValueError("the plan's metadata for decode_only batches needs host seq lens (seed 001: some "
+                             "phase runs a native kernel, which plans on the host); pass seq_lens_cpu")
+        from .decode_layout import HostDecodeArrays, decode_step
+
+        host = None
+        if inp.seq_lens_cpu is not None:
+            host = HostDecodeArrays(inp.seq_lens_cpu, q_dec, plan.kv_cache.page_size, int(inp.block_table.shape[1]))
+        return decode_step(plan, inp, needs_dec, layouts, host)
     import numpy as np
 
-    q_dec = plan.decode.q_len_per_req
     # numpy, not a Python loop over requests: ~100 us of host time per step at batch 256 (H100 host).
     q = np.asarray(inp.query_lens, dtype=np.int64)
     bad = np.flatnonzero(q[:nd] != q_dec).tolist()

@@ -122,3 +122,13 @@ def real_or_derived(cfg: dict, derived: Any, call: str, phase: str = "decode") -
     except Exception:  # noqa: BLE001 - a config today's schema refuses
         return derived
     return a if a.ok and getattr(a.plan, phase).call == call else derived
+
+
+def fa3_decode(answer: Any) -> Any:
+    """Decode on the prefill phase's paged fa3 kernel (``paged_prefill`` with backend fa3, one
+    query row per request): a plan the rules can name on 9.0 when fa2 decode is excluded."""
+    pre = answer.plan.prefill
+    assert pre.call == "paged_prefill" and pre.flashinfer_backend == "fa3", pre
+    dec = pre.model_copy(update=dict(q_len_per_req=1, runs_on_prefill_kernel=True,
+                                     modules=tuple(m.model_copy(update={"phase": "decode"}) for m in pre.modules)))
+    return _with(answer, decode=dec)

@@ -1,7 +1,7 @@
 """Build every JIT module the GPU test files need in one parallel ninja before pytest runs them,
 so one short GPU session compiles once with all cores (each file's fixture then finds them built).
 
-    python3 tests/gpu/prebuild_all.py [new_paths adapter mla variants]
+    python3 tests/gpu/prebuild_all.py [new_paths adapter mla variants graphs]
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ def modules(which: list[str]) -> dict:
 
         for c in (t.SWCAP, *t.HEADS.values()):
             add(answer(**c))
+    if "graphs" in which:
+        import test_decode_graphs_gpu as t
+
+        for make in (*t.PLANS.values(), *t.MLA_PLANS.values()):
+            add(make(), ("decode",))
     return mods
 
 

@@ -158,24 +158,21 @@ def test_trtllm_metadata_needs_no_host_data():
 
 @pytest.mark.parametrize("cfg", [LLAMA, SPEC[1]], ids=["q1", "q3"])
 def test_cuda_graph_decode(cfg):
+    """The rules' own plan here, captured whole (tests/gpu/test_decode_graphs_gpu.py: every call)."""
     from attnplan.adapter import DecodeGraph
 
     ex = executor(**cfg)
     qd = ex.plan.decode.q_len_per_req
     bs = 8
     first = Batch(ex, [qd] * bs, random_lens(bs - 1, qd, 1500) + [1500], bs)
-    graph = DecodeGraph(ex, bs, max_pages=first.table.numel(), cache=first.cache)
-    step = ex.plan_step(first.input)
-    ex.append_kv(step, first.cache, *first.new_kv())
-    graph.plan(step)
+    graph = DecodeGraph(ex, bs, first.table.shape[1], first.cache)
+    graph.update(first.input.seq_lens, first.table, first.input.seq_lens_cpu)
     graph.capture()
-    errs = [rel_err(graph.replay(first.q).clone(), first.reference())]
-    # Next step: new lengths, same batch size and cache: re-plan outside the graph, replay it.
+    errs = [rel_err(graph.replay(first.q, *first.new_kv()).clone(), first.reference())]
+    # Next step: new lengths, same batch size and cache: update the graph's inputs, replay it.
     second = Batch(ex, [qd] * bs, random_lens(bs, qd, 1500), bs, reuse=first)
-    step2 = ex.plan_step(second.input)
-    ex.append_kv(step2, second.cache, *second.new_kv())
-    graph.plan(step2)
-    errs.append(rel_err(graph.replay(second.q).clone(), second.reference()))
+    graph.update(second.input.seq_lens, second.table, second.input.seq_lens_cpu)
+    errs.append(rel_err(graph.replay(second.q, *second.new_kv()).clone(), second.reference()))
     print(f"CUDA graph decode q_len={qd}: rel errs {errs}")
     assert max(errs) <= TOL
 

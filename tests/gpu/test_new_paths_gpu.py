@@ -251,8 +251,7 @@ def test_xqa_decode_graph_captures_the_whole_step():
     ex = derived_executor(xqa_plan())
     bs = 8
     first = Batch(ex, [1] * bs, random_lens(bs - 1, 2, 1500) + [1500], bs, poison="finite")   # width for 1500
-    graph = DecodeGraph(ex, bs, max_pages=first.table.numel(), cache=first.cache,
-                        max_pages_per_req=first.table.shape[1])
+    graph = DecodeGraph(ex, bs, first.table.shape[1], first.cache)
     graph.update(first.input.seq_lens, first.table)
     graph.capture()
     errs = [rel_err(graph.replay(first.q, *first.new_kv()).clone(), first.reference())]

@@ -1,0 +1,212 @@
+"""Decode-only steps: their device metadata computed on the device, in buffers of fixed address,
+captured once per batch shape as a CUDA graph and replayed every step (issue 17).
+
+A decode-only batch of B requests taking q query tokens each has the same shape step after step
+- only the KV lengths and the block table change - so everything the kernels read (KV page
+indptr, page indices, last-page lengths, qo indptr, each new token's slot) is a fixed-shape
+function of those two tensors. ``DecodeLayout.compute`` is that function, written with
+fixed-shape ops only (no boolean masks, no host reads), so it can be captured: per step the host
+copies the lengths and the table into the layout's buffers and replays one graph, instead of the
+~20 torch ops and ~40 numpy ops the general path (``host_metadata.from_host``) needs for a batch
+whose shape it has not seen. vLLM does the same work with a Triton kernel per step
+(``vllm/v1/attention/backends/flashinfer.py``, ``_compute_flashinfer_kv_metadata``).
+
+Page indices without a mask: entry ``(r, j)`` of the block table lands at ``kv_indptr[r] + j``
+when ``j < pages[r]`` and at one spare slot past the end otherwise, a ``scatter_`` of every entry;
+kernels read only up to ``kv_indptr[B]``.
+
+``DecodeGraph`` (``graphs.py``) captures the same ``compute`` inside its whole-step graph.
+On a CPU device nothing is captured and ``run`` calls ``compute``: the CPU tests hold the same
+code to a naive walk of the block table.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Optional
+
+import numpy as np
+
+
+class DecodeLayout:
+    """Metadata buffers for decode-only steps of ``batch_size`` requests x ``q_len`` tokens over
+    a block table ``width`` pages wide. Valid until the next step of the same shape is planned:
+    kernels enqueued before then read their own step's values (one stream, stream order)."""
+
+    def __init__(self, batch_size: int, q_len: int, page_size: int, width: int, device: Any):
+        import torch
+
+        b, q, w = batch_size, q_len, width
+        self.batch_size, self.q_len, self.page_size, self.width = b, q, page_size, w
+        self.device = torch.device(device)
+        i32 = dict(dtype=torch.int32, device=self.device)
+        # Inputs, rewritten each step (``load``). Lengths start at q so that a capture before the
+        # first load reads in-range block-table columns.
+        self.seq_lens = torch.full((b,), q, **i32)
+        self.table = torch.zeros(b, w, **i32)
+        # Outputs.
+        self.kv_indptr = torch.zeros(b + 1, **i32)
+        self.kv_indices = torch.zeros(b * w + 1, **i32)          # the last one takes unused entries
+        self.last_page_len = torch.ones(b, **i32)
+        self.qo_indptr = torch.arange(b + 1, **i32) * q           # fixed for the shape
+        self.slots = torch.zeros(b * q, dtype=torch.int64, device=self.device)
+        # Each new token's page and offset, so that an append per layer launches no arithmetic.
+        self.slot_pages = torch.zeros(b * q, dtype=torch.int64, device=self.device)
+        self.slot_offsets = torch.zeros(b * q, dtype=torch.int64, device=self.device)
+        # Constants the graph reads.
+        self._token = torch.arange(q, **i32).view(1, q) - q        # token i of a request: seq - q + i
+        self._col = torch.arange(w, **i32).view(1, w)
+        self._graph: Any = None
+        # Host side: qo indptr never changes for the shape.
+        self.qo_indptr_cpu = torch.arange(b + 1, dtype=torch.int32) * q
+
+    @property
+    def num_tokens(self) -> int:
+        return self.batch_size * self.q_len
+
+    def compute(self) -> None:
+        """Fixed-shape device ops from ``seq_lens`` and ``table`` to every output (capturable)."""
+        import torch
+
+        page, w = self.page_size, self.width
+        seq = self.seq_lens
+        pages = torch.div(seq + (page - 1), page, rounding_mode="floor")
+        torch.cumsum(pages, 0, dtype=torch.int32, out=self.kv_indptr[1:])
+        torch.remainder(seq - 1, page, out=self.last_page_len)
+        self.last_page_len.add_(1)
+        # Slots: a length shorter than q (refused on the host when it has the lengths) is clamped
+        # rather than read out of the table's bounds, which would kill the CUDA context.
+        pos = (seq.view(-1, 1) + self._token).clamp_(min=0)
+        col = torch.div(pos, page, rounding_mode="floor").clamp_(max=w - 1)
+        shape = (self.batch_size, self.q_len)
+        pages_of = self.slot_pages.view(shape)
+        offsets = self.slot_offsets.view(shape)
+        pages_of.copy_(torch.gather(self.table, 1, col.long()))
+        offsets.copy_(pos.remainder(page))
+        torch.add(offsets, pages_of, alpha=page, out=self.slots.view(shape))
+        dst = torch.where(self._col < pages.view(-1, 1), self.kv_indptr[:-1].view(-1, 1) + self._col,
+                          self.batch_size * w)
+        self.kv_indices.scatter_(0, dst.view(-1).long(), self.table.reshape(-1))
+
+    def load(self, seq_lens: Any, block_table: Any) -> None:
+        """This step's lengths and block table into the layout's buffers (asynchronous copies)."""
+        self.seq_lens.copy_(seq_lens, non_blocking=True)
+        self.table.copy_(block_table, non_blocking=True)
+
+    def capture(self, pool: Any = None) -> None:
+        """Record ``compute`` as a CUDA graph (CUDA devices only; the first capture of a shape
+        synchronizes once, as every CUDA-graph capture does)."""
+        import torch
+
+        stream = torch.cuda.Stream(self.device)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            self.compute()                     # lazy initialisation outside the capture
+        torch.cuda.current_stream(self.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            self.compute()
+        self._graph = graph
+
+    def run(self) -> None:
+        if self._graph is not None:
+            self._graph.replay()
+        else:
+            self.compute()
+
+
+class HostDecodeArrays:
+    """What a host-planned kernel's ``plan`` reads for a decode-only step, from host KV lengths
+    (numpy on B ints: a handful of ~1 us operations, no torch dispatch)."""
+
+    __slots__ = ("seq_lens", "kv_indptr", "last_page_len", "num_pages", "max_kv_len")
+
+    def __init__(self, seq_lens_cpu: Any, q_len: int, page: int, width: int):
+        import torch
+
+        s = seq_lens_cpu.numpy() if isinstance(seq_lens_cpu, torch.Tensor) else np.asarray(seq_lens_cpu)
+        s = s.astype(np.int32, copy=False)
+        lo, hi = int(s.min()), int(s.max())
+        if lo < q_len:
+            raise ValueError("decode: a request's KV length is shorter than its query length "
+                             "(append this step's tokens before attending)")
+        if hi > width * page:
+            raise ValueError(f"decode: a request holds {hi} KV tokens, more than its block table's "
+                             f"{width} pages of {page} hold")
+        pages = (s + (page - 1)) // page
+        ptr = np.empty(len(s) + 1, dtype=np.int32)
+        ptr[0] = 0
+        np.cumsum(pages, out=ptr[1:])
+        self.seq_lens = torch.from_numpy(s)
+        self.kv_indptr = torch.from_numpy(ptr)
+        self.last_page_len = torch.from_numpy(s - (pages - 1) * page)
+        self.num_pages = int(ptr[-1])
+        self.max_kv_len = hi
+
+
+class DecodeLayouts:
+    """The executor's layouts, one per (batch size, q_len, table width), least recently used
+    dropped past ``MAX``. Their graphs share one memory pool: they replay one after another on
+    one stream and keep nothing in it between replays (outputs live in the layouts' buffers)."""
+
+    MAX = 64
+
+    def __init__(self, page_size: int, device: Any):
+        import torch
+
+        self.page_size = page_size
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        self._pool: Any = None
+        self._layouts: OrderedDict[tuple[int, int, int], DecodeLayout] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._layouts)
+
+    def get(self, batch_size: int, q_len: int, width: int) -> DecodeLayout:
+        key = (batch_size, q_len, width)
+        layout = self._layouts.get(key)
+        if layout is not None:
+            self._layouts.move_to_end(key)
+            return layout
+        layout = DecodeLayout(batch_size, q_len, self.page_size, width, self.device)
+        if self.cuda:
+            import torch
+
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            layout.capture(self._pool)
+        self._layouts[key] = layout
+        if len(self._layouts) > self.MAX:
+            self._layouts.popitem(last=False)
+        return layout
+
+
+def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: Optional[HostDecodeArrays]) -> Any:
+    """``StepMetadata`` of a decode-only step through its shape's layout: copy, replay, views."""
+    from .metadata import PhaseBatch, StepMetadata
+
+    table = inp.block_table
+    b, q = len(inp.query_lens), plan.decode.q_len_per_req
+    width = int(table.shape[1])
+    layout = layouts.get(b, q, width)
+    layout.load(inp.seq_lens, table)
+    layout.run()
+    t = b * q
+    kv_indices = None
+    if needs.needs_paged_kv_indices:
+        kv_indices = layout.kv_indices[: host.num_pages] if host is not None else layout.kv_indices[:-1]
+    batch = PhaseBatch(
+        phase="decode", req=slice(0, b), tok=slice(0, t), num_reqs=b, num_tokens=t, max_q_len=q,
+        max_kv_len=host.max_kv_len if host is not None else (inp.max_seq_len or width * plan.kv_cache.page_size),
+        qo_indptr=layout.qo_indptr, seq_lens=inp.seq_lens, block_table=table, kv_page_indptr=layout.kv_indptr,
+        last_page_len=layout.last_page_len, kv_indices=kv_indices, qo_indptr_cpu=layout.qo_indptr_cpu,
+        seq_lens_cpu=None if host is None else host.seq_lens,
+        kv_page_indptr_cpu=None if host is None else host.kv_indptr,
+        last_page_len_cpu=None if host is None else host.last_page_len,
+        query_lens=tuple(inp.query_lens),
+    )
+    step = StepMetadata(kind="decode_only", needs=needs, num_tokens=t, slots=layout.slots, decode=batch,
+                        slot_pages=layout.slot_pages, slot_offsets=layout.slot_offsets)
+    step.extra["layout"] = layout
+    return step

@@ -1,0 +1,359 @@
+"""Host time per step and CUDA-graph decode steps end to end, per decode backend (issue 17).
+
+    python3 bench/decode_steps.py --out DIR [--backends fa2,fa3,xqa,mla-fa3,mla-fa2] [--quick]
+
+Decode backends a plan can name on the H100 - fa2 (``paged_decode``), fa3 (``paged_prefill`` with
+backend fa3, one query row per request; derived, see tests/gpu/derive.py ``fa3_decode``), XQA
+(``xqa_decode``) and MLA (``mla_paged_decode`` with the rules' backend here, and fa2) - over
+Llama-3.1-8B attention (32/8 heads, head 128, bf16, page 16) and DeepSeek-V3 MLA (128 heads,
+latent 512 + rope 64, page 64), batch 1-256 x context 1k-32k (MLA: batch 1-128 x 1k-16k).
+
+Per shape (every request at the same context, block table exactly as wide as it needs):
+- ``metadata``: host median of ``build_step`` for the decode-only step (the executor's layouts:
+  copy lengths + table into the shape's buffers, replay its captured metadata graph, host arrays
+  for FlashInfer's plan by numpy);
+- ``plan_step``: host median of the executor's ``plan_step`` (metadata + FlashInfer's ``plan``);
+- ``fi_plan``: host median of FlashInfer's ``plan`` alone, called with the very arguments
+  ``plan_step`` gave it (recorded once), on the same wrapper; XQA plans nothing (0);
+- graph step end to end: ``steps`` back-to-back decode steps, wall time / steps with one sync at the
+  end (a step's host work overlaps the previous step's kernels, as in a serving loop), and the host
+  time of one step (median, synchronized before each):
+  adapter = ``DecodeGraph``: host copies lengths + table (+ FlashInfer's plan for wrappers), the
+  graph holds metadata + K/V append + attention;
+  FlashInfer = FlashInfer's own CUDA-graph wrapper over metadata an engine prepared beforehand
+  (host: its ``plan`` on prepared host arrays, then replay of a graph holding the attention only;
+  XQA: a graph of ``trtllm_batch_decode_with_kv_cache`` alone, host: replay only).
+Host figures on the device machine's shared host move by up to 2x between runs; the JSON keeps
+every row.
+
+Prefill and mixed steps (general path, a new shape every step): metadata, plan_step and
+FlashInfer's fa3 prefill plan; plus cProfile of a decode plan_step at batch 1 and 256 (fa2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+
+LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+MLA = dict(num_qo_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+BATCHES = (1, 16, 64, 256)
+CONTEXTS = (1024, 4096, 16384, 32768)
+MLA_BATCHES = (1, 16, 64, 128)
+MLA_CONTEXTS = (1024, 4096, 16384)
+
+
+def host_median(fn, n=40):
+    import torch
+
+    for _ in range(5):
+        fn()
+    ts = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2] * 1e6
+
+
+def loop_us(fn, steps):
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / steps * 1e6
+
+
+def executor_for(name):
+    import derive
+    from attnplan.adapter import AttentionExecutor
+    from attnplan.policy import AttentionConfig, plan_for
+
+    if name.startswith("mla"):
+        cfg = dict(MLA, attention_backend="fa2") if name == "mla-fa2" else dict(MLA)
+        a = plan_for(AttentionConfig(**cfg), engine="flashinfer")
+        assert a.ok, a.violations
+        return AttentionExecutor(a, device="cuda")
+    base = derive.base(**LLAMA)
+    a = {"fa2": base, "fa3": derive.fa3_decode(base) if name == "fa3" else None,
+         "xqa": derive.xqa(base) if name == "xqa" else None}[name]
+    return AttentionExecutor(a, device="cuda", check=False)
+
+
+def recorded_plan(wrapper, fn):
+    """The (args, kwargs) FlashInfer's ``plan`` got from ``fn()`` on ``wrapper``."""
+    seen = {}
+    inner = wrapper.plan
+
+    def spy(*a, **k):
+        seen["call"] = (a, k)
+        return inner(*a, **k)
+    wrapper.plan = spy
+    try:
+        fn()
+    finally:
+        del wrapper.plan
+    return seen["call"]
+
+
+def fi_graph(ex, cache, step, q, mla_q=None):
+    """FlashInfer's own CUDA-graph path for the plan's decode call over prepared metadata:
+    (per-step host function, graph) - the wrapper's plan + replay, or replay alone for XQA."""
+    import flashinfer
+    import torch
+
+    from attnplan.adapter.graphs import _graph_buffers
+    from attnplan.adapter.decode_layout import DecodeLayout
+
+    backend, d, b = ex.backend, ex.plan.decode, step.decode
+    out = torch.empty(b.num_tokens, ex.params.num_qo_heads,
+                      ex.params.kv_lora_rank if mla_q else ex.params.head_dim_vo, dtype=torch.bfloat16, device="cuda")
+    if d.call == "xqa_decode":
+        kw = backend.device_decode_kwargs(step, q, cache, out)
+        kw = {k: (v.clone() if isinstance(v, torch.Tensor) and k in ("block_tables", "seq_lens") else v)
+              for k, v in kw.items()}
+
+        def run():
+            flashinfer.decode.trtllm_batch_decode_with_kv_cache(**kw)
+        host = None
+    else:
+        # Buffers of FlashInfer's graph mode, filled by its plan from the engine's prepared arrays
+        # (a layout here only allocates buffers of the right sizes; nothing computes into them).
+        buf = DecodeLayout(b.num_reqs, d.q_len_per_req, ex.plan.kv_cache.page_size,
+                           int(b.block_table.shape[1]), ex.device)
+        w = backend.make_wrapper("decode", **_graph_buffers(d.call, buf))
+        prepared = b.kv_indices.clone()
+        if d.call == "mla_paged_decode":
+            from flashinfer.mla import MLAPlanMetadata
+
+            p = ex.params
+            meta = MLAPlanMetadata.csr(b.qo_indptr_cpu.clone(), b.kv_page_indptr_cpu.clone(), prepared,
+                                       b.seq_lens_cpu.clone())
+
+            def host():
+                w.plan(metadata=meta, num_heads=p.num_qo_heads, head_dim_ckv=p.kv_lora_rank,
+                       head_dim_kpe=p.qk_rope_head_dim, page_size=ex.plan.kv_cache.page_size, causal=False,
+                       sm_scale=p.sm_scale, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
+                       query_layout="split", kv_cache_layout="packed")
+
+            def run():
+                w.run(query=mla_q, kv_cache=cache.kernel_view(), out=out)
+        else:
+            from attnplan.adapter.metadata import PhaseBatch
+
+            pb = PhaseBatch(**{**b.__dict__, "kv_indices": prepared,
+                               **{k: getattr(b, k).clone() for k in ("qo_indptr_cpu", "kv_page_indptr_cpu",
+                                                                     "last_page_len_cpu", "seq_lens_cpu")}})
+            a, k = recorded_plan(w, lambda: backend.plan_wrapper(w, pb, "decode"))
+
+            def host():
+                w.plan(*a, **k)
+
+            def run():
+                backend.run_wrapper(w, d.call, q, cache, out, k_scale=1.0, v_scale=1.0, sinks=None)
+        host()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+
+    def one_step():
+        if host is not None:
+            host()
+        g.replay()
+    return one_step
+
+
+def decode_rows(name, out_dir, quick):
+    import torch
+
+    from attnplan.adapter import StepInput
+    from attnplan.adapter.graphs import DecodeGraph
+    from attnplan.adapter.metadata import build_step
+
+    ex = executor_for(name)
+    mla = ex.plan.kv_cache.mla
+    page = ex.plan.kv_cache.page_size
+    batches = (1, 64) if quick else (MLA_BATCHES if mla else BATCHES)
+    contexts = (1024, 16384) if quick else (MLA_CONTEXTS if mla else CONTEXTS)
+    num_pages = max(batches) * max(contexts) // page
+    cache = ex.allocate_kv_cache(num_pages)
+    cache.data.view(torch.bfloat16).normal_()            # random, finite (XQA reads page tails)
+    p = ex.params
+    perm = torch.randperm(num_pages, device="cuda", dtype=torch.int32)
+    rows = []
+    for bs in batches:
+        for ctx in contexts:
+            width = ctx // page
+            table = perm[: bs * width].view(bs, width)
+            seq_cpu = torch.full((bs,), ctx, dtype=torch.int32)
+            inp = StepInput([ex.plan.decode.q_len_per_req] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
+            row = dict(backend=name, call=ex.plan.decode.call, fi_backend=ex.plan.decode.flashinfer_backend,
+                       batch=bs, ctx=ctx)
+            row["metadata_us"] = host_median(lambda: build_step(ex.plan, inp, ex._staging, ex._layouts))
+            row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
+            step = ex.plan_step(inp)
+            w = ex.backend._decode
+            if w is not None:
+                a, k = recorded_plan(w, lambda: ex.backend.plan_step(step))
+                row["fi_plan_us"] = host_median(lambda: w.plan(*a, **k))
+            else:
+                row["fi_plan_us"] = 0.0
+            row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - row["fi_plan_us"]
+            # Graph steps, adapter vs FlashInfer's own.
+            g = DecodeGraph(ex, bs, width, cache)
+            g.update(inp.seq_lens, table, seq_cpu)
+            g.capture()
+
+            def adapter_step():
+                g.update(inp.seq_lens, table, seq_cpu)
+                g.graph.replay()
+            if mla:
+                qn = torch.randn(bs, p.num_qo_heads, p.kv_lora_rank, device="cuda").bfloat16()
+                qp = torch.randn(bs, p.num_qo_heads, p.qk_rope_head_dim, device="cuda").bfloat16()
+                fi_step = fi_graph(ex, cache, step, None, mla_q=(qn, qp))
+            else:
+                q = torch.randn(bs * ex.plan.decode.q_len_per_req, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
+                fi_step = fi_graph(ex, cache, step, q)
+            one = loop_us(adapter_step, 3)
+            steps = max(20, min(300, int(300_000 / max(one, 1.0))))
+            row["graph_steps"] = steps
+            row["adapter_graph_step_us"] = loop_us(adapter_step, steps)
+            row["fi_graph_step_us"] = loop_us(fi_step, steps)
+            row["adapter_graph_host_us"] = host_median(adapter_step, 30)
+            row["fi_graph_host_us"] = host_median(fi_step, 30)
+            rows.append(row)
+            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            del g, fi_step
+    (out_dir / f"decode-steps-{name}.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def general_rows(out_dir):
+    """Prefill-only and mixed steps: the general path (a new shape every step)."""
+    import torch
+
+    from attnplan.adapter import StepInput
+    from attnplan.adapter.metadata import build_step
+
+    ex = executor_for("fa2")
+    page = ex.plan.kv_cache.page_size
+    shapes = [("prefill", [], [1024]), ("prefill", [], [4096]), ("prefill", [], [16384]),
+              ("prefill", [], [2048] * 8), ("mixed", [4096] * 64, [512] * 2), ("mixed", [4096] * 256, [1024] * 4)]
+    rows = []
+    for kind, dec_ctx, pre in shapes:
+        q = [1] * len(dec_ctx) + pre
+        seq = dec_ctx + pre
+        width = max((s + page - 1) // page for s in seq)
+        table = torch.randperm(len(seq) * width, device="cuda", dtype=torch.int32).view(len(seq), width)
+        seq_cpu = torch.tensor(seq, dtype=torch.int32)
+        inp = StepInput(q, seq_cpu.cuda(), table, len(dec_ctx), seq_lens_cpu=seq_cpu)
+        row = dict(kind=kind, decodes=len(dec_ctx), prefill_tokens=sum(pre), prefills=len(pre))
+        row["metadata_us"] = host_median(lambda: build_step(ex.plan, inp, ex._staging, ex._layouts))
+        row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
+        step = ex.plan_step(inp)
+        fi = 0.0
+        for phase, w in (("decode", ex.backend._decode), ("prefill", ex.backend._prefill)):
+            if getattr(step, phase) is not None:
+                a, k = recorded_plan(w, lambda: ex.backend.plan_wrapper(w, getattr(step, phase), phase))
+                fi += host_median(lambda: w.plan(*a, **k))
+        row["fi_plan_us"] = fi
+        row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - fi
+        rows.append(row)
+        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+    (out_dir / "decode-steps-general.json").write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+def profile(out_dir, n=300):
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    from attnplan.adapter import StepInput
+
+    ex = executor_for("fa2")
+    text = []
+    for bs in (1, 256):
+        table = torch.randperm(bs * 256, device="cuda", dtype=torch.int32).view(bs, 256)
+        seq_cpu = torch.full((bs,), 4096, dtype=torch.int32)
+        inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
+        for _ in range(30):
+            ex.plan_step(inp)
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(n):
+            ex.plan_step(inp)
+        pr.disable()
+        buf = io.StringIO()
+        pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(20)
+        text.append(f"== fa2 decode plan_step batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
+    (out_dir / "decode-steps-profile.txt").write_text("\n".join(text))
+
+
+def table(rows):
+    lines = ["| backend | batch × ctx | metadata | plan_step | FlashInfer plan | plan_step − plan | graph step: adapter / FlashInfer | host per graph step: adapter / FlashInfer |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['metadata_us']:.0f} | {r['plan_step_us']:.0f} "
+                     f"| {r['fi_plan_us']:.0f} | {r['plan_step_minus_fi_plan_us']:.0f} | {r['adapter_graph_step_us']:.1f} / "
+                     f"{r['fi_graph_step_us']:.1f} | {r['adapter_graph_host_us']:.0f} / {r['fi_graph_host_us']:.0f} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--backends", default="fa2,fa3,xqa,mla-auto,mla-fa2")
+    ap.add_argument("--quick", action="store_true", help="two batches x two contexts per backend")
+    ap.add_argument("--skip-general", action="store_true")
+    a = ap.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    import flashinfer
+    import torch
+
+    rows = []
+    for name in a.backends.split(","):
+        t0 = time.perf_counter()
+        try:
+            rows += decode_rows(name, out, a.quick)
+        except Exception as exc:  # noqa: BLE001 - one backend's failure must not lose the others
+            import traceback
+
+            traceback.print_exc()
+            print(f"[decode steps] {name} failed: {type(exc).__name__}: {exc}", flush=True)
+        print(f"[decode steps] {name}: {time.perf_counter() - t0:.0f}s", flush=True)
+        torch.cuda.empty_cache()
+    md = table(rows)
+    if not a.skip_general:
+        general_rows(out)
+        profile(out)
+    (out / "decode-steps.md").write_text(md + "\n")
+    (out / "decode-steps-meta.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
+                                                                flashinfer=flashinfer.__version__,
+                                                                torch=torch.__version__)))
+    print(md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Issue 17 on the H100: decode steps whose whole device work - metadata, append, attention - is
+one CUDA graph per batch size, for every decode call a plan can name here (fa2 paged decode, fa2
+spec-decode on the prefill kernel, fa3, XQA, the sink wrapper, MLA fa2/fa3), against the float32
+reference over two consecutive steps with new lengths; and eager decode-only steps through their
+shape's captured layout, with no device-to-host sync in either."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+import derive  # noqa: E402
+from gpu_common import TOL, Batch, answer, derived_executor, random_lens, rel_err  # noqa: E402
+
+from attnplan.adapter import AttentionExecutor, StepInput, attention_ref  # noqa: E402
+from attnplan.adapter import kv_cache as kvc  # noqa: E402
+from attnplan.adapter.graphs import DecodeGraph  # noqa: E402
+from attnplan.adapter.warmup import plan_modules, prebuild  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+GPT_OSS = dict(head_dim=64, num_qo_heads=64, num_kv_heads=8, sliding_window=128)
+MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+
+PLANS = {
+    "fa2": lambda: answer(**LLAMA),
+    "fa2-spec-q3": lambda: answer(**LLAMA, num_speculative_tokens=2),
+    "fa3": lambda: derive.fa3_decode(derive.base(**LLAMA)),
+    "xqa": lambda: derive.xqa(derive.base(**LLAMA)),
+    "xqa-q3": lambda: derive.xqa(derive.base(**LLAMA, num_speculative_tokens=2)),
+    "sink-fa2": lambda: derive.sinks(derive.base(**GPT_OSS)),
+}
+MLA_PLANS = {"mla-auto": lambda: answer(**MLA), "mla-fa2": lambda: answer(**MLA, attention_backend="fa2")}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    t0 = time.perf_counter()
+    # Decode kernels only: these tests run no prefill (history is written by appends).
+    mods = {m.name: m for make in (*PLANS.values(), *MLA_PLANS.values()) for m in plan_modules(make().plan)
+            if m.phase == "decode"}
+    prebuild(list(mods.values()))
+    print(f"[decode graphs] prebuilt {len(mods)} modules in {time.perf_counter() - t0:.1f}s")
+
+
+def ex_for(name: str) -> AttentionExecutor:
+    a = PLANS[name]()
+    return derived_executor(a)
+
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_graph_step_holds_metadata_append_and_attention(name):
+    ex = ex_for(name)
+    qd, bs = ex.plan.decode.q_len_per_req, 8
+    poison = "finite" if ex.plan.decode.call == "xqa_decode" else "nan"
+    first = Batch(ex, [qd] * bs, random_lens(bs - 1, qd, 1500) + [1500], bs, poison=poison)
+    g = DecodeGraph(ex, bs, first.table.shape[1], first.cache, sinks=first.sinks)
+    g.update(first.input.seq_lens, first.table, first.input.seq_lens_cpu)
+    g.capture()
+    errs = [rel_err(g.replay(first.q, *first.new_kv()).clone(), first.reference())]
+    # The next steps: new lengths (shorter and longer), the same batch size, pages and cache.
+    for _ in range(2):
+        nxt = Batch(ex, [qd] * bs, random_lens(bs, qd, 1500), bs, reuse=first, poison=poison)
+        g.update(nxt.input.seq_lens, nxt.table, nxt.input.seq_lens_cpu)
+        errs.append(rel_err(g.replay(nxt.q, *nxt.new_kv()).clone(), nxt.reference()))
+    print(f"graph step {name} ({ex.plan.decode.call}, {ex.plan.decode.flashinfer_backend}, q_len {qd}): "
+          f"rel errs {[f'{e:.2e}' for e in errs]}")
+    assert max(errs) <= TOL
+
+
+def mla_step(ex, table, cache, lat, seq, gen):
+    """This step's MLA decode inputs over a history the cache holds up to seq - 1."""
+    page = ex.plan.kv_cache.page_size
+    for r, s in enumerate(seq):
+        pos = torch.arange(s - 1, device="cuda")
+        kvc.append(cache, table[r, pos // page].long() * page + pos % page, lat[r][: s - 1])
+    bs = len(seq)
+    q_nope = torch.randn(bs, 16, 512, device="cuda", generator=gen).bfloat16()
+    q_pe = torch.randn(bs, 16, 64, device="cuda", generator=gen).bfloat16()
+    latent = torch.cat([x[s - 1:s] for x, s in zip(lat, seq)])
+    q = torch.cat([q_nope, q_pe], -1)
+    ref = torch.cat([attention_ref(q[r:r + 1], lat[r][:s].unsqueeze(1), lat[r][:s, :512].unsqueeze(1),
+                                   sm_scale=ex.params.sm_scale)[0] for r, s in enumerate(seq)])
+    return q_nope, q_pe, latent, ref
+
+
+@pytest.mark.parametrize("name", list(MLA_PLANS))
+def test_mla_graph_step(name):
+    ex = AttentionExecutor(MLA_PLANS[name](), device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    page, bs, longest = ex.plan.kv_cache.page_size, 8, 3000
+    width = (longest + page - 1) // page
+    table = torch.randperm(bs * width, device="cuda", generator=gen).view(bs, width).int()
+    cache = ex.allocate_kv_cache(bs * width)
+    cache.data.fill_(float("nan"))
+    lat = [torch.randn(longest, 576, device="cuda", generator=gen).bfloat16() for _ in range(bs)]
+    g = DecodeGraph(ex, bs, width, cache)
+    errs = []
+    for i in range(3):
+        seq = random_lens(bs - 1, 1, longest) + [longest if i == 0 else 1]
+        q_nope, q_pe, latent, ref = mla_step(ex, table, cache, lat, seq, gen)
+        seq_t = torch.tensor(seq, dtype=torch.int32)
+        g.update(seq_t.cuda(), table, seq_t)
+        if i == 0:
+            g.capture()
+        errs.append(rel_err(g.replay_mla(q_nope, q_pe, latent).clone(), ref))
+    print(f"MLA graph step {name} ({ex.plan.decode.flashinfer_backend}): rel errs {[f'{e:.2e}' for e in errs]}")
+    assert max(errs) <= TOL
+
+
+@pytest.mark.parametrize("name", ["fa2", "xqa", "fa3"])
+def test_graph_update_and_replay_do_no_device_to_host_sync(name):
+    ex = ex_for(name)
+    bs = 4
+    poison = "finite" if name == "xqa" else "nan"
+    b = Batch(ex, [1] * bs, random_lens(bs, 1, 900), bs, poison=poison)
+    g = DecodeGraph(ex, bs, b.table.shape[1], b.cache)
+    g.update(b.input.seq_lens, b.table, b.input.seq_lens_cpu)
+    g.capture()
+    ref = b.reference()
+    k, v = b.new_kv()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        g.update(b.input.seq_lens, b.table, b.input.seq_lens_cpu)
+        out = g.replay(b.q, k, v)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    assert rel_err(out, ref) <= TOL
+
+
+@pytest.mark.parametrize("name", ["fa2", "fa2-spec-q3", "fa3"])
+def test_eager_decode_through_layouts_without_sync(name):
+    """Eager decode-only steps replay their shape's captured metadata: the first step of a shape
+    captures it (outside the check), the next ones neither sync nor rebuild."""
+    ex = ex_for(name)
+    qd, bs = ex.plan.decode.q_len_per_req, 6
+    b = Batch(ex, [qd] * bs, random_lens(bs, qd, 2000), bs)
+    ref = b.reference()
+    assert rel_err(b.run(), ref) <= TOL
+    layouts = len(ex._layouts)
+    k, v = b.new_kv()
+    out = torch.empty(bs * qd, ex.params.num_qo_heads, ex.params.head_dim_vo, dtype=torch.bfloat16, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step = ex.plan_step(b.input)
+        ex.append_kv(step, b.cache, k, v)
+        ex.forward(step, b.q, b.cache, out)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    assert "layout" in step.extra and len(ex._layouts) == layouts
+    assert rel_err(out, ref) <= TOL
+    # A new step of the same shape, other lengths: the same layout, right answers.
+    nxt = Batch(ex, [qd] * bs, random_lens(bs, qd, 2000), bs, reuse=b)
+    assert rel_err(nxt.run(), nxt.reference()) <= TOL and len(ex._layouts) == layouts
