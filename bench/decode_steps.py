@@ -206,7 +206,13 @@ def decode_rows(name, out_dir, quick):
             inp = StepInput([ex.plan.decode.q_len_per_req] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
             row = dict(backend=name, call=ex.plan.decode.call, fi_backend=ex.plan.decode.flashinfer_backend,
                        batch=bs, ctx=ctx)
+            # Persistent input tensors (an engine's buffers): after BIND_AFTER steps the layout
+            # reads them in place; alternating between two sets keeps the copying layout.
             row["metadata_us"] = host_median(lambda: build_step(ex.plan, inp, ex._staging, ex._layouts))
+            other = StepInput(inp.query_lens, inp.seq_lens.clone(), table.clone(), bs, seq_lens_cpu=seq_cpu.clone())
+            flip = [inp, other]
+            row["metadata_copying_us"] = host_median(
+                lambda: build_step(ex.plan, flip.reverse() or flip[0], ex._staging, ex._layouts))
             row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
             step = ex.plan_step(inp)
             w = ex.backend._decode
@@ -281,6 +287,56 @@ def general_rows(out_dir):
     return rows
 
 
+def breakdown(out_dir, n=200):
+    """Host time of each part of a decode step (fa2 and XQA plans, batch 1 and 256 x 4k)."""
+    import torch
+
+    from attnplan.adapter import StepInput
+    from attnplan.adapter.decode_layout import HostDecodeArrays, decode_step
+    from attnplan.adapter.graphs import DecodeGraph
+    from attnplan.adapter.metadata import build_step
+
+    rows = []
+    for name in ("fa2", "xqa"):
+        ex = executor_for(name)
+        page = ex.plan.kv_cache.page_size
+        cache = ex.allocate_kv_cache(256 * 256)
+        for bs in (1, 256):
+            table = torch.randperm(bs * 256, device="cuda", dtype=torch.int32).view(bs, 256)
+            seq_cpu = torch.full((bs,), 4096, dtype=torch.int32)
+            inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
+            needs = ex.plan.metadata.decode_only
+            for _ in range(5):
+                ex.plan_step(inp)
+            lay = ex._layouts.get(bs, 1, 256, inp.seq_lens, table)
+            own = ex._layouts.get(bs, 1, 256)
+            host = HostDecodeArrays(seq_cpu, 1, page, 256)
+            step = ex.plan_step(inp)
+            g = DecodeGraph(ex, bs, 256, cache)
+            g.update(inp.seq_lens, table, seq_cpu)
+            g.capture()
+            parts = {
+                "HostDecodeArrays (numpy)": lambda: HostDecodeArrays(seq_cpu, 1, page, 256),
+                "layouts.get (bound)": lambda: ex._layouts.get(bs, 1, 256, inp.seq_lens, table),
+                "copy lengths + table (own layout)": lambda: own.load(inp.seq_lens, table),
+                "metadata graph replay": lay.run,
+                "decode_step (bound)": lambda: decode_step(ex.plan, inp, needs, ex._layouts, host),
+                "build_step": lambda: build_step(ex.plan, inp, ex._staging, ex._layouts),
+                "backend.plan_step (our args + FlashInfer plan)": lambda: ex.backend.plan_step(step),
+                "executor.plan_step": lambda: ex.plan_step(inp),
+                "DecodeGraph.update (copies + plan)": lambda: g.update(inp.seq_lens, table, seq_cpu),
+                "DecodeGraph replay": g.graph.replay,
+                "torch: one empty int32 copy_ (reference op)": (lambda t=torch.empty(bs, dtype=torch.int32, device="cuda"):
+                                                                t.copy_(inp.seq_lens, non_blocking=True)),
+            }
+            for part, fn in parts.items():
+                us = host_median(fn, n)
+                rows.append(dict(plan=name, batch=bs, part=part, us=us))
+                print(f"{name} batch {bs}: {part}: {us:.1f} us", flush=True)
+            del g
+    (out_dir / "decode-steps-breakdown.json").write_text(json.dumps(rows, indent=1))
+
+
 def profile(out_dir, n=300):
     import cProfile
     import io
@@ -311,10 +367,10 @@ def profile(out_dir, n=300):
 
 
 def table(rows):
-    lines = ["| backend | batch × ctx | metadata | plan_step | FlashInfer plan | plan_step − plan | graph step: adapter / FlashInfer | host per graph step: adapter / FlashInfer |",
+    lines = ["| backend | batch × ctx | metadata (persistent inputs / copied) | plan_step | FlashInfer plan | plan_step − plan | graph step: adapter / FlashInfer | host per graph step: adapter / FlashInfer |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['metadata_us']:.0f} | {r['plan_step_us']:.0f} "
+        lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['metadata_us']:.0f} / {r['metadata_copying_us']:.0f} | {r['plan_step_us']:.0f} "
                      f"| {r['fi_plan_us']:.0f} | {r['plan_step_minus_fi_plan_us']:.0f} | {r['adapter_graph_step_us']:.1f} / "
                      f"{r['fi_graph_step_us']:.1f} | {r['adapter_graph_host_us']:.0f} / {r['fi_graph_host_us']:.0f} |")
     return "\n".join(lines)
@@ -325,7 +381,8 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--backends", default="fa2,fa3,xqa,mla-auto,mla-fa2")
     ap.add_argument("--quick", action="store_true", help="two batches x two contexts per backend")
-    ap.add_argument("--skip-general", action="store_true")
+    ap.add_argument("--skip-general", action="store_true", help="decode rows only (no prefill/mixed rows, breakdown, profile)")
+    ap.add_argument("--only-general", action="store_true", help="prefill/mixed rows, breakdown and profile only")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -333,7 +390,7 @@ def main():
     import torch
 
     rows = []
-    for name in a.backends.split(","):
+    for name in ([] if a.only_general else a.backends.split(",")):
         t0 = time.perf_counter()
         try:
             rows += decode_rows(name, out, a.quick)
@@ -345,9 +402,13 @@ def main():
         print(f"[decode steps] {name}: {time.perf_counter() - t0:.0f}s", flush=True)
         torch.cuda.empty_cache()
     md = table(rows)
-    if not a.skip_general:
-        general_rows(out)
-        profile(out)
+    for part in (() if a.skip_general else (general_rows, breakdown, profile)):
+        try:
+            part(out)
+        except Exception:  # noqa: BLE001 - keep what the other parts measured
+            import traceback
+
+            traceback.print_exc()
     (out / "decode-steps.md").write_text(md + "\n")
     (out / "decode-steps-meta.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
                                                                 flashinfer=flashinfer.__version__,

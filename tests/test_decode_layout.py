@@ -183,3 +183,31 @@ def test_executor_decode_steps_use_layouts_and_match_the_reference_walk():
     out = ex.forward(step, q, cache)
     ref = ex.forward(build_step(ex.plan, inp), q, cache)
     assert torch.equal(out, ref)
+
+
+def test_a_callers_persistent_tensors_are_read_in_place_once_they_repeat():
+    """An engine that keeps its lengths and block table in the same tensors step after step (as
+    vLLM does) gets a layout bound to them: no copies, and in-place updates are what it reads."""
+    p = plan(**LLAMA)
+    page = p.kv_cache.page_size
+    layouts = DecodeLayouts(page, "cpu")
+    gen = torch.Generator().manual_seed(5)
+    seq = torch.tensor([30, 90, 7, 64], dtype=torch.int32)
+    table = torch.randperm(200, generator=gen)[:4 * 8].view(4, 8).int()
+    inp = StepInput([1] * 4, seq, table, 4, seq_lens_cpu=seq)
+    bound = []
+    for i in range(DecodeLayouts.BIND_AFTER + 2):
+        seq.add_(1)                                           # the engine's in-place update
+        table[i % 4, 7] = 150 + i
+        step = build_step(p, inp, layouts=layouts)
+        bound.append(step.extra["layout"].bound)
+        slots, indices, indptr, last = naive(table, seq.tolist(), 1, page)
+        assert step.slots.tolist() == slots and step.decode.kv_indices.tolist() == indices, i
+        assert step.decode.kv_page_indptr.tolist() == indptr and step.decode.last_page_len.tolist() == last
+    assert bound == [False] * (DecodeLayouts.BIND_AFTER - 1) + [True] * 3
+    assert step.extra["layout"].table is table and step.extra["layout"].seq_lens is seq
+    # Other tensors (same values): the layout that copies, and the same answer.
+    other = StepInput([1] * 4, seq.clone(), table.clone(), 4, seq_lens_cpu=seq.clone())
+    step = build_step(p, other, layouts=layouts)
+    assert not step.extra["layout"].bound and step.decode.kv_indices.tolist() == indices
+    assert len(layouts) == 1

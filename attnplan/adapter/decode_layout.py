@@ -33,17 +33,24 @@ class DecodeLayout:
     a block table ``width`` pages wide. Valid until the next step of the same shape is planned:
     kernels enqueued before then read their own step's values (one stream, stream order)."""
 
-    def __init__(self, batch_size: int, q_len: int, page_size: int, width: int, device: Any):
+    def __init__(self, batch_size: int, q_len: int, page_size: int, width: int, device: Any, *,
+                 bound: Optional[tuple[Any, Any]] = None):
+        """``bound``: the caller's own (seq_lens, block_table), read in place every step (an
+        engine's persistent buffers); else the layout owns both and ``load`` copies into them."""
         import torch
 
         b, q, w = batch_size, q_len, width
         self.batch_size, self.q_len, self.page_size, self.width = b, q, page_size, w
         self.device = torch.device(device)
         i32 = dict(dtype=torch.int32, device=self.device)
-        # Inputs, rewritten each step (``load``). Lengths start at q so that a capture before the
-        # first load reads in-range block-table columns.
-        self.seq_lens = torch.full((b,), q, **i32)
-        self.table = torch.zeros(b, w, **i32)
+        self.bound = bound is not None
+        if bound is not None:
+            self.seq_lens, self.table = bound
+        else:
+            # Rewritten each step (``load``). Lengths start at q so that a capture before the
+            # first load reads in-range block-table columns.
+            self.seq_lens = torch.full((b,), q, **i32)
+            self.table = torch.zeros(b, w, **i32)
         # Outputs.
         self.kv_indptr = torch.zeros(b + 1, **i32)
         self.kv_indices = torch.zeros(b * w + 1, **i32)          # the last one takes unused entries
@@ -57,8 +64,9 @@ class DecodeLayout:
         self._token = torch.arange(q, **i32).view(1, q) - q        # token i of a request: seq - q + i
         self._col = torch.arange(w, **i32).view(1, w)
         self._graph: Any = None
-        # Host side: qo indptr never changes for the shape.
+        # Host side, fixed for the shape: qo indptr and the query lengths.
         self.qo_indptr_cpu = torch.arange(b + 1, dtype=torch.int32) * q
+        self.query_lens = (q,) * b
 
     @property
     def num_tokens(self) -> int:
@@ -89,9 +97,11 @@ class DecodeLayout:
         self.kv_indices.scatter_(0, dst.view(-1).long(), self.table.reshape(-1))
 
     def load(self, seq_lens: Any, block_table: Any) -> None:
-        """This step's lengths and block table into the layout's buffers (asynchronous copies)."""
-        self.seq_lens.copy_(seq_lens, non_blocking=True)
-        self.table.copy_(block_table, non_blocking=True)
+        """This step's lengths and block table into the layout's buffers (asynchronous copies;
+        nothing for a layout bound to the caller's tensors)."""
+        if not self.bound:
+            self.seq_lens.copy_(seq_lens, non_blocking=True)
+            self.table.copy_(block_table, non_blocking=True)
 
     def capture(self, pool: Any = None) -> None:
         """Record ``compute`` as a CUDA graph (CUDA devices only; the first capture of a shape
@@ -133,23 +143,45 @@ class HostDecodeArrays:
         if hi > width * page:
             raise ValueError(f"decode: a request holds {hi} KV tokens, more than its block table's "
                              f"{width} pages of {page} hold")
-        pages = (s + (page - 1)) // page
+        full, last = np.divmod(s - 1, page)              # pages before the last one, its fill - 1
         ptr = np.empty(len(s) + 1, dtype=np.int32)
         ptr[0] = 0
-        np.cumsum(pages, out=ptr[1:])
+        np.cumsum(full + 1, out=ptr[1:])
+        last += 1
         self.seq_lens = torch.from_numpy(s)
         self.kv_indptr = torch.from_numpy(ptr)
-        self.last_page_len = torch.from_numpy(s - (pages - 1) * page)
+        self.last_page_len = torch.from_numpy(last)
         self.num_pages = int(ptr[-1])
         self.max_kv_len = hi
 
 
+def _caller_key(seq_lens: Any, table: Any) -> Optional[tuple]:
+    """Identity of the caller's (seq_lens, block_table): address, shape and strides (int32 only)."""
+    import torch
+
+    if seq_lens.dtype != torch.int32 or table.dtype != torch.int32:
+        return None
+    return (seq_lens.data_ptr(), tuple(seq_lens.shape), seq_lens.stride(), table.data_ptr(), tuple(table.shape),
+            table.stride(), str(table.device))
+
+
+class _Shape:
+    __slots__ = ("own", "bound", "bound_key", "last_key", "streak")
+
+    def __init__(self, own: DecodeLayout):
+        self.own, self.bound, self.bound_key, self.last_key, self.streak = own, None, None, None, 0
+
+
 class DecodeLayouts:
     """The executor's layouts, one per (batch size, q_len, table width), least recently used
-    dropped past ``MAX``. Their graphs share one memory pool: they replay one after another on
+    dropped past ``MAX``. A shape whose caller passes the same seq_lens and block table tensors
+    (address, shape, strides) ``BIND_AFTER`` steps running - an engine's persistent buffers, as
+    vLLM keeps them - gets a second layout captured over those tensors, which then needs no copies
+    at all while they stay the same. Graphs share one memory pool: they replay one after another on
     one stream and keep nothing in it between replays (outputs live in the layouts' buffers)."""
 
     MAX = 64
+    BIND_AFTER = 3
 
     def __init__(self, page_size: int, device: Any):
         import torch
@@ -158,28 +190,44 @@ class DecodeLayouts:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
         self._pool: Any = None
-        self._layouts: OrderedDict[tuple[int, int, int], DecodeLayout] = OrderedDict()
+        self._shapes: OrderedDict[tuple[int, int, int], _Shape] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._layouts)
+        return len(self._shapes)
 
-    def get(self, batch_size: int, q_len: int, width: int) -> DecodeLayout:
-        key = (batch_size, q_len, width)
-        layout = self._layouts.get(key)
-        if layout is not None:
-            self._layouts.move_to_end(key)
-            return layout
-        layout = DecodeLayout(batch_size, q_len, self.page_size, width, self.device)
+    def _new(self, b: int, q: int, w: int, bound: Optional[tuple[Any, Any]] = None) -> DecodeLayout:
+        layout = DecodeLayout(b, q, self.page_size, w, self.device, bound=bound)
         if self.cuda:
             import torch
 
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             layout.capture(self._pool)
-        self._layouts[key] = layout
-        if len(self._layouts) > self.MAX:
-            self._layouts.popitem(last=False)
         return layout
+
+    def get(self, batch_size: int, q_len: int, width: int, seq_lens: Any = None, table: Any = None) -> DecodeLayout:
+        """The layout for this shape; with the caller's tensors, the one bound to them when there
+        is one (then ``load`` copies nothing)."""
+        key = (batch_size, q_len, width)
+        shape = self._shapes.get(key)
+        if shape is None:
+            shape = self._shapes[key] = _Shape(self._new(batch_size, q_len, width))
+            if len(self._shapes) > self.MAX:
+                self._shapes.popitem(last=False)
+        else:
+            self._shapes.move_to_end(key)
+        if seq_lens is None or table is None:
+            return shape.own
+        ck = _caller_key(seq_lens, table)
+        if ck is not None and ck == shape.bound_key:
+            return shape.bound
+        shape.streak = shape.streak + 1 if ck is not None and ck == shape.last_key else 1
+        shape.last_key = ck
+        if ck is not None and shape.streak >= self.BIND_AFTER:
+            shape.bound = self._new(batch_size, q_len, width, bound=(seq_lens, table))
+            shape.bound_key = ck
+            return shape.bound
+        return shape.own
 
 
 def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: Optional[HostDecodeArrays]) -> Any:
@@ -189,7 +237,7 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     table = inp.block_table
     b, q = len(inp.query_lens), plan.decode.q_len_per_req
     width = int(table.shape[1])
-    layout = layouts.get(b, q, width)
+    layout = layouts.get(b, q, width, inp.seq_lens, table)
     layout.load(inp.seq_lens, table)
     layout.run()
     t = b * q
@@ -204,7 +252,7 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
         seq_lens_cpu=None if host is None else host.seq_lens,
         kv_page_indptr_cpu=None if host is None else host.kv_indptr,
         last_page_len_cpu=None if host is None else host.last_page_len,
-        query_lens=tuple(inp.query_lens),
+        query_lens=layout.query_lens,
     )
     step = StepMetadata(kind="decode_only", needs=needs, num_tokens=t, slots=layout.slots, decode=batch,
                         slot_pages=layout.slot_pages, slot_offsets=layout.slot_offsets)

@@ -49,6 +49,11 @@ class FlashInferBackend:
         self.q_dtype = {p: torch_dtype(getattr(plan, p).query_dtype) for p in ("prefill", "decode")}
         self.o_dtype = torch_dtype(plan.decode.output_dtype)
         self.kv_view = plan.kv_cache.view_dtype
+        # plan() arguments that never change for the plan, built once (per step only the batch's).
+        p = params
+        self._common = {ph: dict(window_left=p.window_left, logits_soft_cap=p.soft_cap, sm_scale=p.sm_scale,
+                                 q_data_type=self.q_dtype[ph], kv_data_type=self._kv_dtype(), o_data_type=self.o_dtype,
+                                 non_blocking=True, **split_kv_kwargs(plan.attention)) for ph in ("prefill", "decode")}
         self._ragged: dict[str, Any] = {}
         self._masks: dict[int, Any] = {}
         self._decode = self.make_wrapper("decode")
@@ -70,13 +75,11 @@ class FlashInferBackend:
         """Plan one host-planned wrapper for this step's batch of ``phase``."""
         pp = getattr(self.plan, phase)
         p = self.params
-        common = dict(window_left=p.window_left, logits_soft_cap=p.soft_cap, sm_scale=p.sm_scale,
-                      q_data_type=self.q_dtype[phase], kv_data_type=self._kv_dtype(), o_data_type=self.o_dtype,
-                      non_blocking=True, seq_lens=b.seq_lens_cpu, **split_kv_kwargs(self.plan.attention))
+        common = self._common[phase]
         page = self.plan.kv_cache.page_size
         if pp.call == "paged_decode":
             wrapper.plan(b.kv_page_indptr_cpu, b.kv_indices, b.last_page_len_cpu, p.num_qo_heads, p.num_kv_heads,
-                         p.head_dim_qk, page, **common)
+                         p.head_dim_qk, page, seq_lens=b.seq_lens_cpu, **common)
         elif pp.call == "mla_paged_decode":
             wrapper.plan(
                 metadata=MLAPlanMetadata.csr(b.qo_indptr_cpu, b.kv_page_indptr_cpu, b.kv_indices, b.seq_lens_cpu),
@@ -85,7 +88,8 @@ class FlashInferBackend:
                 kv_data_type=self._kv_dtype(), query_layout="split", kv_cache_layout="packed")
         else:            # paged_prefill, sink: the (causal) prefill planner
             wrapper.plan(b.qo_indptr_cpu, b.kv_page_indptr_cpu, b.kv_indices, b.last_page_len_cpu, p.num_qo_heads,
-                         p.num_kv_heads, p.head_dim_qk, page, head_dim_vo=p.head_dim_vo, causal=p.causal, **common)
+                         p.num_kv_heads, p.head_dim_qk, page, head_dim_vo=p.head_dim_vo, causal=p.causal,
+                         seq_lens=b.seq_lens_cpu, **common)
 
     def plan_step(self, step: StepMetadata) -> None:
         if step.decode is not None:

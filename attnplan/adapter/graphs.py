@@ -101,9 +101,12 @@ class DecodeGraph:
         if int(block_table.shape[0]) != self.batch_size or int(block_table.shape[1]) > lay.width:
             raise ValueError(f"this graph runs {self.batch_size} requests over block tables of at most {lay.width} "
                              f"pages; got a table of shape {tuple(block_table.shape)}")
-        lay.seq_lens.copy_(seq_lens, non_blocking=True)
-        w = int(block_table.shape[1])
-        (lay.table if w == lay.width else lay.table[:, :w]).copy_(block_table, non_blocking=True)
+        # An engine that writes straight into ``layout.seq_lens`` / ``layout.table`` passes them back: no copy.
+        if seq_lens.data_ptr() != lay.seq_lens.data_ptr():
+            lay.seq_lens.copy_(seq_lens, non_blocking=True)
+        if block_table.data_ptr() != lay.table.data_ptr():
+            w = int(block_table.shape[1])
+            (lay.table if w == lay.width else lay.table[:, :w]).copy_(block_table, non_blocking=True)
         if not self.host_planned:
             return
         if seq_lens_cpu is None:
