@@ -76,6 +76,15 @@ def loop_us(fn, steps):
     return (time.perf_counter() - t0) / steps * 1e6
 
 
+def metadata(ex, inp):
+    """The step metadata alone, as ``plan_step`` builds it (its pinned staging handed back)."""
+    from attnplan.adapter.metadata import build_step
+
+    step = build_step(ex.plan, inp, ex._staging, ex._layouts)
+    ex._staging.release(step.extra.get("staging_slot", -1))
+    return step
+
+
 def executor_for(name):
     import derive
     from attnplan.adapter import AttentionExecutor
@@ -208,11 +217,10 @@ def decode_rows(name, out_dir, quick):
                        batch=bs, ctx=ctx)
             # Persistent input tensors (an engine's buffers): after BIND_AFTER steps the layout
             # reads them in place; alternating between two sets keeps the copying layout.
-            row["metadata_us"] = host_median(lambda: build_step(ex.plan, inp, ex._staging, ex._layouts))
+            row["metadata_us"] = host_median(lambda: metadata(ex, inp))
             other = StepInput(inp.query_lens, inp.seq_lens.clone(), table.clone(), bs, seq_lens_cpu=seq_cpu.clone())
             flip = [inp, other]
-            row["metadata_copying_us"] = host_median(
-                lambda: build_step(ex.plan, flip.reverse() or flip[0], ex._staging, ex._layouts))
+            row["metadata_copying_us"] = host_median(lambda: metadata(ex, flip.reverse() or flip[0]))
             row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
             step = ex.plan_step(inp)
             w = ex.backend._decode
@@ -271,7 +279,7 @@ def general_rows(out_dir):
         seq_cpu = torch.tensor(seq, dtype=torch.int32)
         inp = StepInput(q, seq_cpu.cuda(), table, len(dec_ctx), seq_lens_cpu=seq_cpu)
         row = dict(kind=kind, decodes=len(dec_ctx), prefill_tokens=sum(pre), prefills=len(pre))
-        row["metadata_us"] = host_median(lambda: build_step(ex.plan, inp, ex._staging, ex._layouts))
+        row["metadata_us"] = host_median(lambda: metadata(ex, inp))
         row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
         step = ex.plan_step(inp)
         fi = 0.0
@@ -316,12 +324,13 @@ def breakdown(out_dir, n=200):
             g.update(inp.seq_lens, table, seq_cpu)
             g.capture()
             parts = {
-                "HostDecodeArrays (numpy)": lambda: HostDecodeArrays(seq_cpu, 1, page, 256),
+                "HostDecodeArrays (numpy, pinned ring)": lambda: ex._staging.release(
+                    HostDecodeArrays(seq_cpu, 1, page, 256, ex._staging).slot),
                 "layouts.get (bound)": lambda: ex._layouts.get(bs, 1, 256, inp.seq_lens, table),
                 "copy lengths + table (own layout)": lambda: own.load(inp.seq_lens, table),
                 "metadata graph replay": lay.run,
                 "decode_step (bound)": lambda: decode_step(ex.plan, inp, needs, ex._layouts, host),
-                "build_step": lambda: build_step(ex.plan, inp, ex._staging, ex._layouts),
+                "build_step": lambda: metadata(ex, inp),
                 "backend.plan_step (our args + FlashInfer plan)": lambda: ex.backend.plan_step(step),
                 "executor.plan_step": lambda: ex.plan_step(inp),
                 "DecodeGraph.update (copies + plan)": lambda: g.update(inp.seq_lens, table, seq_cpu),

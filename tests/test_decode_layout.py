@@ -211,3 +211,22 @@ def test_a_callers_persistent_tensors_are_read_in_place_once_they_repeat():
     step = build_step(p, other, layouts=layouts)
     assert not step.extra["layout"].bound and step.decode.kv_indices.tolist() == indices
     assert len(layouts) == 1
+
+
+def test_layouts_without_page_indices_refuse_a_plan_that_reads_them():
+    """XQA and TRTLLM-gen read the block table itself, so their executors' layouts skip the page
+    indices; a plan whose kernel reads them is never handed such a layout silently."""
+    p = plan(**LLAMA)
+    assert p.metadata.decode_only.needs_paged_kv_indices
+    seq = torch.tensor([9, 20], dtype=torch.int32)
+    inp = StepInput([1, 1], seq, torch.zeros(2, 4, dtype=torch.int32), 2, seq_lens_cpu=seq.clone())
+    with pytest.raises(ValueError, match="reads paged KV indices"):
+        build_step(p, inp, layouts=DecodeLayouts(16, "cpu", indices=False))
+    b200 = plan("B200", **LLAMA)
+    assert not b200.metadata.decode_only.needs_paged_kv_indices
+    ex = AttentionExecutor(plan_for(AttentionConfig(**LLAMA), simulated_node("B200", cubins="available")),
+                           device="cpu", backend="reference")
+    assert ex._layouts.indices is False
+    step = ex.plan_step(StepInput([1, 1], seq, torch.arange(8, dtype=torch.int32).view(2, 4), 2))
+    assert step.decode.kv_indices is None and step.slots.tolist() == naive(torch.arange(8).view(2, 4), [9, 20], 1,
+                                                                           b200.kv_cache.page_size)[0]

@@ -34,9 +34,11 @@ class DecodeLayout:
     kernels enqueued before then read their own step's values (one stream, stream order)."""
 
     def __init__(self, batch_size: int, q_len: int, page_size: int, width: int, device: Any, *,
-                 bound: Optional[tuple[Any, Any]] = None):
+                 bound: Optional[tuple[Any, Any]] = None, indices: bool = True):
         """``bound``: the caller's own (seq_lens, block_table), read in place every step (an
-        engine's persistent buffers); else the layout owns both and ``load`` copies into them."""
+        engine's persistent buffers); else the layout owns both and ``load`` copies into them.
+        ``indices``: whether the plan's decode kernel reads paged KV indices (XQA and TRTLLM-gen
+        read the block table itself)."""
         import torch
 
         b, q, w = batch_size, q_len, width
@@ -53,7 +55,8 @@ class DecodeLayout:
             self.table = torch.zeros(b, w, **i32)
         # Outputs.
         self.kv_indptr = torch.zeros(b + 1, **i32)
-        self.kv_indices = torch.zeros(b * w + 1, **i32)          # the last one takes unused entries
+        self.indices = indices
+        self.kv_indices = torch.zeros(b * w + 1 if indices else 1, **i32)   # the last one takes unused entries
         self.last_page_len = torch.ones(b, **i32)
         self.qo_indptr = torch.arange(b + 1, **i32) * q           # fixed for the shape
         self.slots = torch.zeros(b * q, dtype=torch.int64, device=self.device)
@@ -61,8 +64,9 @@ class DecodeLayout:
         self.slot_pages = torch.zeros(b * q, dtype=torch.int64, device=self.device)
         self.slot_offsets = torch.zeros(b * q, dtype=torch.int64, device=self.device)
         # Constants the graph reads.
-        self._token = torch.arange(q, **i32).view(1, q) - q        # token i of a request: seq - q + i
-        self._col = torch.arange(w, **i32).view(1, w)
+        i64 = dict(dtype=torch.int64, device=self.device)
+        self._token = torch.arange(q, **i64).view(1, q) - q        # token i of a request: seq - q + i
+        self._col = torch.arange(w, **i64).view(1, w)
         self._graph: Any = None
         # Host side, fixed for the shape: qo indptr and the query lengths.
         self.qo_indptr_cpu = torch.arange(b + 1, dtype=torch.int32) * q
@@ -73,28 +77,30 @@ class DecodeLayout:
         return self.batch_size * self.q_len
 
     def compute(self) -> None:
-        """Fixed-shape device ops from ``seq_lens`` and ``table`` to every output (capturable)."""
+        """Fixed-shape device ops from ``seq_lens`` and ``table`` to every output (capturable):
+        seven small kernels for the slots, four for the KV page indptr and last-page lengths, four
+        for the page indices (only when the plan's kernel reads them)."""
         import torch
 
-        page, w = self.page_size, self.width
+        page, w, b = self.page_size, self.width, self.batch_size
         seq = self.seq_lens
+        shape = (b, self.q_len)
+        # Slots. One clamp keeps every position inside the table: a length shorter than q or
+        # longer than the table (refused on the host when it has the lengths) must not read out
+        # of bounds, which would kill the CUDA context.
+        pos = seq.view(-1, 1) + self._token                      # int64 [B, q]
+        pos.clamp_(0, w * page - 1)
+        col = torch.div(pos, page, rounding_mode="floor")
+        pages_of, offsets = self.slot_pages.view(shape), self.slot_offsets.view(shape)
+        pages_of.copy_(torch.gather(self.table, 1, col))
+        torch.sub(pos, col, alpha=page, out=offsets)
+        torch.add(offsets, pages_of, alpha=page, out=self.slots.view(shape))
         pages = torch.div(seq + (page - 1), page, rounding_mode="floor")
         torch.cumsum(pages, 0, dtype=torch.int32, out=self.kv_indptr[1:])
-        torch.remainder(seq - 1, page, out=self.last_page_len)
-        self.last_page_len.add_(1)
-        # Slots: a length shorter than q (refused on the host when it has the lengths) is clamped
-        # rather than read out of the table's bounds, which would kill the CUDA context.
-        pos = (seq.view(-1, 1) + self._token).clamp_(min=0)
-        col = torch.div(pos, page, rounding_mode="floor").clamp_(max=w - 1)
-        shape = (self.batch_size, self.q_len)
-        pages_of = self.slot_pages.view(shape)
-        offsets = self.slot_offsets.view(shape)
-        pages_of.copy_(torch.gather(self.table, 1, col.long()))
-        offsets.copy_(pos.remainder(page))
-        torch.add(offsets, pages_of, alpha=page, out=self.slots.view(shape))
-        dst = torch.where(self._col < pages.view(-1, 1), self.kv_indptr[:-1].view(-1, 1) + self._col,
-                          self.batch_size * w)
-        self.kv_indices.scatter_(0, dst.view(-1).long(), self.table.reshape(-1))
+        torch.sub(seq + page, pages, alpha=page, out=self.last_page_len)   # seq - (pages - 1) * page
+        if self.indices:
+            dst = torch.where(self._col < pages.view(-1, 1), self.kv_indptr[:-1].view(-1, 1) + self._col, b * w)
+            self.kv_indices.scatter_(0, dst.view(-1), self.table.reshape(-1))
 
     def load(self, seq_lens: Any, block_table: Any) -> None:
         """This step's lengths and block table into the layout's buffers (asynchronous copies;
@@ -127,14 +133,17 @@ class DecodeLayout:
 
 class HostDecodeArrays:
     """What a host-planned kernel's ``plan`` reads for a decode-only step, from host KV lengths
-    (numpy on B ints: a handful of ~1 us operations, no torch dispatch)."""
+    (numpy on B ints: a handful of ~1 us operations, no torch dispatch). With ``staging`` (the
+    executor's ``HostStaging``) the arrays live in its pinned ring, so that FlashInfer's copies of
+    them to the device are asynchronous; the caller releases ``slot`` once ``plan`` has run."""
 
-    __slots__ = ("seq_lens", "kv_indptr", "last_page_len", "num_pages", "max_kv_len")
+    __slots__ = ("seq_lens", "kv_indptr", "last_page_len", "num_pages", "max_kv_len", "slot")
 
-    def __init__(self, seq_lens_cpu: Any, q_len: int, page: int, width: int):
+    def __init__(self, seq_lens_cpu: Any, q_len: int, page: int, width: int, staging: Any = None):
         import torch
 
-        s = seq_lens_cpu.numpy() if isinstance(seq_lens_cpu, torch.Tensor) else np.asarray(seq_lens_cpu)
+        is_tensor = isinstance(seq_lens_cpu, torch.Tensor)
+        s = seq_lens_cpu.numpy() if is_tensor else np.asarray(seq_lens_cpu)
         s = s.astype(np.int32, copy=False)
         lo, hi = int(s.min()), int(s.max())
         if lo < q_len:
@@ -143,15 +152,20 @@ class HostDecodeArrays:
         if hi > width * page:
             raise ValueError(f"decode: a request holds {hi} KV tokens, more than its block table's "
                              f"{width} pages of {page} hold")
+        b = len(s)
         full, last = np.divmod(s - 1, page)              # pages before the last one, its fill - 1
-        ptr = np.empty(len(s) + 1, dtype=np.int32)
-        ptr[0] = 0
-        np.cumsum(full + 1, out=ptr[1:])
-        last += 1
-        self.seq_lens = torch.from_numpy(s)
-        self.kv_indptr = torch.from_numpy(ptr)
-        self.last_page_len = torch.from_numpy(last)
-        self.num_pages = int(ptr[-1])
+        if staging is not None:
+            buf, self.slot = staging.take(2 * b + 1)
+        else:
+            buf, self.slot = torch.empty(2 * b + 1, dtype=torch.int32), -1
+        h = buf.numpy()
+        h[0] = 0
+        np.cumsum(full + 1, out=h[1:b + 1])
+        np.add(last, 1, out=h[b + 1:2 * b + 1])
+        self.seq_lens = seq_lens_cpu if is_tensor and seq_lens_cpu.dtype == torch.int32 else torch.from_numpy(s)
+        self.kv_indptr = buf[:b + 1]
+        self.last_page_len = buf[b + 1:2 * b + 1]
+        self.num_pages = int(h[b])
         self.max_kv_len = hi
 
 
@@ -183,10 +197,11 @@ class DecodeLayouts:
     MAX = 64
     BIND_AFTER = 3
 
-    def __init__(self, page_size: int, device: Any):
+    def __init__(self, page_size: int, device: Any, *, indices: bool = True):
         import torch
 
         self.page_size = page_size
+        self.indices = indices
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
         self._pool: Any = None
@@ -196,7 +211,7 @@ class DecodeLayouts:
         return len(self._shapes)
 
     def _new(self, b: int, q: int, w: int, bound: Optional[tuple[Any, Any]] = None) -> DecodeLayout:
-        layout = DecodeLayout(b, q, self.page_size, w, self.device, bound=bound)
+        layout = DecodeLayout(b, q, self.page_size, w, self.device, bound=bound, indices=self.indices)
         if self.cuda:
             import torch
 
@@ -238,6 +253,8 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     b, q = len(inp.query_lens), plan.decode.q_len_per_req
     width = int(table.shape[1])
     layout = layouts.get(b, q, width, inp.seq_lens, table)
+    if needs.needs_paged_kv_indices and not layout.indices:
+        raise ValueError("the plan's decode kernel reads paged KV indices: build its DecodeLayouts with indices=True")
     layout.load(inp.seq_lens, table)
     layout.run()
     t = b * q
@@ -257,4 +274,6 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     step = StepMetadata(kind="decode_only", needs=needs, num_tokens=t, slots=layout.slots, decode=batch,
                         slot_pages=layout.slot_pages, slot_offsets=layout.slot_offsets)
     step.extra["layout"] = layout
+    if host is not None:
+        step.extra["staging_slot"] = host.slot       # released once FlashInfer's plan has read it
     return step

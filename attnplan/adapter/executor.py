@@ -48,7 +48,8 @@ class AttentionExecutor:
         self._staging = HostStaging(self.device)
         from .decode_layout import DecodeLayouts
 
-        self._layouts = DecodeLayouts(self.plan.kv_cache.page_size, self.device)
+        self._layouts = DecodeLayouts(self.plan.kv_cache.page_size, self.device,
+                                      indices=self.plan.metadata.decode_only.needs_paged_kv_indices)
         self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
         if backend == "flashinfer":
             from .flashinfer_backend import FlashInferBackend

@@ -9,8 +9,9 @@ and the block table into the graph's buffers (``update``) and replays.
 Host-planned calls (FlashInfer wrappers: paged_decode, paged_prefill for speculative decode or fa3
 decode, sink, mla_paged_decode) also need FlashInfer's scheduler, which runs on the host: their
 wrapper is built in CUDA-graph mode over the layout's own buffers, and ``update`` calls its
-``plan`` with the host lengths and an empty page-index tensor - the wrapper copies nothing into
-the indices buffer, which the graph fills on the device. That ``plan`` is FlashInfer's own cost,
+``plan`` with the host lengths (in the executor's pinned staging ring) and an empty page-index
+tensor - the wrapper copies nothing into the indices buffer, which the graph fills on the device
+(MLA's plan checks the count, so it gets the buffer itself: a copy onto itself). That ``plan`` is FlashInfer's own cost,
 the same one its CUDA-graph wrapper pays; everything else the adapter adds is two copies.
 Device-tensor calls (xqa_decode, trtllm_decode, trtllm_mla_decode) plan nothing on the host.
 """
@@ -62,7 +63,10 @@ class DecodeGraph:
         d = plan.decode
         p = executor.params
         self.q_len = d.q_len_per_req
-        self.layout = DecodeLayout(batch_size, d.q_len_per_req, plan.kv_cache.page_size, max_pages_per_req, dev)
+        self.host_planned = spec(d.call).wrapper
+        # Wrappers read paged KV indices; XQA and TRTLLM-gen read the block table itself.
+        self.layout = DecodeLayout(batch_size, d.q_len_per_req, plan.kv_cache.page_size, max_pages_per_req, dev,
+                                   indices=self.host_planned)
         tokens = self.layout.num_tokens
         q_dtype = backend.q_dtype["decode"]
         if self.mla:
@@ -77,7 +81,6 @@ class DecodeGraph:
             self.out = torch.empty(tokens, p.num_qo_heads, p.head_dim_vo, dtype=backend.o_dtype, device=dev)
         self.graph: Any = None
         self._parts = (self.layout.slot_pages, self.layout.slot_offsets)
-        self.host_planned = spec(d.call).wrapper
         lay = self.layout
         # What the kernels read, as the eager path hands it to them: the layout's buffers.
         self.step = StepMetadata(kind="decode_only", needs=plan.metadata.decode_only, num_tokens=tokens,
@@ -111,16 +114,21 @@ class DecodeGraph:
             return
         if seq_lens_cpu is None:
             raise ValueError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
-        host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
+        staging = self.ex._staging
+        host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width, staging)
         b = self.step.decode
         assert b is not None
+        # The graph writes the page indices; the wrapper's plan copies none of them in - except
+        # MLA's, which checks their count, so it gets the graph's own buffer (a copy onto itself).
+        indices = lay.kv_indices[: host.num_pages] if self.mla else self._no_indices
         batch = PhaseBatch(
             phase="decode", req=b.req, tok=b.tok, num_reqs=b.num_reqs, num_tokens=b.num_tokens, max_q_len=b.max_q_len,
             max_kv_len=host.max_kv_len, qo_indptr=b.qo_indptr, seq_lens=b.seq_lens, block_table=b.block_table,
-            kv_page_indptr=b.kv_page_indptr, last_page_len=b.last_page_len, kv_indices=self._no_indices,
+            kv_page_indptr=b.kv_page_indptr, last_page_len=b.last_page_len, kv_indices=indices,
             qo_indptr_cpu=lay.qo_indptr_cpu, seq_lens_cpu=host.seq_lens, kv_page_indptr_cpu=host.kv_indptr,
             last_page_len_cpu=host.last_page_len, query_lens=b.query_lens)
         self.ex.backend.plan_wrapper(self.wrapper, batch, "decode")
+        staging.release(host.slot)
 
     # -- captured work ---------------------------------------------------------------------------
     def _run(self) -> None:

@@ -198,7 +198,8 @@ def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = N
 
         host = None
         if inp.seq_lens_cpu is not None:
-            host = HostDecodeArrays(inp.seq_lens_cpu, q_dec, plan.kv_cache.page_size, int(inp.block_table.shape[1]))
+            host = HostDecodeArrays(inp.seq_lens_cpu, q_dec, plan.kv_cache.page_size, int(inp.block_table.shape[1]),
+                                    staging)
         return decode_step(plan, inp, needs_dec, layouts, host)
     import numpy as np
 

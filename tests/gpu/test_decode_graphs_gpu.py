@@ -67,6 +67,7 @@ def test_graph_step_holds_metadata_append_and_attention(name):
     # The next steps: new lengths (shorter and longer), the same batch size, pages and cache.
     for _ in range(2):
         nxt = Batch(ex, [qd] * bs, random_lens(bs, qd, 1500), bs, reuse=first, poison=poison)
+        nxt.sinks = first.sinks             # model weights: the graph captured the first step's
         g.update(nxt.input.seq_lens, nxt.table, nxt.input.seq_lens_cpu)
         errs.append(rel_err(g.replay(nxt.q, *nxt.new_kv()).clone(), nxt.reference()))
     print(f"graph step {name} ({ex.plan.decode.call}, {ex.plan.decode.flashinfer_backend}, q_len {qd}): "
@@ -142,7 +143,7 @@ def test_eager_decode_through_layouts_without_sync(name):
     captures it (outside the check), the next ones neither sync nor rebuild."""
     ex = ex_for(name)
     qd, bs = ex.plan.decode.q_len_per_req, 6
-    b = Batch(ex, [qd] * bs, random_lens(bs, qd, 2000), bs)
+    b = Batch(ex, [qd] * bs, random_lens(bs - 1, qd, 2000) + [2000], bs)   # width for the next step
     ref = b.reference()
     assert rel_err(b.run(), ref) <= TOL
     layouts = len(ex._layouts)
