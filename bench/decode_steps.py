@@ -324,8 +324,7 @@ def breakdown(out_dir, n=200):
             g.update(inp.seq_lens, table, seq_cpu)
             g.capture()
             parts = {
-                "HostDecodeArrays (numpy, pinned ring)": lambda: ex._staging.release(
-                    HostDecodeArrays(seq_cpu, 1, page, 256, ex._staging).slot),
+                "HostDecodeArrays (numpy)": lambda: HostDecodeArrays(seq_cpu, 1, page, 256),
                 "layouts.get (bound)": lambda: ex._layouts.get(bs, 1, 256, inp.seq_lens, table),
                 "copy lengths + table (own layout)": lambda: own.load(inp.seq_lens, table),
                 "metadata graph replay": lay.run,
@@ -372,6 +371,7 @@ def profile(out_dir, n=300):
         buf = io.StringIO()
         pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(20)
         text.append(f"== fa2 decode plan_step batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
+        print(text[-1][:4000], flush=True)
     (out_dir / "decode-steps-profile.txt").write_text("\n".join(text))
 
 

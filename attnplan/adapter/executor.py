@@ -78,8 +78,12 @@ class AttentionExecutor:
     # -- per step ------------------------------------------------------------------------------
     def plan_step(self, inp: StepInput) -> StepMetadata:
         """Metadata for this step's batch, and every kernel planned for it (once per step)."""
-        step = build_step(self.plan, inp, self._staging, self._layouts)
+        step = build_step(self.plan, inp, self._staging, self._layouts, defer_launch=True)
         self.backend.plan_step(step)
+        launch = step.extra.pop("launch", None)
+        if launch is not None:
+            # After FlashInfer's plan: its pageable copies would otherwise wait for this replay.
+            launch()
         if self.plan.kv_cache.mla and step.prefill is not None:
             self._plan_mla_prefill(step)
         # Every reader of this step's pinned host arrays is enqueued: their buffer may be reused.

@@ -9,7 +9,7 @@ and the block table into the graph's buffers (``update``) and replays.
 Host-planned calls (FlashInfer wrappers: paged_decode, paged_prefill for speculative decode or fa3
 decode, sink, mla_paged_decode) also need FlashInfer's scheduler, which runs on the host: their
 wrapper is built in CUDA-graph mode over the layout's own buffers, and ``update`` calls its
-``plan`` with the host lengths (in the executor's pinned staging ring) and an empty page-index
+``plan`` with the host lengths and an empty page-index
 tensor - the wrapper copies nothing into the indices buffer, which the graph fills on the device
 (MLA's plan checks the count, so it gets the buffer itself: a copy onto itself). That ``plan`` is FlashInfer's own cost,
 the same one its CUDA-graph wrapper pays; everything else the adapter adds is two copies.
@@ -104,18 +104,20 @@ class DecodeGraph:
         if int(block_table.shape[0]) != self.batch_size or int(block_table.shape[1]) > lay.width:
             raise ValueError(f"this graph runs {self.batch_size} requests over block tables of at most {lay.width} "
                              f"pages; got a table of shape {tuple(block_table.shape)}")
+        if self.host_planned:
+            self._plan(seq_lens_cpu)     # first: FlashInfer's pageable copies wait for work already enqueued
         # An engine that writes straight into ``layout.seq_lens`` / ``layout.table`` passes them back: no copy.
         if seq_lens.data_ptr() != lay.seq_lens.data_ptr():
             lay.seq_lens.copy_(seq_lens, non_blocking=True)
         if block_table.data_ptr() != lay.table.data_ptr():
             w = int(block_table.shape[1])
             (lay.table if w == lay.width else lay.table[:, :w]).copy_(block_table, non_blocking=True)
-        if not self.host_planned:
-            return
+
+    def _plan(self, seq_lens_cpu: Optional[Any]) -> None:
+        lay = self.layout
         if seq_lens_cpu is None:
             raise ValueError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
-        staging = self.ex._staging
-        host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width, staging)
+        host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
         b = self.step.decode
         assert b is not None
         # The graph writes the page indices; the wrapper's plan copies none of them in - except
@@ -128,7 +130,6 @@ class DecodeGraph:
             qo_indptr_cpu=lay.qo_indptr_cpu, seq_lens_cpu=host.seq_lens, kv_page_indptr_cpu=host.kv_indptr,
             last_page_len_cpu=host.last_page_len, query_lens=b.query_lens)
         self.ex.backend.plan_wrapper(self.wrapper, batch, "decode")
-        staging.release(host.slot)
 
     # -- captured work ---------------------------------------------------------------------------
     def _run(self) -> None:

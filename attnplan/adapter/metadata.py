@@ -176,12 +176,14 @@ def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
     return step
 
 
-def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = None) -> StepMetadata:
+def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = None, *,
+               defer_launch: bool = False) -> StepMetadata:
     """Validate the step against the plan and build every tensor the planned kernels take.
     ``staging``: a ``host_metadata.HostStaging`` whose pinned buffers are reused across steps
     (the executor keeps one; without it each step allocates its host arrays). ``layouts``: a
     ``decode_layout.DecodeLayouts``; with it a decode-only step replays its shape's captured
-    metadata instead of building it afresh (the executor keeps one)."""
+    metadata instead of building it afresh (the executor keeps one); ``defer_launch``: that
+    replay is left to ``step.extra["launch"]()`` (``decode_layout.decode_step``)."""
     b = len(inp.query_lens)
     nd = inp.num_decodes
     if not 0 <= nd <= b or b == 0:
@@ -198,9 +200,8 @@ def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = N
 
         host = None
         if inp.seq_lens_cpu is not None:
-            host = HostDecodeArrays(inp.seq_lens_cpu, q_dec, plan.kv_cache.page_size, int(inp.block_table.shape[1]),
-                                    staging)
-        return decode_step(plan, inp, needs_dec, layouts, host)
+            host = HostDecodeArrays(inp.seq_lens_cpu, q_dec, plan.kv_cache.page_size, int(inp.block_table.shape[1]))
+        return decode_step(plan, inp, needs_dec, layouts, host, defer_launch=defer_launch)
     import numpy as np
 
     # numpy, not a Python loop over requests: ~100 us of host time per step at batch 256 (H100 host).
