@@ -133,15 +133,14 @@ class DecodeLayout:
 
 class HostDecodeArrays:
     """What a host-planned kernel's ``plan`` reads for a decode-only step, from host KV lengths
-    (numpy on B ints: a handful of ~1 us operations, no torch dispatch). With ``staging`` (a
-    ``HostStaging``) the arrays live in its pinned ring and the caller releases ``slot`` once
-    ``plan`` has run; the executor passes none: on the H100's host taking a ring buffer cost
-    more (49 us) than the whole numpy path (24 us), and FlashInfer's decode ``plan`` copies a
-    pageable array of its own anyway (``qo_indptr_host``), so pinning ours buys no asynchrony."""
+    (numpy on B ints: a handful of ~1 us operations, no torch dispatch). Plain host memory, not
+    the pinned staging ring: on the H100's host taking a ring buffer cost more (49 us) than this
+    whole path (24 us), and FlashInfer's decode ``plan`` copies a pageable array of its own
+    (``qo_indptr_host``) anyway, so pinning ours bought no asynchrony (bench/RESULTS.md)."""
 
-    __slots__ = ("seq_lens", "kv_indptr", "last_page_len", "num_pages", "max_kv_len", "slot")
+    __slots__ = ("seq_lens", "kv_indptr", "last_page_len", "num_pages", "max_kv_len")
 
-    def __init__(self, seq_lens_cpu: Any, q_len: int, page: int, width: int, staging: Any = None):
+    def __init__(self, seq_lens_cpu: Any, q_len: int, page: int, width: int):
         import torch
 
         is_tensor = isinstance(seq_lens_cpu, torch.Tensor)
@@ -156,10 +155,7 @@ class HostDecodeArrays:
                              f"{width} pages of {page} hold")
         b = len(s)
         full, last = np.divmod(s - 1, page)              # pages before the last one, its fill - 1
-        if staging is not None:
-            buf, self.slot = staging.take(2 * b + 1)
-        else:
-            buf, self.slot = torch.empty(2 * b + 1, dtype=torch.int32), -1
+        buf = torch.empty(2 * b + 1, dtype=torch.int32)
         h = buf.numpy()
         h[0] = 0
         np.cumsum(full + 1, out=h[1:b + 1])
@@ -284,6 +280,4 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     step.extra["layout"] = layout
     if defer_launch:
         step.extra["launch"] = lambda: (layout.load(inp.seq_lens, table), layout.run())
-    if host is not None:
-        step.extra["staging_slot"] = host.slot       # released once FlashInfer's plan has read it
     return step
