@@ -3,6 +3,7 @@ reference over the K/V the test keeps, and one parallel build of every module a 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import random
@@ -56,6 +57,19 @@ def settled_memory() -> tuple[int, int]:
     gc.collect()
     torch.cuda.synchronize()
     return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+
+
+@contextlib.contextmanager
+def no_device_sync():
+    """Inside, any device-to-host synchronization raises (torch's sync-debug mode): seed 001's
+    promise that a step reads nothing back from the device. Synchronizes before and after."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, Batch, answer, executor, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
+from gpu_common import TOL, answer, Batch, executor, no_device_sync, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
 
 from attnplan.policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
 
@@ -126,15 +126,10 @@ def test_native_step_does_no_device_to_host_sync():
     b.run()                                   # first pass outside the check (lazy allocations)
     k, v = b.new_kv()
     out = torch.empty(sum(q), 32, 128, dtype=torch.bfloat16, device="cuda")
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_device_sync():
         step = ex.plan_step(b.input)
         ex.append_kv(step, b.cache, k, v)
         ex.forward(step, b.q, b.cache, out)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
     assert rel_err(out, ref) <= TOL
 
 
@@ -147,12 +142,8 @@ def test_trtllm_metadata_needs_no_host_data():
     from attnplan.adapter import StepInput
 
     inp = StepInput([1, 1, 30], seq, table, 2, max_seq_len=80)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_device_sync():
         step = build_step(b200.plan, inp)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
     assert step.prefill.kv_page_indptr.tolist() == [0, 70 // b200.plan.kv_cache.page_size + 1]
 
 

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, answer, executor, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
+from gpu_common import TOL, answer, executor, no_device_sync, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
 
 from attnplan.policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
 
@@ -141,13 +141,8 @@ def test_mla_steps_do_no_device_to_host_sync():
         return ex.mla_prefill(step, rnd(47, 16, 192), rnd(47, 16, 192), rnd(47, 16, 128), context=(k_ctx, v_ctx))
 
     one_step()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_device_sync():
         out = one_step()
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
     assert not out.isnan().any()
 
 

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 import derive  # noqa: E402
-from gpu_common import TOL, Batch, answer, derived_executor, random_lens, rel_err  # noqa: E402
+from gpu_common import TOL, answer, Batch, derived_executor, no_device_sync, random_lens, rel_err  # noqa: E402
 
 from attnplan.adapter import AttentionExecutor, StepInput, attention_ref  # noqa: E402
 from attnplan.adapter import kv_cache as kvc  # noqa: E402
@@ -126,14 +126,9 @@ def test_graph_update_and_replay_do_no_device_to_host_sync(name):
     g.capture()
     ref = b.reference()
     k, v = b.new_kv()
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_device_sync():
         g.update(b.input.seq_lens, b.table, b.input.seq_lens_cpu)
         out = g.replay(b.q, k, v)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
     assert rel_err(out, ref) <= TOL
 
 
@@ -149,15 +144,10 @@ def test_eager_decode_through_layouts_without_sync(name):
     layouts = len(ex._layouts)
     k, v = b.new_kv()
     out = torch.empty(bs * qd, ex.params.num_qo_heads, ex.params.head_dim_vo, dtype=torch.bfloat16, device="cuda")
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_device_sync():
         step = ex.plan_step(b.input)
         ex.append_kv(step, b.cache, k, v)
         ex.forward(step, b.q, b.cache, out)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
     assert "layout" in step.extra and len(ex._layouts) == layouts
     assert rel_err(out, ref) <= TOL
     # A new step of the same shape, other lengths: the same layout, right answers.

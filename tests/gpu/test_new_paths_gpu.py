@@ -24,7 +24,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 import derive  # noqa: E402
-from gpu_common import TOL, Batch, derived_executor, random_lens, rel_err  # noqa: E402
+from gpu_common import TOL, Batch, derived_executor, no_device_sync, random_lens, rel_err  # noqa: E402
 
 from attnplan.adapter import StepInput  # noqa: E402
 from attnplan.adapter.warmup import plan_modules, prebuild  # noqa: E402
@@ -231,15 +231,10 @@ def test_xqa_step_does_no_device_to_host_sync():
     b.run()
     k, v = b.new_kv()
     out = torch.empty_like(b.q)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
+    with no_device_sync():
         step = ex.plan_step(b.input)
         ex.append_kv(step, b.cache, k, v)
         ex.forward(step, b.q, b.cache, out)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
     assert rel_err(out, ref) <= TOL
 
 
