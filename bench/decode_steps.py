@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
+from xqa_vs_fa2 import host_only, loop as loop_us  # noqa: E402 - the decode benches' one set of timers
 
 LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 MLA = dict(num_qo_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
@@ -50,30 +51,10 @@ MLA_CONTEXTS = (1024, 4096, 16384)
 
 
 def host_median(fn, n=40):
-    import torch
-
+    """Median host time of one call in µs (``xqa_vs_fa2.host_only``), after five warm calls."""
     for _ in range(5):
         fn()
-    ts = []
-    for _ in range(n):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e6
-
-
-def loop_us(fn, steps):
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / steps * 1e6
+    return host_only(fn, n)
 
 
 def metadata(ex, inp):
