@@ -102,6 +102,22 @@ class DecodeLayout:
             dst = torch.where(self._col < pages.view(-1, 1), self.kv_indptr[:-1].view(-1, 1) + self._col, b * w)
             self.kv_indices.scatter_(0, dst.view(-1), self.table.reshape(-1))
 
+    def phase_batch(self, seq_lens: Any, block_table: Any, max_kv_len: int, kv_indices: Any = None,
+                    host: Optional["HostDecodeArrays"] = None) -> Any:
+        """The decode ``PhaseBatch`` over this layout's outputs (the eager step and the whole-step
+        graph both hand the kernels this): the KV lengths and table the kernel reads, the host
+        arrays a host ``plan`` reads."""
+        from .metadata import PhaseBatch
+
+        b, t = self.batch_size, self.num_tokens
+        return PhaseBatch(
+            phase="decode", req=slice(0, b), tok=slice(0, t), num_reqs=b, num_tokens=t, max_q_len=self.q_len,
+            max_kv_len=max_kv_len, qo_indptr=self.qo_indptr, seq_lens=seq_lens, block_table=block_table,
+            kv_page_indptr=self.kv_indptr, last_page_len=self.last_page_len, kv_indices=kv_indices,
+            qo_indptr_cpu=self.qo_indptr_cpu, seq_lens_cpu=None if host is None else host.seq_lens,
+            kv_page_indptr_cpu=None if host is None else host.kv_indptr,
+            last_page_len_cpu=None if host is None else host.last_page_len, query_lens=self.query_lens)
+
     def load(self, seq_lens: Any, block_table: Any) -> None:
         """This step's lengths and block table into the layout's buffers (asynchronous copies;
         nothing for a layout bound to the caller's tensors)."""
@@ -250,7 +266,7 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     ``plan`` can run first - FlashInfer's plan copies pageable host arrays, and such a copy waits
     for the work already in the stream (measured on the H100: ~60 us per step when the metadata
     graph was enqueued just before it)."""
-    from .metadata import PhaseBatch, StepMetadata
+    from .metadata import StepMetadata
 
     table = inp.block_table
     b, q = len(inp.query_lens), plan.decode.q_len_per_req
@@ -265,16 +281,8 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     kv_indices = None
     if needs.needs_paged_kv_indices:
         kv_indices = layout.kv_indices[: host.num_pages] if host is not None else layout.kv_indices[:-1]
-    batch = PhaseBatch(
-        phase="decode", req=slice(0, b), tok=slice(0, t), num_reqs=b, num_tokens=t, max_q_len=q,
-        max_kv_len=host.max_kv_len if host is not None else (inp.max_seq_len or width * plan.kv_cache.page_size),
-        qo_indptr=layout.qo_indptr, seq_lens=inp.seq_lens, block_table=table, kv_page_indptr=layout.kv_indptr,
-        last_page_len=layout.last_page_len, kv_indices=kv_indices, qo_indptr_cpu=layout.qo_indptr_cpu,
-        seq_lens_cpu=None if host is None else host.seq_lens,
-        kv_page_indptr_cpu=None if host is None else host.kv_indptr,
-        last_page_len_cpu=None if host is None else host.last_page_len,
-        query_lens=layout.query_lens,
-    )
+    max_kv_len = host.max_kv_len if host is not None else (inp.max_seq_len or width * plan.kv_cache.page_size)
+    batch = layout.phase_batch(inp.seq_lens, table, max_kv_len, kv_indices, host)
     step = StepMetadata(kind="decode_only", needs=needs, num_tokens=t, slots=layout.slots, decode=batch,
                         slot_pages=layout.slot_pages, slot_offsets=layout.slot_offsets)
     step.extra["layout"] = layout

@@ -26,7 +26,7 @@ from . import kv_cache as kvc
 from .calls import spec
 from .decode_layout import DecodeLayout, HostDecodeArrays
 from .flashinfer_backend import FlashInferBackend
-from .metadata import PhaseBatch, StepMetadata
+from .metadata import StepMetadata
 
 
 def _graph_buffers(call: str, layout: DecodeLayout) -> dict[str, Any]:
@@ -83,13 +83,10 @@ class DecodeGraph:
         self._parts = (self.layout.slot_pages, self.layout.slot_offsets)
         lay = self.layout
         # What the kernels read, as the eager path hands it to them: the layout's buffers.
-        self.step = StepMetadata(kind="decode_only", needs=plan.metadata.decode_only, num_tokens=tokens,
-                                 slots=lay.slots, decode=PhaseBatch(
-            phase="decode", req=slice(0, batch_size), tok=slice(0, tokens), num_reqs=batch_size, num_tokens=tokens,
-            max_q_len=d.q_len_per_req, max_kv_len=max_pages_per_req * plan.kv_cache.page_size,
-            qo_indptr=lay.qo_indptr, seq_lens=lay.seq_lens, block_table=lay.table, kv_page_indptr=lay.kv_indptr,
-            last_page_len=lay.last_page_len, kv_indices=lay.kv_indices[:-1], qo_indptr_cpu=lay.qo_indptr_cpu,
-            query_lens=(d.q_len_per_req,) * batch_size))
+        self.step = StepMetadata(
+            kind="decode_only", needs=plan.metadata.decode_only, num_tokens=tokens, slots=lay.slots,
+            decode=lay.phase_batch(lay.seq_lens, lay.table, max_pages_per_req * plan.kv_cache.page_size,
+                                   lay.kv_indices[:-1]))
         if self.host_planned:
             self.wrapper = backend.make_wrapper("decode", **_graph_buffers(d.call, lay))
             self._no_indices = torch.empty(0, dtype=torch.int32, device=dev)
@@ -118,17 +115,10 @@ class DecodeGraph:
         if seq_lens_cpu is None:
             raise ValueError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
         host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
-        b = self.step.decode
-        assert b is not None
         # The graph writes the page indices; the wrapper's plan copies none of them in - except
         # MLA's, which checks their count, so it gets the graph's own buffer (a copy onto itself).
         indices = lay.kv_indices[: host.num_pages] if self.mla else self._no_indices
-        batch = PhaseBatch(
-            phase="decode", req=b.req, tok=b.tok, num_reqs=b.num_reqs, num_tokens=b.num_tokens, max_q_len=b.max_q_len,
-            max_kv_len=host.max_kv_len, qo_indptr=b.qo_indptr, seq_lens=b.seq_lens, block_table=b.block_table,
-            kv_page_indptr=b.kv_page_indptr, last_page_len=b.last_page_len, kv_indices=indices,
-            qo_indptr_cpu=lay.qo_indptr_cpu, seq_lens_cpu=host.seq_lens, kv_page_indptr_cpu=host.kv_indptr,
-            last_page_len_cpu=host.last_page_len, query_lens=b.query_lens)
+        batch = lay.phase_batch(lay.seq_lens, lay.table, host.max_kv_len, indices, host)
         self.ex.backend.plan_wrapper(self.wrapper, batch, "decode")
 
     # -- captured work ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 import derive  # noqa: E402
 from gpu_common import TOL, answer, Batch, derived_executor, no_device_sync, random_lens, rel_err  # noqa: E402
 
-from attnplan.adapter import AttentionExecutor, StepInput, attention_ref  # noqa: E402
+from attnplan.adapter import AttentionExecutor, attention_ref  # noqa: E402
 from attnplan.adapter import kv_cache as kvc  # noqa: E402
 from attnplan.adapter.graphs import DecodeGraph  # noqa: E402
 from attnplan.adapter.warmup import plan_modules, prebuild  # noqa: E402
