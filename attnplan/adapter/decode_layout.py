@@ -8,8 +8,9 @@ function of those two tensors. ``DecodeLayout.compute`` is that function, writte
 fixed-shape ops only (no boolean masks, no host reads), so it can be captured: per step the host
 copies the lengths and the table into the layout's buffers and replays one graph, instead of the
 ~20 torch ops and ~40 numpy ops the general path (``host_metadata.from_host``) needs for a batch
-whose shape it has not seen. vLLM does the same work with a Triton kernel per step
-(``vllm/v1/attention/backends/flashinfer.py``, ``_compute_flashinfer_kv_metadata``).
+whose shape it has not seen. vLLM 0.33 does part of this work each step with a Triton kernel
+(page indices: ``_copy_page_indices_kernel``, called from ``_compute_flashinfer_kv_metadata`` in
+``vllm/v1/attention/backends/flashinfer.py``) and the indptr and last-page lengths with numpy.
 
 Page indices without a mask: entry ``(r, j)`` of the block table lands at ``kv_indptr[r] + j``
 when ``j < pages[r]`` and at one spare slot past the end otherwise, a ``scatter_`` of every entry;
