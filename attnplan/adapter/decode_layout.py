@@ -69,6 +69,7 @@ class DecodeLayout:
         self._token = torch.arange(q, **i64).view(1, q) - q        # token i of a request: seq - q + i
         self._col = torch.arange(w, **i64).view(1, w)
         self._graph: Any = None
+        self._kernel = _fused_kernel(self.device)
         # Host side, fixed for the shape: qo indptr and the query lengths.
         self.qo_indptr_cpu = torch.arange(b + 1, dtype=torch.int32) * q
         self.query_lens = (q,) * b
@@ -78,9 +79,17 @@ class DecodeLayout:
         return self.batch_size * self.q_len
 
     def compute(self) -> None:
-        """Fixed-shape device ops from ``seq_lens`` and ``table`` to every output (capturable):
-        seven small kernels for the slots, four for the KV page indptr and last-page lengths, four
-        for the page indices (only when the plan's kernel reads them)."""
+        """Every output from ``seq_lens`` and ``table``, capturable: one Triton launch on CUDA
+        (``decode_kernel.py``), else the torch ops of ``compute_torch``."""
+        if self._kernel is not None:
+            self._kernel(self)
+        else:
+            self.compute_torch()
+
+    def compute_torch(self) -> None:
+        """Fixed-shape torch ops: seven small kernels for the slots, four for the KV page indptr
+        and last-page lengths, four for the page indices (only when the plan's kernel reads them).
+        The CPU path, and the reference the GPU test holds the Triton kernel to."""
         import torch
 
         page, w, b = self.page_size, self.width, self.batch_size
@@ -146,6 +155,20 @@ class DecodeLayout:
             self._graph.replay()
         else:
             self.compute()
+
+
+def _fused_kernel(device: Any) -> Any:
+    """``decode_kernel.decode_metadata`` on a CUDA device with triton importable, unless
+    ``ATTNPLAN_DECODE_METADATA=torch`` asks for the torch ops (benchmarks compare the two)."""
+    import os
+
+    if device.type != "cuda" or os.environ.get("ATTNPLAN_DECODE_METADATA") == "torch":
+        return None
+    try:
+        from .decode_kernel import decode_metadata
+    except ImportError:
+        return None
+    return decode_metadata
 
 
 class HostDecodeArrays:

@@ -153,3 +153,32 @@ def test_eager_decode_through_layouts_without_sync(name):
     # A new step of the same shape, other lengths: the same layout, right answers.
     nxt = Batch(ex, [qd] * bs, random_lens(bs, qd, 2000), bs, reuse=b)
     assert rel_err(nxt.run(), nxt.reference()) <= TOL and len(ex._layouts) == layouts
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fused_metadata_kernel_equals_the_torch_ops(seed):
+    """The one-launch Triton metadata (decode_kernel.py) against the torch ops it replaces, over
+    non-contiguous block tables, page sizes 1/5/16/64, q_len 1-4, lengths on page boundaries."""
+    from attnplan.adapter.decode_layout import DecodeLayout
+
+    gen = torch.Generator().manual_seed(seed)
+    b, q, page = ((1, 1, 16), (7, 3, 1), (64, 1, 64), (300, 2, 16), (5, 4, 5), (129, 1, 16))[seed]
+    seq = torch.randint(q, 3000, (b,), generator=gen)
+    seq[0] = q
+    seq[-1] = max(page, (int(seq[-1]) // page) * page)            # a full last page
+    width = int(((seq + page - 1) // page).max()) + 2
+    wide = torch.randperm(b * (width + 3) * 2, generator=gen)[: b * (width + 3)].view(b, width + 3).int().cuda()
+    table, seq = wide[:, :width], seq.int().cuda()
+    for indices in (True, False):
+        fused = DecodeLayout(b, q, page, width, "cuda", bound=(seq, table), indices=indices)
+        ref = DecodeLayout(b, q, page, width, "cuda", bound=(seq, table), indices=indices)
+        assert fused._kernel is not None, "triton is importable on the GPU machine"
+        fused.compute()
+        ref.compute_torch()
+        torch.cuda.synchronize()
+        for name in ("slots", "slot_pages", "slot_offsets", "kv_indptr", "last_page_len"):
+            assert torch.equal(getattr(fused, name), getattr(ref, name)), (name, indices)
+        if indices:
+            n = int(ref.kv_indptr[-1])
+            assert n == int(((seq + page - 1) // page).sum())
+            assert torch.equal(fused.kv_indices[:n], ref.kv_indices[:n])
