@@ -230,3 +230,19 @@ def test_layouts_without_page_indices_refuse_a_plan_that_reads_them():
     step = ex.plan_step(StepInput([1, 1], seq, torch.arange(8, dtype=torch.int32).view(2, 4), 2))
     assert step.decode.kv_indices is None and step.slots.tolist() == naive(torch.arange(8).view(2, 4), [9, 20], 1,
                                                                            b200.kv_cache.page_size)[0]
+
+
+def test_the_fused_kernel_is_cuda_only_and_can_be_turned_off(monkeypatch):
+    """The one-launch Triton metadata runs on CUDA devices only; ATTNPLAN_DECODE_METADATA=torch
+    keeps the torch ops there too (the benchmark's A/B), without importing triton at all."""
+    import sys
+
+    from attnplan.adapter.decode_layout import _fused_kernel
+
+    assert _fused_kernel(torch.device("cpu")) is None
+    assert DecodeLayouts(16, "cpu").get(2, 1, 4)._kernel is None
+    monkeypatch.setenv("ATTNPLAN_DECODE_METADATA", "torch")
+    monkeypatch.setitem(sys.modules, "triton", None)           # importing it would raise
+    assert _fused_kernel(torch.device("cuda")) is None
+    monkeypatch.delenv("ATTNPLAN_DECODE_METADATA")
+    assert _fused_kernel(torch.device("cuda")) is None           # no triton here: the torch ops
