@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
 
 from attnplan.policy import AttentionConfig, PlanAnswer
+from attnplan.vllm.request import EXAMPLE_SERVE_LINE, MAX_LINE_CHARS, ModelRequest
 
 
 class NodeSpec(BaseModel):
@@ -23,19 +24,87 @@ class NodeSpec(BaseModel):
     cubins: Optional[Literal["available", "missing"]] = Field(None, description="whether trtllm-gen cubins are available")
 
 
-class PlanRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class PlanRequest(ModelRequest):
+    """Either one attention ``config`` (today's body, unchanged) or a whole ``model`` with the
+    ``vllm serve`` flags that shape it (``ModelRequest``: attnplan/vllm/request.py); ``node`` and
+    ``engine`` apply to both."""
 
-    config: AttentionConfig
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, json_schema_extra={"examples": [
+        {"config": {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8, "kv_cache_dtype": "fp8"},
+         "node": {"device": "B200"}},
+        {"model": "google/gemma-3-27b-it", "tensor_parallel_size": 2, "kv_cache_dtype": "fp8",
+         "node": {"device": "H100"}},
+        {"model": {"model_type": "gpt_oss", "num_hidden_layers": 24, "num_attention_heads": 64,
+                   "num_key_value_heads": 8, "head_dim": 64, "hidden_size": 2880, "sliding_window": 128,
+                   "layer_types": ["sliding_attention", "full_attention"] * 12},
+         "engine": "vllm==0.33.0", "node": {"device": "B200"}},
+    ]})
+
+    config: Optional[AttentionConfig] = Field(None, description="one attention config (one rank, every layer alike)")
+    # A whole model instead: config.json contents, a preset name or a cached repo id (ModelRequest).
+    model: Optional[Union[StrictStr, dict[str, Any]]] = Field(  # type: ignore[assignment]
+        None, description="a whole model instead of config: its config.json contents (a JSON object), a preset name "
+                          "(GET /v1/presets) or a HuggingFace repo id in the node's cache; every attention layer "
+                          "group is planned per rank, with the vllm serve flags below")
     node: Optional[NodeSpec] = Field(None, description="declared node facts (absent: this service's node)")
     # Absent means the default engine layer, so a client that never heard of engines gets what it got
     # before. A node older than this field answers 422 to a body that has it (extra="forbid"): send
     # it only when you mean one (attnplan.preflight.http does exactly that).
-    engine: Optional[str] = Field(
+    engine: Optional[StrictStr] = Field(
         None, min_length=1, max_length=64, examples=["vllm", "vllm==0.33.0", "flashinfer"],
         description="engine layer: 'vllm' (absent: the vllm installed on the node, else the newest modelled), "
                     "'vllm==X' for a modelled release, or 'flashinfer' (kernel rules alone); anything the rules "
                     "do not cover is a 422 naming the covered engines")
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> "PlanRequest":
+        if (self.config is None) == (self.model is None):
+            raise ValueError("give config (one attention config) or model (a whole model), not both"
+                             if self.config is not None else "give config (one attention config) or model (a whole "
+                                                              "model with its vllm serve flags)")
+        if self.config is not None:
+            extra = sorted(self.model_fields_set - {"config", "node", "engine"})
+            if extra:
+                raise ValueError(f"{', '.join(extra)} apply to a whole model: send model with them, or give the "
+                                 "per-rank heads in config")
+        return self
+
+    def model_request(self) -> ModelRequest:
+        """The ``ModelRequest`` of a body with a ``model``."""
+        fields = {k: getattr(self, k) for k in self.model_fields_set if k in ModelRequest.model_fields}
+        return ModelRequest.model_validate(fields)
+
+
+class ServeLineRequest(BaseModel):
+    """A pasted ``vllm serve ...`` line (JSON form of ``POST /v1/plan/serve``; a ``text/plain`` body is the line)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [
+        {"line": EXAMPLE_SERVE_LINE, "node": {"device": "H100"}}]})
+
+    line: StrictStr = Field(min_length=1, max_length=MAX_LINE_CHARS,
+                            description="vllm serve MODEL [flags] (MODEL: a preset or a repo id in the node's cache)")
+    node: Optional[NodeSpec] = Field(None, description="declared node facts (absent: this service's node)")
+    engine: Optional[StrictStr] = Field(None, min_length=1, max_length=64,
+                                        description="engine layer (absent: vllm, as the line is vLLM's)")
+
+
+class ModelPlanOut(BaseModel):
+    """The answer for a whole model: ``attnplan vllm serve --json``'s JSON plus the echoed request."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: str
+    vllm: dict[str, Any] = Field(description="the serve flags as read (parser: vllm, subset, or request)")
+    ranks: int = Field(description="tensor parallel x pipeline parallel")
+    status: Literal["ok", "rejected", "startup_error"]
+    startup_error: Optional[str] = Field(None, description="the error vLLM raises at startup (heads vs tp, DCP)")
+    per_rank: Optional[dict[str, Any]] = Field(
+        None, description="one rank's plan (as attnplan plan --json): layer_groups, each with its prefill/decode plan "
+                          "or violations, and kv_cache_groups (vLLM's KV-cache groups)")
+    notes: list[str]
+    request: dict[str, Any] = Field(description="the request as planned (an inline config.json by its sha256)")
+    node: dict[str, Any]
+    rules_revision: str
 
 
 class FieldError(BaseModel):

@@ -72,6 +72,10 @@ async def plan(body: PlanRequest, request: Request,
     """The same JSON as `attnplan plan --json`. A rejection is HTTP 200 with `status: rejected`,
     listing every violated rule and verified suggestions; `node` absent means this service's node;
     `engine` absent means the default engine layer (the node's vllm, else the newest modelled)."""
+    if body.config is None:  # a whole model (rest/model_routes.py)
+        from .model_routes import plan_model_body
+
+        return await plan_model_body(body, request, trace)
     svc = service(request)
     try:
         node = svc.node_for(body.node)

@@ -1,0 +1,163 @@
+"""Whole models over HTTP: ``POST /v1/plan`` with a ``model`` (routes.py hands such bodies here)
+and ``POST /v1/plan/serve`` with a pasted ``vllm serve ...`` line.
+
+Both build one ``attnplan.vllm.request.ModelRequest`` and answer with what ``attnplan vllm serve
+--json`` prints (``request.answer_json``): every attention layer group per rank, and vLLM's
+KV-cache groups. A client names a model by its config.json contents, a preset or a repo id in
+this node's HuggingFace cache, never by a path on this machine. Planning runs in a worker thread
+(``anyio.to_thread``), never on the event loop; rendered answers are kept (they are pure
+functions of the request, the node facts and the rules).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Optional
+
+import anyio
+from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from attnplan.policy import InvalidInputError
+from attnplan.vllm.request import EXAMPLE_SERVE_LINE, ModelRequest, answer_json, parse_serve_text, plan_request
+
+from .models import ErrorOut, ModelPlanOut, NodeSpec, PlanRequest, ServeLineRequest, ValidationErrorOut
+from .readiness import NotReady
+from .service import Service, dumps
+
+JSON = "application/json"
+CACHE_SIZE = 128
+# What the planner's own errors call a field -> the request field a client sent.
+FIELD_NAMES = {"page_size": "block_size", "model_config": "model", "dcp_world_size": "decode_context_parallel_size"}
+
+router = APIRouter()
+_cache: "OrderedDict[tuple[Any, ...], bytes]" = OrderedDict()
+_lock = threading.Lock()
+
+
+def _invalid(loc: tuple[Any, ...], message: str) -> RequestValidationError:
+    return RequestValidationError([{"type": "value_error", "loc": loc, "msg": message}])
+
+
+def _field_error(exc: InvalidInputError, prefix: tuple[str, ...] = ("body",)) -> RequestValidationError:
+    field = FIELD_NAMES.get(exc.field, exc.field)
+    return _invalid((*prefix, *field.split(".")), str(exc))
+
+
+def _not_ready(exc: NotReady) -> Exception:
+    from fastapi import HTTPException
+
+    return HTTPException(503, detail=f"node facts not ready: {exc.reason}", headers={"Retry-After": "1"})
+
+
+def _render(svc: Service, req: ModelRequest, spec: Optional[NodeSpec], trace: bool, parser: str) -> bytes:
+    """The answer's bytes (runs in a worker thread)."""
+    rs = svc.rules()
+    try:
+        node = svc.node_for(spec)
+    except InvalidInputError as exc:  # an unknown device, a bad capability or version
+        raise _field_error(exc, ("body", "node")) from None
+    key = (req.model_dump_json(), node, rs.revision, trace, parser)
+    with _lock:
+        body = _cache.get(key)
+        if body is not None:
+            _cache.move_to_end(key)
+            return body
+    try:
+        sa = plan_request(req, node, rs, allow_paths=False, parser=parser)
+    except InvalidInputError as exc:
+        raise _field_error(exc) from None
+    data = answer_json(sa, req, node, trace=trace, rules_revision=rs.revision)
+    first = next((g for g in (sa.model.attention_groups if sa.model else ()) if g.prefill is not None), None)
+    svc.metrics.plans.labels(data["status"] or "rejected", first.prefill.backend if first else "none",
+                             first.decode.backend if first and first.decode else "none").inc()
+    body = dumps(data)
+    with _lock:
+        _cache[key] = body
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return body
+
+
+async def _answer(request: Request, req: ModelRequest, spec: Optional[NodeSpec], trace: bool,
+                  parser: str = "request") -> Response:
+    svc: Service = request.app.state.attnplan
+    try:
+        body = await anyio.to_thread.run_sync(_render, svc, req, spec, trace, parser)
+    except NotReady as exc:
+        raise _not_ready(exc) from None
+    return Response(body, media_type=JSON)
+
+
+async def plan_model_body(body: PlanRequest, request: Request, trace: bool) -> Response:
+    """``POST /v1/plan`` with ``model``: every layer group of the model (routes.py calls this)."""
+    try:
+        req = body.model_request()
+    except ValidationError as exc:  # not reachable through PlanRequest's own validation; kept for callers
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in exc.errors()]) from None
+    return await _answer(request, req, body.node, trace)
+
+
+SERVE_BODY = {
+    "required": True,
+    "content": {
+        "text/plain": {"schema": {"type": "string", "maxLength": 8192}, "example": EXAMPLE_SERVE_LINE},
+        JSON: {"schema": {"$ref": "#/components/schemas/ServeLineRequest"},
+               "example": {"line": EXAMPLE_SERVE_LINE, "node": {"device": "H100"}}},
+    },
+}
+
+
+@router.post(
+    "/v1/plan/serve", response_class=JSONResponse, openapi_extra={"requestBody": SERVE_BODY},
+    summary="What vLLM 0.33 would do with a pasted `vllm serve ...` line, per rank and layer group",
+    responses={200: {"model": ModelPlanOut, "description": "as `attnplan vllm serve ... --json`: status ok, rejected "
+                                                           "(rules per layer group) or startup_error (vLLM's own)"},
+               401: {"model": ErrorOut, "description": "missing or invalid bearer token (when the service has one)"},
+               413: {"model": ErrorOut, "description": "body over 64 KiB"},
+               415: {"model": ErrorOut, "description": "neither text/plain nor application/json"},
+               422: {"model": ValidationErrorOut, "description": "invalid input; each entry names the field"},
+               503: {"model": ErrorOut, "description": "the node's facts are not known yet"}},
+)
+async def plan_serve(request: Request, trace: bool = Query(True, description="include the per-rule trace")) -> Response:
+    """The line is read as `attnplan vllm serve` reads it (vLLM's own parser when installed on this
+    node; `vllm serve` may be left out); MODEL must be a preset or a repo id in this node's
+    HuggingFace cache. `text/plain`: the body is the line and the node is this service's;
+    `application/json`: `{"line": ..., "node": {...}, "engine": ...}`."""
+    from fastapi import HTTPException
+
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    raw = await request.body()
+    if ctype == "text/plain":
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _invalid(("body",), f"not UTF-8 text (byte {exc.start})") from None
+        if len(text) > 8192:
+            raise _invalid(("body",), f"the line is {len(text)} characters; at most 8192")
+        body = ServeLineRequest.model_construct(line=text, node=None, engine=None)
+    elif ctype == JSON or (ctype.startswith("application/") and ctype.endswith("+json")):
+        from attnplan.policy import AttnplanError
+        from attnplan.safeio import parse_json
+
+        try:
+            data = parse_json(raw.decode("utf-8", "replace"), what="body", name="body")
+        except AttnplanError as exc:
+            raise _invalid(("body",), str(exc).removeprefix("body: body: ")) from None
+        try:
+            body = ServeLineRequest.model_validate(data)
+        except ValidationError as exc:
+            raise RequestValidationError([{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]}
+                                          for e in exc.errors()]) from None
+    else:
+        raise HTTPException(415, f"send the line as text/plain, or {{\"line\": ...}} as {JSON}; got {ctype or 'none'!r}")
+    try:
+        line = parse_serve_text(body.line)
+        req = ModelRequest.from_serve_line(line, engine=body.engine or "vllm")
+    except InvalidInputError as exc:
+        field = FIELD_NAMES.get(exc.field, exc.field)
+        raise _invalid(("body", "line"), f"{field}: {str(exc).removeprefix(exc.field + ': ')}") from None
+    return await _answer(request, req, body.node, trace, parser=line.parser)

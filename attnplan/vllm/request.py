@@ -1,0 +1,288 @@
+"""A model as ``vllm serve`` would run it: the one request every entry point plans.
+
+``ModelRequest`` holds what ``attnplan vllm serve`` reads from a serve line (the model, tensor /
+pipeline / decode-context parallelism, dtype, KV-cache dtype, block size, attention backend,
+speculative tokens, ``--hf-overrides``) plus the engine layer to plan for. The CLI (``preflight``,
+``labels``), the REST service (``POST /v1/plan``, ``POST /v1/plan/serve``) and the preflight
+nodes (HTTP and Ray) build one and call :func:`plan_request`; a pasted ``vllm serve ...`` line
+becomes one through :func:`ModelRequest.from_serve_text`, which hands the words to
+``attnplan.vllm.args.parse_serve_line`` (vLLM's own parser when installed): there is no second
+parser.
+
+The model is a config.json's contents (a JSON object), a preset shipped in
+``attnplan/presets`` (``gemma-2-9b``), a HuggingFace repo id already in this machine's cache, or,
+where the caller is trusted to name files (the CLI), a path. A config.json received as data is
+held to the limits a file is held to (``attnplan.safeio``: size and nesting; the layer reader
+checks ``layer_types`` against ``num_hidden_layers``).
+
+Every attention layer group is planned per rank (``policy.plan_model``); the answer is
+``vllm.serve.ServeAnswer`` and its JSON ``serve_json``, exactly what ``attnplan vllm serve --json``
+prints, with the echoed request, the node and the rules revision beside it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from typing import Any, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from attnplan.policy import (AttnplanError, InvalidInputError, ModelConfigError, NodeFacts, RuleSet,
+                             backend_choice, node_json, plan_model, startup_errors)
+
+from .args import ServeLine, parse_serve_line, speculative_tokens
+from .serve import ServeAnswer, serve_json
+
+MAX_MODEL_BYTES = 4 << 20  # a config.json file's limit (policy/hfconfig.py MAX_CONFIG_BYTES)
+MAX_LINE_CHARS = 8192
+# A HuggingFace repo id (org/name) or a preset name: never a path when paths are not allowed.
+_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
+
+EXAMPLE_MODEL = "google/gemma-3-27b-it"
+EXAMPLE_SERVE_LINE = "vllm serve google/gemma-3-27b-it -tp 2 --kv-cache-dtype fp8"
+
+
+class ModelRequest(BaseModel):
+    """A model and the ``vllm serve`` flags that shape its attention; the engine layer to plan for."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True,
+                              json_schema_extra={"examples": [
+                                  {"model": EXAMPLE_MODEL, "tensor_parallel_size": 2, "kv_cache_dtype": "fp8"},
+                                  {"model": {"model_type": "gemma3_text", "num_hidden_layers": 62,
+                                             "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128,
+                                             "hidden_size": 5376, "sliding_window": 1024,
+                                             "sliding_window_pattern": 6, "query_pre_attn_scalar": 168},
+                                   "engine": "vllm==0.33.0"}]})
+
+    model: Union[StrictStr, dict[str, Any]] = Field(
+        description="the model: its config.json contents (a JSON object), a preset name (GET /v1/presets), or a "
+                    "HuggingFace repo id in the node's cache (never downloaded)")
+    engine: Optional[StrictStr] = Field(None, min_length=1, max_length=64,
+                                        description="engine layer: vllm, vllm==0.33.0 or flashinfer (absent: the "
+                                                    "node's installed vllm, else the newest modelled)")
+    tensor_parallel_size: StrictInt = Field(1, ge=1, le=4096, description="vllm serve -tp")
+    pipeline_parallel_size: StrictInt = Field(1, ge=1, le=4096, description="vllm serve -pp")
+    decode_context_parallel_size: StrictInt = Field(1, ge=1, le=4096, description="vllm serve -dcp")
+    dtype: StrictStr = Field("auto", min_length=1, max_length=32, description="vllm serve --dtype (auto: the model's)")
+    kv_cache_dtype: StrictStr = Field("auto", min_length=1, max_length=32, description="vllm serve --kv-cache-dtype")
+    block_size: Optional[StrictInt] = Field(None, ge=1, le=1 << 20,
+                                            description="vllm serve --block-size (absent: the smallest every group takes)")
+    attention_backend: Optional[StrictStr] = Field(None, min_length=1, max_length=64,
+                                                   description="vllm serve --attention-backend (vLLM's names, e.g. "
+                                                               "FLASHINFER, or attnplan's)")
+    num_speculative_tokens: StrictInt = Field(0, ge=0, le=1024,
+                                              description="--speculative-config's num_speculative_tokens")
+    hf_overrides: dict[str, Any] = Field(default_factory=dict, description="vllm serve --hf-overrides: merged over "
+                                                                           "the config.json")
+    max_model_len: Optional[StrictInt] = Field(None, ge=1, description="vllm serve --max-model-len (echoed; the "
+                                                                       "attention kernels do not depend on it)")
+    revision: Optional[StrictStr] = Field(None, max_length=128, description="vllm serve --revision (cache lookup)")
+    overrides: dict[str, Any] = Field(default_factory=dict, description="attnplan's own attention fields laid over "
+                                                                        "every layer group (attnplan plan --model X "
+                                                                        "--FLAG)")
+
+    # -- building one -------------------------------------------------------------------------
+    @classmethod
+    def build(cls, **fields: Any) -> "ModelRequest":
+        """Validated, with a bad value as one ``InvalidInputError`` naming the field."""
+        try:
+            return cls.model_validate(fields)
+        except ValidationError as exc:
+            raise request_error(exc) from None
+
+    @classmethod
+    def from_serve_line(cls, line: ServeLine, *, engine: Optional[str] = "vllm") -> "ModelRequest":
+        """What ``parse_serve_line`` read, as a request (``engine``: the line is vLLM's)."""
+        return cls.build(
+            model=line.model, engine=engine, tensor_parallel_size=line.tensor_parallel_size,
+            pipeline_parallel_size=line.pipeline_parallel_size,
+            decode_context_parallel_size=line.decode_context_parallel_size, dtype=line.dtype,
+            kv_cache_dtype=line.kv_cache_dtype, block_size=line.block_size, attention_backend=line.attention_backend,
+            num_speculative_tokens=speculative_tokens(line.speculative), hf_overrides=dict(line.hf_overrides),
+            max_model_len=line.max_model_len, revision=line.revision)
+
+    @classmethod
+    def from_serve_text(cls, text: str, *, engine: Optional[str] = "vllm") -> "ModelRequest":
+        """A pasted ``vllm serve MODEL [flags]`` line (``vllm serve`` optional, shell quoting honoured)."""
+        return cls.from_serve_line(parse_serve_text(text), engine=engine)
+
+    # -- what it asks -------------------------------------------------------------------------
+    @property
+    def ranks(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    def line_fields(self) -> dict[str, Any]:
+        """The attention fields the serve flags set on every layer group (vllm/serve.py LINE_FIELDS)."""
+        out: dict[str, Any] = dict(self.overrides)
+        if self.dtype.lower() != "auto":
+            out["dtype"] = self.dtype
+        out["kv_cache_dtype"] = self.kv_cache_dtype
+        if self.block_size is not None:
+            out["page_size"] = self.block_size
+        if self.attention_backend is not None:
+            out["attention_backend"] = backend_choice(self.attention_backend)
+        if self.num_speculative_tokens:
+            out["num_speculative_tokens"] = self.num_speculative_tokens
+        if self.decode_context_parallel_size > 1:
+            out["dcp_world_size"] = self.decode_context_parallel_size
+        return out
+
+    def model_label(self) -> str:
+        """The model as a reader sees it: the reference, or ``config.json <model_type> sha256:<12>``."""
+        if isinstance(self.model, str):
+            return self.model
+        return f"config.json {self.model.get('model_type') or '?'} sha256:{model_digest(self.model)}"
+
+    def echo(self) -> dict[str, Any]:
+        """The request as an answer names it (an inline config.json by its digest, not its text)."""
+        data = self.model_dump(mode="json", exclude_defaults=True)
+        data["model"] = self.model_label()
+        return data
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body a node is sent (``POST /v1/plan``): only what differs from the defaults,
+        so a request means the same to a node that knows fewer optional fields."""
+        return self.model_dump(mode="json", exclude_defaults=True) | {"model": self.model}
+
+    def serve_line(self, parser: str = "request") -> ServeLine:
+        return ServeLine(model=self.model_label(), tensor_parallel_size=self.tensor_parallel_size,
+                         pipeline_parallel_size=self.pipeline_parallel_size,
+                         decode_context_parallel_size=self.decode_context_parallel_size, dtype=self.dtype,
+                         kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
+                         attention_backend=self.attention_backend,
+                         speculative={"num_speculative_tokens": self.num_speculative_tokens}
+                         if self.num_speculative_tokens else {},
+                         max_model_len=self.max_model_len, hf_overrides=dict(self.hf_overrides),
+                         revision=self.revision, parser=parser)
+
+    def load(self, *, allow_paths: bool = True) -> dict[str, Any]:
+        """The config.json (with ``hf_overrides`` merged, as vLLM merges them). ``allow_paths``:
+        whether the model may name a file or directory (the CLI: yes; a REST client: no, only a
+        preset or a cached repo id)."""
+        if isinstance(self.model, dict):
+            data = bounded_config(self.model)
+        else:
+            data = read_reference(self.model, allow_paths=allow_paths, revision=self.revision)
+        if self.hf_overrides:
+            data = {**data, **bounded_config(self.hf_overrides, what="hf_overrides")}
+        return data
+
+
+def request_error(exc: ValidationError) -> InvalidInputError:
+    e = exc.errors()[0]
+    loc = ".".join(str(x) for x in e.get("loc", ())) or "request"
+    if e.get("type") == "extra_forbidden":
+        return InvalidInputError(loc, "unknown field", sorted(ModelRequest.model_fields))
+    return InvalidInputError(loc, str(e.get("msg", "invalid")))
+
+
+def parse_serve_text(text: str) -> ServeLine:
+    """``vllm serve MODEL [flags]`` (the leading ``vllm serve`` optional) -> ``ServeLine``."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError("serve", "give a vllm serve line, e.g. " + repr(EXAMPLE_SERVE_LINE))
+    if len(text) > MAX_LINE_CHARS:
+        raise InvalidInputError("serve", f"the line is {len(text)} characters; at most {MAX_LINE_CHARS}")
+    try:
+        words = shlex.split(text.replace("\\\n", " "))
+    except ValueError as exc:
+        raise InvalidInputError("serve", f"cannot split the line as a shell would: {exc}") from None
+    if words[:1] == ["vllm"]:
+        words = words[1:]
+        if words[:1] != ["serve"]:
+            raise InvalidInputError("serve", "a vllm line must be 'vllm serve MODEL [flags]'")
+    if words[:1] == ["serve"]:
+        words = words[1:]
+    return parse_serve_line(words)
+
+
+def model_digest(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:12]
+
+
+def bounded_config(data: Any, *, what: str = "model") -> dict[str, Any]:
+    """A config.json received as data, held to a file's limits: serialised size and nesting
+    (``safeio.parse_json``, which also refuses NaN and duplicate keys on the way back)."""
+    from attnplan.safeio import MAX_DEPTH, parse_json
+
+    if not isinstance(data, dict):
+        raise InvalidInputError(what, "a config.json holds a JSON object")
+    try:
+        text = json.dumps(data, ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise InvalidInputError(what, f"not a JSON object a config.json can hold: {str(exc)[:120]}") from None
+    if len(text.encode("utf-8")) > MAX_MODEL_BYTES:
+        raise InvalidInputError(what, f"config.json is over the {MAX_MODEL_BYTES}-byte limit")
+    out = parse_json(text, what=what, name="config.json", max_depth=MAX_DEPTH)
+    return dict(out)
+
+
+def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = None) -> dict[str, Any]:
+    """A preset name, a cached repo id, or (``allow_paths``) a file or directory -> config.json."""
+    from pathlib import Path
+
+    from attnplan.policy import read_model_config
+    from attnplan.presets import PRESETS_DIR
+
+    if allow_paths and Path(ref).expanduser().exists():
+        return read_model_config(ref)
+    if _REF.match(ref) and "/" not in ref and ".." not in ref:
+        preset = PRESETS_DIR / f"{ref}.json"
+        if preset.is_file():
+            return read_model_config(preset)
+    if not allow_paths:
+        # Only a repo id, looked up in the cache: a client never makes this node open a file it names.
+        if not _REF.match(ref) or ".." in ref or "/" not in ref or Path(ref).exists():
+            raise InvalidInputError("model", f"{ref!r} is neither a preset (GET /v1/presets) nor a HuggingFace "
+                                             "repo id (org/name); send the config.json itself as a JSON object")
+    return read_model_config(ref)
+
+
+# -- planning -----------------------------------------------------------------------------
+def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None, *,
+                 allow_paths: bool = True, parser: str = "request") -> ServeAnswer:
+    """Every attention layer group of the model, for one rank, on ``node`` (None: this machine),
+    or vLLM's startup refusal (tensor parallelism that does not divide the heads, DCP limits)."""
+    from attnplan.policy.hfconfig import model_info
+    from attnplan.policy.layers import text_config
+
+    try:
+        data = req.load(allow_paths=allow_paths)
+        info = model_info(text_config(data), req.model_label())
+    except ModelConfigError as exc:
+        raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
+    fields = info.fields
+    line = req.serve_line(parser)
+    heads = int(fields["num_qo_heads"])
+    errs = startup_errors(heads, int(fields.get("num_kv_heads") or heads), req.tensor_parallel_size,
+                          req.decode_context_parallel_size, mla=fields.get("kv_lora_rank") is not None)
+    if errs:
+        return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=list(info.notes))
+    try:
+        model = plan_model(data, node, overrides=req.line_fields(), ruleset=ruleset, engine=req.engine,
+                           tensor_parallel_size=req.tensor_parallel_size)
+    except ModelConfigError as exc:
+        raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
+    first = next((g.config for g in model.attention_groups if g.config is not None), None)
+    return ServeAnswer(line, req.ranks, first, model.answer(), notes=list(info.notes), model=model)
+
+
+def answer_json(sa: ServeAnswer, req: ModelRequest, node: NodeFacts, *, trace: bool = True,
+                rules_revision: str = "") -> dict[str, Any]:
+    """``attnplan vllm serve --json``'s JSON, with the request as sent (``request``), the node
+    (``node``: present even when vLLM would refuse at startup) and the rules revision."""
+    from attnplan.policy import ANSWER_SCHEMA_VERSION
+
+    data = serve_json(sa, trace=trace)
+    if sa.model is not None:
+        node = sa.model.node
+        rules_revision = sa.model.rules_revision or rules_revision
+    return {"schema_version": ANSWER_SCHEMA_VERSION, **data, "request": req.echo(), "node": node_json(node),
+            "rules_revision": rules_revision}
+
+
+__all__ = ["ModelRequest", "plan_request", "answer_json", "parse_serve_text", "bounded_config", "read_reference",
+           "AttnplanError"]
