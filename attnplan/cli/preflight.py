@@ -17,7 +17,8 @@ from typing import Any, Iterator, Optional
 from attnplan.policy import InvalidInputError
 
 from .plan import add_engine_arg
-from .options import add_config_args, add_rules_arg, config_fields_from_args, config_from_args, ruleset_from_args
+from .options import (add_config_args, add_rules_arg, config_fields_from_args, config_from_args, ruleset_from_args,
+                      tensor_parallel_from_args)
 
 DESCRIPTION = """\
 For every node: can it run the config(s), on which prefill/decode backends, and if not, which
@@ -40,6 +41,7 @@ exit codes: 0 every node ok, 1 some node rejects a config (or none can run it),
 EXAMPLES = """\
 examples:
   attnplan preflight --simulate "B200=8,GB300=4,H100=16" --model-config examples/qwen3-32b.json
+  attnplan preflight --simulate "B200=2,H100=2" --serve "vllm serve tests/models/gemma-3-27b-it.json -tp 2"
   attnplan preflight --hosts 10.0.0.1:8000,10.0.0.2:8000 --head-dim 128 --num-heads 32 --num-kv-heads 8
   attnplan preflight --hosts-file nodes.txt --configs models.yaml --html report.html
   attnplan preflight --ray auto --model-config examples/llama-3.1-8b.json --json
@@ -56,8 +58,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a Ray cluster (default address: auto, i.e. RAY_ADDRESS or the local head)")
     t.add_argument("--simulate", metavar="SPEC", help='declared devices and counts, e.g. "B200=8,GB300=4,H100=16"')
     add_config_args(p)
+    p.add_argument("--serve", metavar="LINE",
+                   help='a whole model as served: "vllm serve MODEL [flags]" (every layer group planned per rank on '
+                        "every node; MODEL is read here and sent to the nodes)")
     p.add_argument("--configs", metavar="FILE",
-                   help="a YAML list of configs (fields, or model_config: PATH plus overrides; optional name and engine)")
+                   help="a YAML list of configs (fields; or model_config/model: PATH, or serve: LINE, plus serve "
+                        "fields; optional name and engine)")
     add_engine_arg(p, "engine layer to plan for: vllm (default: each node's installed vllm, else the newest modelled), "
                       "vllm==0.33.0, or flashinfer (kernel rules alone); a --configs entry's own engine wins. Sent to "
                       "nodes only when given: a node older than the field answers 422 (an error row)")
@@ -85,18 +91,49 @@ def _configs(args: argparse.Namespace) -> list[Any]:
     from attnplan.preflight.model import NamedConfig
 
     if args.configs:
-        if args.model_config:
-            raise InvalidInputError("configs", "give --configs or --model-config, not both (put model_config in the file)")
+        if args.model_config or args.serve:
+            raise InvalidInputError("configs", "give --configs or --model-config/--serve, not both (put model_config "
+                                    "or serve in the file)")
         return load_configs(args.configs, config_fields_from_args(args), engine=args.engine)
-    cfg = config_from_args(args)
-    name = "config"
-    if args.model_config:
-        from pathlib import Path
+    if args.serve is not None or args.model_config:
+        return [model_config(args)]
+    return [NamedConfig("config", config_from_args(args), args.engine)]
 
-        path = Path(args.model_config)
-        name = path.parent.name if path.name == "config.json" else path.stem
-        name = name or "config"
-    return [NamedConfig(name, cfg, args.engine)]
+
+def model_config(args: argparse.Namespace) -> Any:
+    """``--serve LINE`` or ``--model/--model-config MODEL`` (+ the serve flags) -> one model entry:
+    every layer group planned per rank on every node. Shared with ``attnplan labels --model``."""
+    from attnplan.preflight.configs import inline_model, model_name, model_request
+    from attnplan.preflight.model import NamedConfig
+
+    fields = config_fields_from_args(args)
+    if args.serve is not None:
+        if args.model_config:
+            raise InvalidInputError("serve", "give --serve or --model-config, not both")
+        req = model_request(None, args.serve, fields, args.engine)
+    else:
+        tp = tensor_parallel_from_args(args)
+        if tp != 1:
+            fields["tensor_parallel_size"] = tp
+        req = model_request(args.model_config, None, fields, args.engine)
+    return NamedConfig(model_name(req) or "model", None, req.engine, inline_model(req))
+
+
+def check_models(configs: list[Any], rs: Any) -> None:
+    """A model request that cannot be planned anywhere (unreadable config.json, a dtype or backend
+    nobody knows) is bad input (exit 2) before any node is asked: planned once here for a
+    stand-in node. A repo id this machine does not have is left to the nodes."""
+    from attnplan.policy import simulated_node
+    from attnplan.vllm.request import plan_request
+
+    for c in configs:
+        if c.request is not None and isinstance(c.request.model, dict):
+            try:
+                plan_request(c.request, simulated_node("H100"), rs)
+            except InvalidInputError as exc:
+                if c.name == "config" or len(configs) == 1:
+                    raise
+                raise InvalidInputError(f"configs: {c.name}: {exc.field}", str(exc).split(": ", 1)[-1]) from None
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -142,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before any node is asked
     configs = _configs(args)
     _check_engines(configs, rs)
+    check_models(configs, rs)
     t0 = time.perf_counter()
     interrupted = False
     options: dict[str, Any] = {}

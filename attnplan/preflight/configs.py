@@ -1,13 +1,19 @@
 """The configs a preflight asks about: one from flags / --model-config, or a YAML list (--configs).
 
 A ``--configs`` file is a YAML list (or ``{configs: [...]}``); each entry holds the fields of
-``AttentionConfig`` or ``model_config: PATH`` (relative to the file) plus overrides, and an
-optional ``name``::
+``AttentionConfig``, or a whole model: ``model_config: PATH`` / ``model: PATH|PRESET|REPO_ID``
+(a path relative to the file) with the ``vllm serve`` fields of ``ModelRequest``
+(``tensor_parallel_size``, ``kv_cache_dtype``, ``block_size``, ...; other attention fields are
+laid over every layer group), or ``serve: "vllm serve MODEL [flags]"``; and an optional ``name``::
 
     - name: llama-3.1-8b
       model_config: ../examples/llama-3.1-8b.json
     - {name: gpt-oss, model_config: ../examples/gpt-oss-120b.json, kv_cache_dtype: fp8}
+    - {name: gemma-tp2, serve: "vllm serve ../tests/models/gemma-3-27b-it.json -tp 2"}
     - {head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, kv_cache_dtype: nvfp4, engine: flashinfer}
+
+A model is read here and sent to each node as its config.json (a node needs no copy); a repo id
+not in this machine's HuggingFace cache is sent as the id, for the node's own cache.
 
 An entry's ``engine`` (vllm, vllm==X, flashinfer) wins over ``--engine``, so one file can compare
 engine layers. Any invalid entry is one ``InvalidInputError`` naming the entry and the field.
@@ -47,24 +53,104 @@ def config_entry(entry: Any, i: int, base_dir: Path, overrides: Mapping[str, Any
         raise _entry_error(i, name, InvalidInputError("engine", f"must be an engine name such as vllm, "
                                                       f"vllm==0.33.0 or flashinfer, got {engine!r}"))
     engine = engine.strip() if engine is not None else default_engine
-    model_config = fields.pop("model_config", None)
-    fields.update(overrides)
+    model_ref = fields.pop("model_config", None)
+    if "model" in fields:
+        if model_ref is not None:
+            raise _entry_error(i, name, InvalidInputError("model", "give model or model_config, not both"))
+        model_ref = fields.pop("model")
+    serve = fields.pop("serve", None)
     try:
-        if model_config is not None:
-            if not isinstance(model_config, str) or not model_config:
-                raise InvalidInputError("model_config", f"must be a path, got {model_config!r}")
-            path = Path(model_config)
-            if not path.is_absolute():
-                path = base_dir / path
-            cfg = config_from_hf(path, **fields)
-            name = name or Path(model_config).stem.removesuffix(".json")
-            if name == "config":  # a directory's config.json: name it after the directory
-                name = path.parent.name or name
-        else:
-            cfg = make_config(fields)
+        if serve is not None or model_ref is not None:
+            if serve is not None and model_ref is not None:
+                raise InvalidInputError("serve", "give serve or model_config, not both")
+            req = model_request(model_ref, serve, {**fields, **overrides}, engine, base_dir)
+            name = name or model_name(req)
+            return NamedConfig(name or f"config-{i + 1}", None, engine if serve is None else req.engine,
+                               inline_model(req, base_dir))
+        fields.update(overrides)
+        cfg = make_config(fields)
     except InvalidInputError as exc:
         raise _entry_error(i, name, exc) from None
     return NamedConfig(name or f"config-{i + 1}", cfg, engine)
+
+
+# Attention fields -> the ModelRequest field that carries them (the rest go to ``overrides``).
+REQUEST_FIELDS = {"kv_cache_dtype": "kv_cache_dtype", "page_size": "block_size", "block_size": "block_size",
+                  "attention_backend": "attention_backend", "num_speculative_tokens": "num_speculative_tokens",
+                  "dcp_world_size": "decode_context_parallel_size", "dtype": "dtype",
+                  "tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
+                  "decode_context_parallel_size": "decode_context_parallel_size", "hf_overrides": "hf_overrides",
+                  "revision": "revision", "max_model_len": "max_model_len"}
+
+
+def model_request(model: Any, serve: Optional[str], fields: Mapping[str, Any], engine: Optional[str],
+                  base_dir: Optional[Path] = None) -> Any:
+    """A ``ModelRequest`` from a model reference (or a serve line) and flat fields: the serve
+    flags to their request fields, any other attention field into ``overrides``."""
+    from attnplan.vllm.request import ModelRequest
+
+    if serve is not None:
+        if not isinstance(serve, str):
+            raise InvalidInputError("serve", f"must be a vllm serve line, got {serve!r}")
+        req = ModelRequest.from_serve_text(serve, engine=engine or "vllm")
+        if fields:
+            raise InvalidInputError(sorted(fields)[0], "set it on the serve line itself")
+        if isinstance(req.model, str) and base_dir is not None and not Path(req.model).is_absolute() \
+                and (base_dir / req.model).exists():
+            req = req.model_copy(update={"model": str(base_dir / req.model)})
+        return req
+    if isinstance(model, str) and base_dir is not None and not Path(model).is_absolute():
+        local = base_dir / model
+        if local.exists():
+            model = str(local)
+    if not isinstance(model, (str, dict)) or not model:
+        raise InvalidInputError("model_config", f"must be a path, a preset or a repo id, got {model!r}")
+    out: dict[str, Any] = {"model": model, "engine": engine}
+    over: dict[str, Any] = {}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        if k in REQUEST_FIELDS:
+            out[REQUEST_FIELDS[k]] = v
+        else:
+            over[k] = v
+    if over:
+        from attnplan.policy import CONFIG_FIELDS
+
+        bad = sorted(k for k in over if k not in CONFIG_FIELDS)
+        if bad:
+            raise InvalidInputError(bad[0], "unknown field", sorted(set(CONFIG_FIELDS) | set(REQUEST_FIELDS)))
+        out["overrides"] = over
+    return ModelRequest.build(**out)
+
+
+def inline_model(req: Any, base_dir: Optional[Path] = None) -> Any:
+    """The request with its model read here (a path, a preset, a cached repo id) and carried as the
+    config.json itself; a repo id this machine does not have stays an id, for each node's cache."""
+    from attnplan.policy import ModelConfigError
+    from attnplan.vllm.request import _REF, read_reference
+
+    if not isinstance(req.model, str):
+        return req
+    try:
+        data = read_reference(req.model, allow_paths=True, revision=req.revision)
+    except ModelConfigError:
+        if _REF.match(req.model) and "/" in req.model and not Path(req.model).exists():
+            return req  # the nodes' caches may have it
+        raise
+    return req.model_copy(update={"model": data})
+
+
+def model_name(req: Any, ref: Any = None) -> Optional[str]:
+    """The name a report shows for a model: its file's stem, its directory, or its repo id."""
+    m = ref if isinstance(ref, str) else req.model
+    if not isinstance(m, str):
+        return None
+    p = Path(m)
+    name = p.stem.removesuffix(".json")
+    if name == "config" or p.is_dir():
+        name = (p.parent.name if name == "config" else p.name) or name
+    return name or None
 
 
 def load_configs(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
@@ -90,7 +176,7 @@ def unique_names(configs: Sequence[NamedConfig]) -> list[NamedConfig]:
     for c in configs:
         n = seen.get(c.name, 0)
         seen[c.name] = n + 1
-        out.append(c if n == 0 else NamedConfig(f"{c.name}#{n + 1}", c.config, c.engine))
+        out.append(c if n == 0 else NamedConfig(f"{c.name}#{n + 1}", c.config, c.engine, c.request))
     return out
 
 

@@ -14,9 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from attnplan.policy import AttentionConfig
 
-from .configs import describe
 from .files import replace_atomically
 from .model import PreflightReport
 from .text import compact_names
@@ -147,7 +145,7 @@ def render_html(report: PreflightReport) -> str:
         "<h2>configs</h2><ul>",
     ]
     for c in q.configs:
-        fields = describe(AttentionConfig.model_validate(c.config))
+        fields = c.description
         parts.append(f"<li><b>{_e(c.name)}</b>: <code>{_e(fields)}</code></li>")
     parts.append("</ul>")
     if report.warnings:

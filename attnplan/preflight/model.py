@@ -9,11 +9,16 @@ Verdicts are ``pass | fail | warn | error | skip``; a node that could not be pro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from attnplan.policy import AttentionConfig, PlanAnswer
+
+if TYPE_CHECKING:  # the request module imports the vLLM vocabulary; preflight reads it lazily
+    from attnplan.vllm.request import ModelRequest
+
+    from .model_answers import ModelAnswer
 
 SCHEMA_VERSION = "1"
 
@@ -28,13 +33,32 @@ VERDICT_ORDER: dict[str, int] = {"error": 0, "fail": 1, "skip": 2, "warn": 3, "p
 
 @dataclass
 class NamedConfig:
-    """One attention config of the query and the name the report shows for it."""
+    """One attention config of the query, or a whole model (``request``), and the name the report
+    shows for it."""
 
     name: str
-    config: AttentionConfig
+    config: Optional[AttentionConfig]
     # The engine layer to plan for (vllm, vllm==X, flashinfer); None: each node's default (its
     # installed vllm, else the newest modelled), and nothing is sent (an older node would 422).
     engine: Optional[str] = None
+    # A whole model: every layer group planned per rank by each node (config is then None).
+    request: Optional["ModelRequest"] = None
+
+    def describe(self) -> str:
+        """A short one-line description (the fields that differ from the defaults)."""
+        if self.request is not None:
+            r = self.request
+            if isinstance(r.model, dict):
+                text = r.model.get("text_config") if isinstance(r.model.get("text_config"), dict) else r.model
+                n = text.get("num_hidden_layers", "?")
+                parts = [f"model {r.model.get('model_type') or '?'}, {n} layers (config.json sha256:"
+                         f"{r.model_label().rsplit(':', 1)[-1]})"]
+            else:
+                parts = [f"model {r.model_label()}"]
+            parts += [f"{k}={v}" for k, v in r.echo().items() if k not in ("model", "engine")]
+            return " ".join(parts)
+        assert self.config is not None
+        return " ".join(f"{k}={v}" for k, v in self.config.model_dump(exclude_defaults=True).items())
 
 
 @dataclass
@@ -46,7 +70,7 @@ class Outcome:
     address: Optional[str] = None
     kind: OutcomeKind = "answered"
     reason: Optional[str] = None
-    answers: Optional[list[PlanAnswer]] = None
+    answers: Optional[list[Union[PlanAnswer, "ModelAnswer"]]] = None
     elapsed_ms: Optional[float] = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -57,7 +81,10 @@ class Model(BaseModel):
 
 class QueryConfig(Model):
     name: str
-    config: dict[str, Any] = Field(description="the normalized attention config")
+    config: Optional[dict[str, Any]] = Field(None, description="the normalized attention config (null for a model)")
+    request: Optional[dict[str, Any]] = Field(None, description="a whole model: the request each node planned "
+                                                                "(an inline config.json by its sha256)")
+    description: str = Field("", description="the fields that differ from the defaults, one line")
     engine: Optional[str] = Field(None, description="the engine layer asked for; null: each node's default "
                                                     "(its installed vllm, else the newest modelled)")
 
@@ -84,8 +111,21 @@ class Summary(Model):
     line: str = Field(description="the one-line summary the text report ends with")
 
 
+class LayerGroupCell(Model):
+    """One layer group of a model on one node."""
+
+    index: int = Field(description="index in the answer's layer_groups")
+    kind: str
+    layers: str = Field(description="the layers, compact (e.g. '5..59 every 6')")
+    count: int
+    status: Literal["ok", "rejected", "not_served"]
+    prefill: Optional[str] = None
+    decode: Optional[str] = None
+    violations: list[str] = Field(default_factory=list)
+
+
 class Cell(Model):
-    """One node x one config."""
+    """One node x one config (or model: every layer group in ``layer_groups``)."""
 
     config: int = Field(description="index into query.configs")
     verdict: Verdict
@@ -97,6 +137,8 @@ class Cell(Model):
     kv_dtype: Optional[str] = None
     violations: list[str] = Field(default_factory=list, description="violated rule ids, each once")
     reason: Optional[str] = None
+    layer_groups: list[LayerGroupCell] = Field(default_factory=list, description="a model: each layer group's verdict")
+    first_failing: Optional[str] = Field(None, description="a rejected model: the first failing group's rule")
 
 
 class NodeRow(Model):

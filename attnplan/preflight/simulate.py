@@ -2,16 +2,17 @@
 
 Each entry is a catalog device (or a compute capability such as ``10.3``) and a node count;
 the nodes are named ``b200-0 .. b200-7``. Facts are declared once per entry and shared, so a
-10,000-node simulation plans each (config, device) pair once.
+10,000-node simulation plans each (config, device) pair once. A whole model (a ``ModelRequest``)
+is planned per layer group and rank, as a node service would plan it.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
-from attnplan.policy import InvalidInputError, NodeFacts, RuleSet, plan_for, simulated_node
+from attnplan.policy import InvalidInputError, NodeFacts, RuleSet, default_ruleset, plan_for, simulated_node
 
 from .model import NamedConfig, Outcome
 
@@ -56,6 +57,19 @@ def declared(name: str, *, flashinfer_version: Optional[str] = None, cubins: Opt
     return simulated_node(name, flashinfer_version=flashinfer_version, cubins=cubins)
 
 
+def plan_model_locally(nc: NamedConfig, node: NodeFacts, ruleset: Optional[RuleSet]) -> Any:
+    """A model request planned here for ``node`` and read back through the JSON a node would send
+    (``model_answers.model_answer``), so a simulated node is judged exactly as a remote one."""
+    from attnplan.vllm.request import answer_json, plan_request
+
+    from .model_answers import model_answer
+
+    assert nc.request is not None
+    rs = ruleset if ruleset is not None else default_ruleset()
+    sa = plan_request(nc.request, node, rs)
+    return model_answer(answer_json(sa, nc.request, node, trace=False, rules_revision=rs.revision), nc)
+
+
 def simulate(spec: str, configs: Sequence[NamedConfig], *, flashinfer_version: Optional[str] = None,
              cubins: Optional[str] = None, ruleset: Optional[RuleSet] = None) -> list[Outcome]:
     """Plan every declared node with ``ruleset`` (the shipped rules by default: ``--rules DIR``
@@ -72,7 +86,8 @@ def simulate(spec: str, configs: Sequence[NamedConfig], *, flashinfer_version: O
     used: dict[str, int] = {}
     for name, count, node in facts:
         t0 = time.perf_counter()
-        answers = [plan_for(c.config, node, ruleset=ruleset, engine=c.engine) for c in configs]
+        answers = [plan_for(c.config, node, ruleset=ruleset, engine=c.engine) if c.request is None
+                   else plan_model_locally(c, node, ruleset) for c in configs]
         ms = (time.perf_counter() - t0) * 1000
         base = slug(name)
         start = used.get(base, 0)

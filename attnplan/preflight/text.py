@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Union
 
-from .configs import describe
 from .model import Cell, PreflightReport
 
 _DIGITS = re.compile(r"(\d+)")
@@ -90,11 +89,28 @@ def _ranges(nums: list[str], max_chars: int = 1 << 30) -> str:
     return "[" + text + "]"
 
 
+def groups_text(c: Cell) -> str:
+    """A model's layer groups in one cell: ``sliding x52 fa3/xqa; full x10 fa3/xqa``."""
+    parts = []
+    for g in c.layer_groups:
+        if g.status == "ok":
+            parts.append(f"{g.kind} x{g.count} {g.prefill}/{g.decode}")
+        elif g.status == "rejected":
+            parts.append(f"{g.kind} x{g.count} REJECTED {','.join(g.violations)}")
+        else:
+            parts.append(f"{g.kind} x{g.count} not served")
+    return "; ".join(parts) or "-"
+
+
 def _cell_text(c: Cell, status: str) -> str:
     if c.verdict in ("pass", "warn"):
         text = f"{c.prefill}/{c.decode} {c.kv_layout}/{c.page_size}"
+        if len(c.layer_groups) > 1:
+            text += f" ({len(c.layer_groups)} groups)"
         return text + (" (differs)" if c.verdict == "warn" else "")
     if c.verdict == "fail":
+        if c.layer_groups or c.first_failing:  # a model: the first failing group and its rule
+            return "REJECTED " + (c.reason or ",".join(c.violations))
         return "REJECTED " + ",".join(c.violations)
     if status == "no-gpu":
         return "no GPU"
@@ -128,7 +144,6 @@ Line = Union[str, tuple[str, str]]  # text, or (text, ANSI colour code) painted 
 
 
 def render_text(report: PreflightReport, *, per_node: bool = False, color: bool = False) -> str:
-    from attnplan.policy import AttentionConfig
     from attnplan.render import table as _table
 
     def table(headers: list[Any], rows: list[list[Any]]) -> str:
@@ -138,13 +153,14 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
     q = report.query
     configs = q.configs
     single = len(configs) == 1
+    model = single and configs[0].request is not None
     target = ", ".join(q.targets) if len(", ".join(q.targets)) <= 60 else f"{len(q.targets)} targets"
     out: list[Line] = [f"attnplan preflight: {report.summary.nodes} nodes via {q.source} ({target}), "
                        f"{len(configs)} config{'s' if len(configs) != 1 else ''}, rules {report.rules_revision}"]
     for c in configs:
         label = "config" if c.name == "config" else f"config {c.name}"
         engine = f" (engine {c.engine})" if c.engine else ""
-        out.append(f"  {label}: {describe(AttentionConfig.model_validate(c.config))}{engine}")
+        out.append(f"  {label}: {c.description}{engine}")
     out.append("")
     headers = ["#", "nodes", "members", "device", "cap", "flashinfer"]
     rows = []
@@ -157,10 +173,14 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
             if c.verdict in ("pass", "warn", "fail"):
                 word = {"pass": "ok", "warn": "ok (differs)", "fail": "REJECTED"}[c.verdict]
                 detail = ", ".join(c.violations) if c.verdict == "fail" else "-"
+                if c.verdict == "fail" and (c.layer_groups or c.first_failing):
+                    detail = c.reason or detail  # a model: the first failing layer group and its rule
                 base += [word, c.prefill or "-", c.decode or "-",
-                         f"{c.kv_layout}/{c.page_size}" if c.kv_layout else "-", detail]
+                         f"{c.kv_layout}/{c.page_size}" if c.kv_layout else "-", _clip(clean(detail), 120)]
             else:
                 base += [_STATUS_WORD[g.status], "-", "-", "-", _clip(clean(g.reason or "-"))]
+            if model:
+                base.append(groups_text(c) if c.layer_groups else "-")
         else:
             base += [_cell_text(c, g.status) for c in g.results]
             if g.status in ("unreachable", "error", "skipped", "no-gpu"):
@@ -170,6 +190,8 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
         rows.append(base)
     if single:
         headers += ["status", "prefill", "decode", "kv/page", "violations / reason"]
+        if model:
+            headers.append("layer groups")
     else:
         headers += [c.name for c in configs] + ["reason"]
     out += table(headers, rows).split("\n")
@@ -191,6 +213,9 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
                     continue
                 seen.add(key)
                 where = f"{v.get('phase')}" + (f"/{v['backend']}" if v.get("backend") else "")
+                lg = next((x for x in c.layer_groups if x.index == v.get("group")), None)
+                if lg is not None:  # a model: which layer group
+                    where = f"{lg.kind} layers {lg.layers} {where}"
                 out.append(f"  [{v.get('rule')}] {where}: {v.get('message')}")
                 if len(seen) >= 4:
                     break

@@ -6,7 +6,7 @@ never ``pass`` and never ``fail``: "could not probe" must not read as "rejected"
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from attnplan.policy import PlanAnswer
 
@@ -16,7 +16,12 @@ STATUS_ORDER = {"ok": 0, "rejected": 1, "no-gpu": 2, "unreachable": 3, "error": 
 EXIT_OK, EXIT_REJECTED, EXIT_BAD_INPUT, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
-def answer_cell(i: int, a: PlanAnswer) -> Cell:
+def answer_cell(i: int, a: Any) -> Cell:
+    """The cell of an answer: a ``PlanAnswer`` (one config) or a ``ModelAnswer`` (every layer group)."""
+    if not isinstance(a, PlanAnswer):
+        from .model_answers import model_cell
+
+        return model_cell(i, a)
     rules = list(dict.fromkeys(v.rule for v in a.violations))
     if a.status == "ok" and a.plan is not None:
         kv = a.plan.kv_cache
@@ -65,6 +70,9 @@ def node_row(o: Outcome, n_cfg: int) -> NodeRow:
     if status == "rejected":
         rules = list(dict.fromkeys(r for c in cells for r in c.violations if c.verdict == "fail"))
         reason = f"violates {', '.join(rules)}"
+        firsts = [c.reason for c in cells if c.verdict == "fail" and c.layer_groups and c.reason]
+        if firsts and len(cells) == 1:
+            reason = firsts[0]  # a model: its first failing layer group and rule
     return NodeRow(status=status, verdict=verdict, reason=reason, results=cells, **facts, **base)  # type: ignore[arg-type]
 
 

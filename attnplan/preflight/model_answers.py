@@ -1,0 +1,245 @@
+"""A node's answer for a whole model (``ModelRequest``): every attention layer group, judged.
+
+What a node sends (HTTP ``POST /v1/plan`` with ``model``, a Ray task, or the simulation through
+the same JSON) is ``attnplan vllm serve --json``'s answer (``vllm.request.answer_json``). It
+counts only when it answers the request that was sent (``request`` echoed), names the engine
+asked for, and is coherent: every layer group parses as ``GroupPlan``, each attention group as a
+``PlanAnswer`` that ``answers.incoherence`` accepts, and the model's status agrees with its
+groups (ok exactly when every attention group is ok and nothing model-wide is violated). The node
+passes only when every group passes; the cell names the first failing group and its rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from attnplan.policy import (EngineRef, Fallback, GroupPlan, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
+                             Violation, compact_layers)
+
+from .answers import BadAnswer, incoherence
+from .model import Cell, LayerGroupCell, NamedConfig
+
+# vLLM's own refusal at startup (config/model.py ModelConfig.verify_with_parallel_config: heads
+# vs tensor parallelism, DCP limits): not a rule of the packs, named so a label can carry it.
+STARTUP = "vllm.startup"
+
+
+@dataclass(frozen=True)
+class GroupAnswer:
+    """One layer group of a node's answer: its verdict, and its rule answer when it is attention."""
+
+    index: int
+    kind: str
+    layers: tuple[int, ...]
+    label: str  # compact_layers, e.g. "5..59 every 6"
+    status: Literal["ok", "rejected", "not_served"]
+    answer: Optional[PlanAnswer]
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    """A node's answer for a model request, with the attributes the report reads off a ``PlanAnswer``
+    (status, node, violations, suggestions, fallbacks, notes, rules_revision)."""
+
+    status: Literal["ok", "rejected"]
+    node: NodeFacts
+    engine: EngineRef
+    rules_revision: str
+    model_type: str
+    num_layers: int
+    groups: tuple[GroupAnswer, ...]
+    violations: tuple[Violation, ...] = ()  # every group's (tagged with its group) and the model's own
+    suggestions: tuple[Suggestion, ...] = ()
+    fallbacks: tuple[Fallback, ...] = ()
+    notes: tuple[str, ...] = ()
+    startup_error: Optional[str] = None
+    kv_cache_groups: Optional[KVCacheGroupsPlan] = None
+    plan: None = None  # no one plan serves every layer
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def attention_groups(self) -> tuple[GroupAnswer, ...]:
+        return tuple(g for g in self.groups if g.status != "not_served")
+
+    def first_failure(self) -> Optional[tuple[str, str]]:
+        """(where, rule) of the first failing group in layer order, else the model's own, else None."""
+        if self.startup_error is not None:
+            return "startup", STARTUP
+        for g in self.groups:
+            if g.status == "rejected" and g.answer is not None and g.answer.violations:
+                return f"{g.kind} layers {g.label}", g.answer.violations[0].rule
+        model_level = [v for v in self.violations if v.group is None]
+        if self.status == "rejected" and model_level:
+            return "model", model_level[0].rule
+        return None
+
+
+def _engine_matches(asked: str, engine: EngineRef) -> bool:
+    # "vllm" asks for the node's own vllm (any version); "vllm==X" for that release (answers._same_engine).
+    name, _, version = asked.strip().lower().partition("==")
+    return engine.name == name.strip() and (not version or engine.version == version.strip())
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
+    """A decoded answer (HTTP body, Ray task result, simulation) for ``nc``'s request, or ``BadAnswer``."""
+    from pydantic import ValidationError
+
+    assert nc.request is not None
+    if not isinstance(data, dict):
+        raise BadAnswer(f"schema-invalid answer: expected a JSON object, got {type(data).__name__}")
+    sent = nc.request.echo()
+    got = data.get("request")
+    if got != sent:
+        if not isinstance(got, dict):
+            raise BadAnswer("schema-invalid answer: no request echoed (the node runs an older attnplan: upgrade it)")
+        diff = next((k for k in sorted(set(sent) | set(got)) if sent.get(k) != got.get(k)), "?")
+        raise BadAnswer(f"answered for another request ({diff}: sent {_short(sent.get(diff))}, got {_short(got.get(diff))})")
+    try:
+        node = NodeFacts.model_validate(data.get("node"))
+    except (ValidationError, ValueError, TypeError) as exc:
+        raise BadAnswer(f"schema-invalid answer: node: {str(exc).splitlines()[0][:160]}") from None
+    status = data.get("status")
+    revision = data.get("rules_revision")
+    if not isinstance(revision, str) or len(revision) > 256:
+        raise BadAnswer("schema-invalid answer: rules_revision is not a revision")
+    if status == "startup_error":
+        err = data.get("startup_error")
+        if not isinstance(err, str) or not err or data.get("per_rank") is not None:
+            raise BadAnswer("schema-invalid answer: startup_error without its message (or with a plan)")
+        # The node facts are checked as in any answer: a stand-in rejection carrying them.
+        problem = incoherence(PlanAnswer(status="rejected", node=node, config={"head_dim": 128, "num_qo_heads": 1},
+                                         violations=(Violation(rule=STARTUP, phase="both", message=err),)))
+        if problem:
+            raise BadAnswer(f"schema-invalid answer: {problem}")
+        return ModelAnswer(status="rejected", node=node, engine=EngineRef(), rules_revision=revision, model_type="",
+                           num_layers=0, groups=(), startup_error=err[:2000])
+    if status not in ("ok", "rejected"):
+        raise BadAnswer(f"schema-invalid answer: status {_short(status)}")
+    per = data.get("per_rank")
+    if not isinstance(per, dict) or not isinstance(per.get("layer_groups"), list) or not per["layer_groups"]:
+        raise BadAnswer("schema-invalid answer: per_rank.layer_groups missing (the node runs an older attnplan)")
+    try:
+        engine = EngineRef.model_validate(per.get("engine") or {})
+        groups_in = [GroupPlan.model_validate({k: v for k, v in g.items() if k != "trace"}) if isinstance(g, dict)
+                     else GroupPlan.model_validate(g) for g in per["layer_groups"]]
+        top = [Violation.model_validate(v) for v in per.get("violations") or ()]
+        kv = KVCacheGroupsPlan.model_validate(per["kv_cache_groups"]) if per.get("kv_cache_groups") else None
+        num_layers = int(per.get("num_layers") or 0)
+    except (ValidationError, ValueError, TypeError) as exc:
+        first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+        where = ".".join(str(p) for p in first.get("loc", ())) if first else ""
+        msg = first.get("msg") if first else str(exc).splitlines()[0][:160]
+        raise BadAnswer(f"schema-invalid answer: per_rank: {where}: {msg}".replace(": : ", ": ")) from None
+    if nc.engine is not None and not _engine_matches(nc.engine, engine):
+        raise BadAnswer(f"answered for another engine (sent {nc.engine!r}, got "
+                        f"{engine.name + ('==' + engine.version if engine.version else '')!r})")
+    groups: list[GroupAnswer] = []
+    tagged: list[Violation] = []
+    suggestions: list[Suggestion] = []
+    fallbacks: list[Fallback] = []
+    for i, g in enumerate(groups_in):
+        label = compact_layers(g.layers, num_layers or None)
+        if g.status == "not_served":
+            if g.is_attention:
+                raise BadAnswer(f"schema-invalid answer: attention layers {label} not served")
+            groups.append(GroupAnswer(i, g.kind, g.layers, label, "not_served", None))
+            continue
+        if g.config is None:
+            raise BadAnswer(f"schema-invalid answer: layer group {i} ({g.kind}) without its config")
+        ok = g.status == "ok"
+        if ok and (g.prefill is None or g.decode is None or g.kv_cache is None or g.attention is None
+                   or g.metadata is None):
+            raise BadAnswer(f"schema-invalid answer: layer group {i} ({g.kind}) ok without a plan")
+        try:
+            plan = ({"attention": g.attention, "prefill": g.prefill, "decode": g.decode, "kv_cache": g.kv_cache,
+                     "metadata": g.metadata} if ok else None)
+            a = PlanAnswer(status=g.status, node=node, config=g.config, plan=plan, violations=g.violations,
+                           suggestions=g.suggestions, fallbacks=g.fallbacks, engine=engine, notes=g.notes,
+                           rules_revision=revision)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise BadAnswer(f"schema-invalid answer: layer group {i}: {str(exc).splitlines()[0][:160]}") from None
+        problem = incoherence(a)
+        if problem:
+            raise BadAnswer(f"schema-invalid answer: layer group {i} ({g.kind}): {problem}")
+        groups.append(GroupAnswer(i, g.kind, g.layers, label, g.status, a))
+        tagged += [v.model_copy(update={"group": i}) for v in g.violations]
+        suggestions += [s.model_copy(update={"group": i}) for s in g.suggestions]
+        fallbacks += [f.model_copy(update={"group": i}) for f in g.fallbacks]
+    in_groups = {(v.rule, v.phase, v.backend, v.message) for g in groups_in for v in g.violations}
+    model_level = [v.model_copy(update={"group": None}) for v in top if v.group is None
+                   and (v.rule, v.phase, v.backend, v.message) not in in_groups]
+    attn = [g for g in groups if g.status != "not_served"]
+    coherent = bool(attn) and all(g.status == "ok" for g in attn) and not model_level
+    if (status == "ok") != coherent:
+        raise BadAnswer(f"schema-invalid answer: status {status} but "
+                        + ("every layer group ok" if coherent else "a layer group or the model is rejected"))
+    notes = tuple(str(n)[:500] for n in (per.get("notes") or ()) if isinstance(n, str))
+    return ModelAnswer(status=status, node=node, engine=engine, rules_revision=revision,
+                       model_type=str(per.get("model_type") or "")[:64], num_layers=num_layers, groups=tuple(groups),
+                       violations=tuple(tagged + model_level), suggestions=tuple(suggestions),
+                       fallbacks=tuple(fallbacks), notes=notes, kv_cache_groups=kv)
+
+
+def parse_model_answer(body: bytes, nc: NamedConfig) -> ModelAnswer:
+    """An HTTP body for ``nc``'s model request (bounded, schema_version checked), or ``BadAnswer``."""
+    from attnplan.policy import ANSWER_SCHEMA_VERSION, AttnplanError
+    from attnplan.safeio import parse_json
+
+    from .answers import MAX_ANSWER_DEPTH
+
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadAnswer(f"malformed JSON: not UTF-8 (byte {exc.start})") from None
+    try:
+        data = parse_json(text, what="answer", name="answer", max_depth=MAX_ANSWER_DEPTH)
+    except AttnplanError as exc:
+        raise BadAnswer("malformed JSON: " + str(exc).replace("answer: answer: ", "", 1)[:160]) from None
+    if not isinstance(data, dict):
+        raise BadAnswer(f"schema-invalid answer: expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
+    if version != ANSWER_SCHEMA_VERSION:
+        raise BadAnswer(f"schema-invalid answer: schema_version {str(version)[:20]!r}, "
+                        f"this preflight reads {ANSWER_SCHEMA_VERSION!r}")
+    return model_answer(data, nc)
+
+
+def _joined(values: list[Optional[str]]) -> Optional[str]:
+    seen = list(dict.fromkeys(v for v in values if v))
+    return "|".join(seen) if seen else None
+
+
+def model_cell(i: int, a: ModelAnswer) -> Cell:
+    """One node x one model: pass only when every layer group passes."""
+    rows = []
+    for g in a.groups:
+        p = g.answer.plan if g.answer is not None else None
+        rows.append(LayerGroupCell(
+            index=g.index, kind=g.kind, layers=g.label, count=len(g.layers), status=g.status,
+            prefill=p.prefill.backend if p else None, decode=p.decode.backend if p else None,
+            violations=list(dict.fromkeys(v.rule for v in g.answer.violations)) if g.answer else []))
+    rules = list(dict.fromkeys(v.rule for v in a.violations))
+    first = a.first_failure()
+    if a.ok:
+        plans = [g.answer.plan for g in a.attention_groups if g.answer is not None and g.answer.plan is not None]
+        kv = plans[0].kv_cache
+        return Cell(config=i, verdict="pass", status="ok", prefill=_joined([p.prefill.backend for p in plans]),
+                    decode=_joined([p.decode.backend for p in plans]), kv_layout=kv.layout, page_size=kv.page_size,
+                    kv_dtype=kv.view_dtype, violations=rules, layer_groups=rows)
+    if a.startup_error is not None:
+        reason = f"vLLM refuses at startup: {a.startup_error}"
+        rules = [STARTUP]
+    else:
+        where, rule = first if first is not None else ("model", "rejected")
+        reason = f"{where}: violates {rule}"
+    return Cell(config=i, verdict="fail", status="rejected", violations=rules, reason=reason, layer_groups=rows,
+                first_failing=first[1] if first else None)
