@@ -23,12 +23,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "deploy/daemonset-labels.yaml runs exactly that on every GPU node."),
     )
     p.add_argument("--output", "-o", metavar="FILE", help="write the feature file here (default: stdout)")
+    m = p.add_argument_group("models this node may serve: one label attnplan.io/model-<name> each, value ok or the "
+                             "first failing layer group's rule id")
+    m.add_argument("--model", dest="models", action="append", default=[], metavar="MODEL",
+                   help="a model directory, config.json, preset or cached repo id (repeatable)")
+    m.add_argument("--serve", dest="serve_lines", action="append", default=[], metavar="LINE",
+                   help='a "vllm serve MODEL [flags]" line (repeatable)')
+    m.add_argument("--configs", metavar="FILE", help="a preflight configs file (YAML): one label per entry")
     p.add_argument("--json", action="store_true", help="print the labels as a JSON object instead")
     add_node_args(p)
     add_rules_arg(p)
     add_engine_arg(p, "engine layer the labels describe: vllm (default: the vllm installed here, else the newest "
                       "modelled), vllm==0.33.0, or flashinfer (kernel rules alone)")
     p.set_defaults(run=run)
+
+
+def _models(args: argparse.Namespace) -> list:
+    """The configured models: --model, --serve and --configs entries, named as preflight names them."""
+    from attnplan.preflight.configs import inline_model, load_configs, model_name, model_request, unique_names
+    from attnplan.preflight.model import NamedConfig
+
+    from .preflight import check_models
+
+    out = []
+    for ref in args.models:
+        req = model_request(ref, None, {}, args.engine)
+        out.append(NamedConfig(model_name(req) or "model", None, req.engine, inline_model(req)))
+    for line in args.serve_lines:
+        req = model_request(None, line, {}, args.engine)
+        out.append(NamedConfig(model_name(req) or "model", None, req.engine, inline_model(req)))
+    if args.configs:
+        out += load_configs(args.configs, engine=args.engine)
+    out = unique_names(out)
+    check_models(out, ruleset_from_args(args))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +67,11 @@ def run(args: argparse.Namespace) -> int:
     node = node_from_args(args) or local_node()
     check_engine(args.engine, node, rs)  # exit 2, one printable line
     labels = node_labels(node, rs, engine=args.engine)
+    configs = _models(args)
+    if configs:
+        from attnplan.preflight.labels import model_labels
+
+        labels.update(model_labels(node, configs, rs))
     if args.json:
         from .main import emit_json
 

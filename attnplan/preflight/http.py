@@ -1,7 +1,7 @@
 """``--hosts h1:8000,h2:8000``: ask the node services (``attnplan serve``) concurrently.
 
 One ``POST /v1/plan`` per node and config (no ``node`` in the body: the service answers for its
-own node), through one ``httpx.AsyncClient``: bounded concurrency, a deadline per node (all its
+own node; a whole model is sent as its ``ModelRequest``, the config.json inline), through one ``httpx.AsyncClient``: bounded concurrency, a deadline per node (all its
 requests included), retries with exponential backoff and jitter on connect errors and on
 502/503/504, ``Authorization: Bearer $ATTNPLAN_TOKEN``. Each answer is validated against
 ``policy.PlanAnswer``. Nothing a node does aborts the run: refused connections, timeouts, a
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, MutableMapping, Optional, Sequence
 from urllib.parse import urlsplit
 
-from attnplan.policy import InvalidInputError, PlanAnswer
+from attnplan.policy import InvalidInputError
 from attnplan.safeio import read_bounded
 
 from .answers import BadAnswer, parse_answer
@@ -185,18 +185,28 @@ def _cache_missing_sniffio() -> None:
         sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
-def validate_answer(body: bytes, nc: NamedConfig) -> PlanAnswer:
-    """The node's answer, or ``NodeFailure`` ("error") saying why it does not count."""
+def validate_answer(body: bytes, nc: NamedConfig) -> Any:
+    """The node's answer (a ``PlanAnswer``, or a ``ModelAnswer`` for a model), or ``NodeFailure``
+    ("error") saying why it does not count."""
     try:
+        if nc.request is not None:
+            from .model_answers import parse_model_answer
+
+            return parse_model_answer(body, nc)
         return parse_answer(body, nc)
     except BadAnswer as exc:
         raise NodeFailure("error", str(exc)) from None
 
 
-async def _post_plan(client: Any, host: Host, nc: NamedConfig, opts: HttpOptions, state: dict[str, str]) -> PlanAnswer:
+async def _post_plan(client: Any, host: Host, nc: NamedConfig, opts: HttpOptions, state: dict[str, str]) -> Any:
     httpx = _httpx()
     url = f"{host.url}/v1/plan"
-    payload: dict[str, Any] = {"config": nc.config.model_dump(mode="json", exclude_none=True)}
+    payload: dict[str, Any]
+    if nc.request is not None:  # a whole model: the ModelRequest itself (rest/models.py PlanRequest)
+        payload = nc.request.wire()
+    else:
+        assert nc.config is not None
+        payload = {"config": nc.config.model_dump(mode="json", exclude_none=True)}
     # Sent only when asked for: a node older than the field rejects any unknown key (422,
     # rest/models.py PlanRequest has extra="forbid"), so a default preflight still works with it.
     if nc.engine is not None:
@@ -252,7 +262,7 @@ async def query_node(host: Host, configs: Sequence[NamedConfig], opts: HttpOptio
         t0 = time.perf_counter()
         state = {"stage": "no response headers"}
 
-        async def ask() -> list[PlanAnswer]:
+        async def ask() -> list[Any]:
             async with make_client() as client:
                 return [await _post_plan(client, host, nc, opts, state) for nc in configs]
 

@@ -118,6 +118,47 @@ def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: O
     return out
 
 
+MODEL_PREFIX = "model-"
+
+
+def label_name(name: str) -> Optional[str]:
+    """``attnplan.io/model-<name>`` for a configured model (name sanitised, at most 63 characters)."""
+    short = sanitize_value(MODEL_PREFIX + name)
+    return PREFIX + short if short and NAME_RE.match(short) else None
+
+
+def model_labels(node: NodeFacts, configs: Any, ruleset: Optional[RuleSet] = None) -> dict[str, str]:
+    """One label per configured model (or config) of ``configs`` (``preflight.model.NamedConfig``):
+    ``ok`` when this node serves every layer group of it, else the first failing group's rule id
+    (``vllm.startup`` when vLLM itself refuses the parallel layout). A scheduler pins a model's
+    pods with node affinity on ``attnplan.io/model-<name> In (ok)``. Two names that sanitise to
+    one label are bad input."""
+    from attnplan.policy import InvalidInputError
+
+    from .simulate import plan_model_locally
+
+    rs = ruleset if ruleset is not None else default_ruleset()
+    out: dict[str, str] = {}
+    for nc in configs:
+        name = label_name(nc.name)
+        if name is None:
+            raise InvalidInputError("model", f"{nc.name!r} cannot be a label name; give the entry a name of "
+                                             "letters, digits, '-', '_' or '.'")
+        if name in out:
+            raise InvalidInputError("model", f"two models are labelled {name}: give them distinct names")
+        if nc.request is not None:
+            a = plan_model_locally(nc, node, rs)
+            first = a.first_failure()
+            value = "ok" if a.ok else (first[1] if first else "rejected")
+        else:
+            answer = plan_for(nc.config, node, ruleset=rs, engine=nc.engine)
+            value = "ok" if answer.ok else (answer.violations[0].rule if answer.violations else "rejected")
+        v = sanitize_value(value) or "rejected"
+        if valid_label(name, v):
+            out[name] = v
+    return out
+
+
 def render_feature_file(labels: dict[str, str], node: NodeFacts, ruleset: Optional[RuleSet] = None) -> str:
     host = sanitize_value(node.hostname.value) or "unknown"
     revision = (ruleset if ruleset is not None else default_ruleset()).revision

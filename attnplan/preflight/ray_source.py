@@ -42,19 +42,33 @@ def declared_or_probed(labels: dict[str, str], declare_label: Optional[str]) -> 
     return probe_node()
 
 
+def plan_item(item: dict[str, Any], node: NodeFacts, engine: Optional[str]) -> dict[str, Any]:
+    """One config's answer JSON on this node: ``{"config": ...}`` planned as ``plan_for``, or
+    ``{"request": ...}`` (a whole model, ``ModelRequest``) as the REST service answers it."""
+    from attnplan.policy import default_ruleset, plan_for
+
+    if "request" in item:
+        from attnplan.vllm.request import ModelRequest, answer_json, plan_request
+
+        req = ModelRequest.model_validate(item["request"])
+        rs = default_ruleset()
+        return answer_json(plan_request(req, node, rs, allow_paths=False), req, node, trace=False,
+                           rules_revision=rs.revision)
+    return plan_for(item["config"], node, engine=engine).to_json(trace=False)
+
+
 def node_task(target: str, configs: list[dict[str, Any]], declare_label: Optional[str],
               facts_fn: Optional[FactsFn], engines: Optional[list[Optional[str]]] = None) -> dict[str, Any]:
-    """Runs on the pinned node: its facts, then one plan per config (JSON, no trace)."""
+    """Runs on the pinned node: its facts, then one plan per config (JSON, no trace). Each of
+    ``configs`` is an attention config's fields, or ``{"request": ModelRequest JSON}``."""
     import ray
-
-    from attnplan.policy import plan_for
 
     t0 = time.perf_counter()
     ctx = ray.get_runtime_context()
     labels = dict(ctx.get_node_labels() or {})
     node = facts_fn(labels) if facts_fn is not None else declared_or_probed(labels, declare_label)
     engines = engines if engines is not None else [None] * len(configs)
-    answers = [plan_for(c, node, engine=e).to_json(trace=False) for c, e in zip(configs, engines)]
+    answers = [plan_item(c if "request" in c else {"config": c}, node, e) for c, e in zip(configs, engines)]
     return {"node_id": ctx.get_node_id(), "hostname": socket.gethostname(), "answers": answers,
             "declared": node.capability.source.value == "declared",
             "task_ms": (time.perf_counter() - t0) * 1000}
@@ -103,7 +117,12 @@ def _outcome(result: Any, node_id: str, name: str, address: str, configs: Sequen
     answers = []
     for nc, data in zip(configs, result["answers"]):
         try:
-            answers.append(validate_data(data, nc))
+            if nc.request is not None:
+                from .model_answers import model_answer
+
+                answers.append(model_answer(data, nc))
+            else:
+                answers.append(validate_data(data, nc))
         except BadAnswer as exc:
             return Outcome(kind="error", reason=str(exc), **base)  # type: ignore[arg-type]
     extra.update(hostname=result.get("hostname"), declared=result.get("declared"))
@@ -134,7 +153,8 @@ def ray_preflight(configs: Sequence[NamedConfig], *, address: str = "auto", time
         named = _name_nodes(nodes)
         if names is not None:
             names[:] = [named[n["NodeID"]] for n in nodes]
-        cfgs = [c.config.model_dump(mode="json") for c in configs]
+        cfgs = [{"request": c.request.wire()} if c.request is not None else c.config.model_dump(mode="json")  # type: ignore[union-attr]
+                for c in configs]
         engines = [c.engine for c in configs]
         task = ray.remote(num_cpus=0, num_gpus=0, max_retries=0)(node_task)
         t0 = time.perf_counter()
