@@ -98,7 +98,8 @@ def test_json_contract_shape(capsys):
     assert data["schema_version"] == "1" and data["rules_revision"] == default_ruleset().revision
     assert data["query"] == {"source": "simulate", "targets": ["B200=2,H100=1"], "options": {},
                              "configs": [{"name": "config", "config": make_config(LLAMA_CFG).model_dump(mode="json"),
-                                          "engine": None}]}
+                                          "engine": None, "request": None,
+                                          "description": "head_dim=128 num_qo_heads=32 num_kv_heads=8"}]}
     PreflightReport.model_validate(data)  # round-trips through its own schema
     for n in data["nodes"]:
         assert n["verdict"] in ("pass", "fail", "warn", "error", "skip")
@@ -269,8 +270,12 @@ def test_configs_file(tmp_path):
     (tmp_path / "gemma.json").write_text((EXAMPLES / "gemma-2-9b.json").read_text())
     cfgs = load_configs(f)
     assert [c.name for c in cfgs] == ["llama", "gemma", "config-3", "llama#2"]
-    assert cfgs[0].config.kv_cache_dtype == "fp8" and cfgs[0].config.num_kv_heads == 8
-    assert cfgs[1].config.logits_soft_cap == 50.0  # relative model_config path, read from the file
+    # model_config entries are whole models (every layer group planned by each node), read here and
+    # sent inline; the flat fields become the request's serve fields
+    assert cfgs[0].config is None and cfgs[0].request.kv_cache_dtype == "fp8"
+    assert cfgs[0].request.model["num_key_value_heads"] == 8
+    assert cfgs[1].request.model["attn_logit_softcapping"] == 50.0  # relative model_config path, read from the file
+    assert cfgs[2].request is None and cfgs[2].config.num_kv_heads == 8
 
 
 @pytest.mark.parametrize("text, words", [

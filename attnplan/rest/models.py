@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from attnplan.policy import AttentionConfig, PlanAnswer
 from attnplan.vllm.request import EXAMPLE_SERVE_LINE, MAX_LINE_CHARS, ModelRequest
@@ -56,23 +56,37 @@ class PlanRequest(ModelRequest):
                     "'vllm==X' for a modelled release, or 'flashinfer' (kernel rules alone); anything the rules "
                     "do not cover is a 422 naming the covered engines")
 
-    @model_validator(mode="after")
-    def _one_shape(self) -> "PlanRequest":
-        if (self.config is None) == (self.model is None):
-            raise ValueError("give config (one attention config) or model (a whole model), not both"
-                             if self.config is not None else "give config (one attention config) or model (a whole "
-                                                              "model with its vllm serve flags)")
-        if self.config is not None:
-            extra = sorted(self.model_fields_set - {"config", "node", "engine"})
+    @model_validator(mode="before")
+    @classmethod
+    def _one_shape(cls, data: Any) -> Any:
+        # Errors carry the field they are about (config, model, or the serve field sent with a config).
+        if not isinstance(data, dict):
+            return data
+        if "config" not in data and "model" not in data:
+            raise _located("config", "missing", "Field required: give config (one attention config) or model (a whole "
+                                                "model with its vllm serve flags)", data)
+        if "config" in data and "model" in data:
+            raise _located("model", "value_error", "give config (one attention config) or model (a whole model), "
+                                                   "not both", data)
+        if "config" in data:
+            extra = sorted(k for k in data if k in ModelRequest.model_fields and k not in ("engine", "model"))
             if extra:
-                raise ValueError(f"{', '.join(extra)} apply to a whole model: send model with them, or give the "
-                                 "per-rank heads in config")
-        return self
+                raise _located(extra[0], "value_error", f"{extra[0]} applies to a whole model: send model with it, or "
+                                                        "give the per-rank heads in config", data)
+        return data
 
     def model_request(self) -> ModelRequest:
         """The ``ModelRequest`` of a body with a ``model``."""
         fields = {k: getattr(self, k) for k in self.model_fields_set if k in ModelRequest.model_fields}
         return ModelRequest.model_validate(fields)
+
+
+def _located(field: str, kind: str, message: str, data: Any) -> ValidationError:
+    """A validation error at ``field`` (pydantic re-locates it under the body)."""
+    from pydantic_core import InitErrorDetails, PydanticCustomError
+
+    err = PydanticCustomError(kind if kind != "missing" else "missing_field", message)
+    return ValidationError.from_exception_data("PlanRequest", [InitErrorDetails(type=err, loc=(field,), input=data)])
 
 
 class ServeLineRequest(BaseModel):
@@ -175,5 +189,6 @@ class DevicesOut(BaseModel):
     devices: list[DeviceOut]
 
 
-# The answer's schema is PlanAnswer's (node facts rendered by policy.answer.node_json).
-PlanOut = PlanAnswer
+# The answer's schema is PlanAnswer's (node facts rendered by policy.answer.node_json); for a
+# whole model (a body with ``model``) it is ModelPlanOut.
+PlanOut = Union[PlanAnswer, ModelPlanOut]
