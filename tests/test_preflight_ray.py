@@ -67,6 +67,7 @@ def ray_run(tmp_path_factory):
 
 
 pytestmark = pytest.mark.ray
+GEMMA3 = ROOT / "tests" / "models" / "gemma-3-27b-it.json"
 
 
 def test_every_node_answers_from_its_own_node(ray_run):
@@ -116,6 +117,28 @@ def test_cli_ray_flag_on_the_same_cluster(ray_run):
     assert statuses == ["no-gpu", "ok", "ok"]  # the killed node is gone from the cluster
     assert data["summary"]["heterogeneous"] is True
     assert ray_run["cli_seconds"] < 30
+
+
+def test_ray_workers_plan_every_layer_group_of_a_model(ray_run):
+    """Gemma-3's 52 sliding and 10 global layers, planned on each worker, as a simulated node plans them."""
+    from attnplan.cli.main import main as cli_main
+
+    cli = ray_run["cli_model"]
+    assert cli["out"].lstrip().startswith("{"), cli["err"][-1500:]
+    data = json.loads(cli["out"])
+    got = {r["device"]: r["results"][0] for r in data["nodes"] if r["status"] in ("ok", "rejected")}
+    assert set(got) == {"B200", "H100"}
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        cli_main(["preflight", "--simulate", "B200=1,H100=1", "--model-config", str(GEMMA3), "--json"])
+    want = {r["device"]: r["results"][0] for r in json.loads(buf.getvalue())["nodes"]}
+    for d in got:
+        assert [(g["kind"], g["count"], g["status"], g["prefill"], g["decode"]) for g in got[d]["layer_groups"]] == \
+            [(g["kind"], g["count"], g["status"], g["prefill"], g["decode"]) for g in want[d]["layer_groups"]]
+        assert [g["count"] for g in got[d]["layer_groups"]] == [52, 10]
 
 
 def test_ray_stays_within_budget(ray_run):
@@ -186,6 +209,11 @@ def _scenario(out_path: str) -> None:  # pragma: no cover - runs in the subproce
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     result["cli_seconds"] = time.monotonic() - t0
     result["cli"] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
+    # A whole model: each Ray worker plans every layer group locally.
+    proc = subprocess.run([sys.executable, "-m", "attnplan", "preflight", "--ray", cluster.address,
+                           "--ray-declare-label", LABEL, "--model-config", str(GEMMA3), "--json", "--timeout", "45"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result["cli_model"] = {"rc": proc.returncode, "out": proc.stdout, "err": proc.stderr}
     cluster.shutdown()
     Path(out_path).write_text(json.dumps(result))
 
