@@ -1,7 +1,11 @@
 """Cluster preflight at scale: 1,000 node endpoints on loopback, and Ray on a local cluster.
 
     .venv/bin/python bench/preflight_scale.py [--nodes 1000] [--servers 4] [--concurrency 64] \
-        [--runs 3] [--no-ray] [--markdown FILE]   # a section of bench/RESULTS.md
+        [--runs 3] [--no-ray] [--model CONFIG_JSON] [--markdown FILE]   # a section of bench/RESULTS.md
+
+``--model tests/models/gemma-3-27b-it.json``: ask for a whole layered model instead of one
+attention config (each node plans every layer group; ``--model-config`` on the preflight line),
+and also time ``--simulate`` of the same node count with it.
 
 HTTP part: ``--servers`` processes each run the real node service (``api.create_app`` with a
 declared device: B200, GB300, H100, A100 in turn) under one uvicorn server that listens on
@@ -119,6 +123,16 @@ def run_measured(argv: list[str]) -> dict:
     out_path.unlink()
     return {"rc": os.waitstatus_to_exitcode(status), "wall_s": wall, "maxrss_mib": usage.ru_maxrss / 1024,
             "user_s": usage.ru_utime, "sys_s": usage.ru_stime, "out": out}
+
+
+def simulate_bench(args: argparse.Namespace) -> dict:
+    """``attnplan preflight --simulate`` of ``--nodes`` nodes (the four devices in equal parts)."""
+    per = args.nodes // len(DEVICES)
+    spec = ",".join(f"{d}={per + (1 if i < args.nodes - per * len(DEVICES) else 0)}" for i, d in enumerate(DEVICES))
+    runs = [run_measured(["--simulate", spec, *CONFIG]) for _ in range(args.runs)]
+    return {"spec": spec, "walls": [r["wall_s"] for r in runs], "median_wall_s": statistics.median(r["wall_s"] for r in runs),
+            "max_rss_mib": max(r["maxrss_mib"] for r in runs), "rc": runs[-1]["rc"],
+            "summary": runs[-1]["out"].strip().splitlines()[-1], "report_head": "\n".join(runs[-1]["out"].strip().splitlines()[:10])}
 
 
 def http_bench(args: argparse.Namespace) -> dict:
@@ -303,6 +317,7 @@ def main() -> None:
     ap.add_argument("--sweep", default="16,64,256", help="also one run at each of these concurrencies")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--model", metavar="CONFIG_JSON", help="a whole model (every layer group) instead of one config")
     ap.add_argument("--markdown", metavar="FILE", help="write the results section here")
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--ports", type=int, help=argparse.SUPPRESS)
@@ -314,6 +329,12 @@ def main() -> None:
     if args.ray_inner:
         ray_inner(args.ray_inner)
         return
+    if args.model:
+        global CONFIG
+        CONFIG = ["--model-config", str(Path(args.model).resolve())]
+        sim = simulate_bench(args)
+        print(json.dumps({k: v for k, v in sim.items() if k != "report_head"}, indent=1))
+        print(sim["report_head"])
     sweep = sorted({int(x) for x in args.sweep.split(",") if x.strip()} | {args.concurrency})
     args.concurrency_sweep = sweep
     http = http_bench(args)

@@ -119,17 +119,23 @@ def model_config(args: argparse.Namespace) -> Any:
     return NamedConfig(model_name(req) or "model", None, req.engine, inline_model(req))
 
 
-def check_models(configs: list[Any], rs: Any) -> None:
-    """A model request that cannot be planned anywhere (unreadable config.json, a dtype or backend
-    nobody knows) is bad input (exit 2) before any node is asked: planned once here for a
-    stand-in node. A repo id this machine does not have is left to the nodes."""
-    from attnplan.policy import simulated_node
-    from attnplan.vllm.request import plan_request
+def check_models(configs: list[Any], rs: Any, *, plan: bool = False) -> None:
+    """A model request that cannot be planned anywhere (an unreadable config.json, a dtype or
+    backend nobody knows) is bad input (exit 2) before any node is asked. ``plan``: plan it once
+    here for a stand-in node (exact; reading the model as its transformers class does costs the
+    transformers/torch import, ~3 s); else check it with attnplan's own config reader (no import).
+    A repo id this machine does not have is left to the nodes."""
+    from attnplan.vllm.request import check_request, plan_request
 
     for c in configs:
         if c.request is not None and isinstance(c.request.model, dict):
             try:
-                plan_request(c.request, simulated_node("H100"), rs)
+                if plan:
+                    from attnplan.policy import simulated_node
+
+                    plan_request(c.request, simulated_node("H100"), rs)
+                else:
+                    check_request(c.request)
             except InvalidInputError as exc:
                 if c.name == "config" or len(configs) == 1:
                     raise

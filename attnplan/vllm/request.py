@@ -270,6 +270,35 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     return ServeAnswer(line, req.ranks, first, model.answer(), notes=list(info.notes), model=model)
 
 
+def check_request(req: ModelRequest, *, allow_paths: bool = True) -> None:
+    """Bad input (``InvalidInputError`` naming the field) that no node could plan, found without
+    planning: the model's layers and fields as attnplan's own reader sees them (no transformers
+    import), and the serve flags laid over them. A rejection is not bad input: that is for the
+    node to say."""
+    from attnplan.policy import fields_from_hf, make_config, read_layers
+    from attnplan.policy.layers import text_config
+
+    if req.engine is not None:
+        from attnplan.policy import default_ruleset, resolve_engine
+
+        resolve_engine(req.engine, NodeFacts(), default_ruleset())
+    from attnplan.policy.model_plan import PER_GROUP_FIELDS
+
+    try:
+        data = req.load(allow_paths=allow_paths)
+        layers = read_layers(data)
+        fields = fields_from_hf(text_config(data), req.model_label(), use_transformers=False)
+    except ModelConfigError as exc:
+        raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
+    over = req.line_fields()
+    if len(layers.attention_groups) > 1:  # as plan_model refuses them
+        for k in PER_GROUP_FIELDS:
+            if k in over:
+                raise InvalidInputError(k, f"set per layer group by the model config ({len(layers.attention_groups)} "
+                                           "attention groups); it cannot be overridden for the whole model")
+    make_config({**fields, **over})
+
+
 def answer_json(sa: ServeAnswer, req: ModelRequest, node: NodeFacts, *, trace: bool = True,
                 rules_revision: str = "") -> dict[str, Any]:
     """``attnplan vllm serve --json``'s JSON, with the request as sent (``request``), the node
