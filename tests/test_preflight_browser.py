@@ -124,3 +124,26 @@ def test_unreachable_nodes_are_grey_with_reason(browser, tmp_path):
     assert dialogs == []
     assert _json.loads(page.locator("#report-data").inner_text())["groups"][0]["count"] == 1
     page.close()
+
+
+def test_model_cells_show_every_layer_group(browser, tmp_path):
+    """A whole model: the cell names the first failing group's rule, the click lists every group."""
+    from pathlib import Path
+
+    gpt_oss = Path(__file__).resolve().parent / "models" / "gpt-oss-20b.json"
+    out = tmp_path / "model.html"
+    rc = cli_main(["preflight", "--simulate", "B200=1,A100=1", "--model-config", str(gpt_oss), "--html", str(out)])
+    assert rc == 1
+    page = browser.new_page()
+    page.goto(out.as_uri())
+    red = page.locator('#nodes tr[data-node="a100-0"] td.cell')
+    assert "vllm.sinks" in red.inner_text() and "sliding" in red.inner_text()
+    red.click()
+    rows = page.locator("#details table.layer-groups tr").all_inner_texts()
+    assert len(rows) == 3 and "sliding" in rows[1] and "full" in rows[2]  # header + 12 sliding + 12 full layers
+    assert all("rejected" in r and "vllm.sinks" in r for r in rows[1:])
+    green = page.locator('#nodes tr[data-node="b200-0"] td.cell')
+    assert "2 layer groups" in green.inner_text()
+    green.click()
+    assert page.locator("#details table.layer-groups").inner_text().count("trtllm-gen") == 4
+    page.close()

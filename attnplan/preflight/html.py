@@ -3,7 +3,8 @@
 A groups x configs grid and a nodes x configs grid, cells green (runs), amber (runs, but unlike
 most nodes), red (rejected), grey (unreachable, error, no GPU, skipped); a click on a cell
 shows its violations (rule, phase, backend, observed, required, message), the verified
-suggestions and notes. The data rides along as JSON inside the page and is only ever inserted
+suggestions and notes; for a whole model, each layer group's verdict and backends (the cell names
+the first failing group's rule). The data rides along as JSON inside the page and is only ever inserted
 with ``textContent``, so node names and messages cannot inject markup.
 """
 
@@ -70,6 +71,11 @@ JS = r"""
     panel.appendChild(el('p', 'verdict: ' + cell.verdict + (cell.reason ? ' \u2014 ' + cell.reason : ''), 'verdict'));
     if (cell.prefill) panel.appendChild(el('p', 'prefill ' + cell.prefill + ', decode ' + cell.decode + ', KV ' + cell.kv_layout + ' page ' + cell.page_size + ' (' + cell.kv_dtype + ')'));
     if (g.device) panel.appendChild(el('p', 'device ' + g.device + ', capability ' + g.capability + ', fingerprint ' + g.fingerprint, 'meta'));
+    if (cell.layer_groups && cell.layer_groups.length){
+      panel.appendChild(el('h3','layer groups (every one must pass)'));
+      var lt = tableOf(['kind','layers','count','status','prefill','decode','violations'], cell.layer_groups.map(function(g){ return [g.kind,g.layers,g.count,g.status,g.prefill,g.decode,(g.violations||[]).join(', ')]; }));
+      lt.className='layer-groups'; panel.appendChild(lt);
+    }
     if (cell.details && cell.details.length){
       panel.appendChild(el('h3','violations'));
       var vt = tableOf(['rule','phase','backend','observed','required','message'], cell.details.map(function(v){ return [v.rule,v.phase,v.backend,v.observed,v.required,v.message]; }));
@@ -103,7 +109,10 @@ def _e(v: Any) -> str:
 
 def _cell_label(c: Any, status: str) -> str:
     if c.verdict in ("pass", "warn"):
-        return f"{c.prefill} / {c.decode}" + (" *" if c.verdict == "warn" else "")
+        groups = f" ({len(c.layer_groups)} layer groups)" if len(c.layer_groups) > 1 else ""
+        return f"{c.prefill} / {c.decode}{groups}" + (" *" if c.verdict == "warn" else "")
+    if c.verdict == "fail" and (c.layer_groups or c.first_failing):  # a model: its first failing group's rule
+        return "rejected: " + (c.reason or ", ".join(c.violations[:3]))
     if c.verdict == "fail":
         return "rejected: " + ", ".join(c.violations[:3]) + (" ..." if len(c.violations) > 3 else "")
     return {"no-gpu": "no GPU", "unreachable": "unreachable", "error": "error", "skipped": "skipped"}.get(status, status)
