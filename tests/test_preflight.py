@@ -365,3 +365,45 @@ def test_html_escapes_hostile_names():
                      outcomes=[Outcome(name=evil, kind="error", reason=evil)])
     page = render_html(r)
     assert "<img src=x" not in page and "<script>alert(2)" not in page
+
+
+# -- progress on a terminal ----------------------------------------------------------------------
+class _Stream:
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, ""
+
+    def isatty(self) -> bool:
+        return self.tty
+
+    def write(self, s: str) -> None:
+        self.text += s
+
+    def flush(self) -> None:
+        pass
+
+
+def test_progress_only_on_a_terminal():
+    from attnplan.preflight.progress import Progress, ProgressSink
+
+    tty = _Stream(True)
+    p = Progress(3, tty, interval=0)
+    sink = ProgressSink(p)
+    sink[0] = "a"
+    sink[0] = "a again"  # one node counts once
+    sink[2] = "b"
+    sink[1] = "c"
+    assert "1/3 nodes answered" in tty.text and tty.text.rstrip().endswith("3/3 nodes answered")
+    assert "2/3" in tty.text and "4/3" not in tty.text
+    p.close()
+    assert tty.text.endswith("\r\033[K")  # erased before the report
+    pipe = _Stream(False)
+    q = Progress(3, pipe, interval=0)
+    for i in range(3):
+        ProgressSink(q)[i] = i
+    q.close()
+    assert pipe.text == ""
+
+
+def test_preflight_json_and_no_progress_when_stderr_is_not_a_terminal(capsys):
+    rc, out, err = run(capsys, "preflight", "--simulate", "B200=2", *LLAMA, "--json")
+    assert rc == 0 and json.loads(out)["summary"]["nodes"] == 2 and err == ""

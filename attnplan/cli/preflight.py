@@ -179,6 +179,7 @@ def _check_engines(configs: list[Any], rs: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnplan.preflight.model import Outcome
+    from attnplan.preflight.progress import Progress, ProgressSink
     from attnplan.preflight.report import build_report, render_text
 
     _check(args)
@@ -201,17 +202,21 @@ def run(args: argparse.Namespace) -> int:
         source, targets = "ray", [args.ray]
         timeout = args.timeout if args.timeout is not None else 60.0
         options = {"timeout_s": timeout, "declare_label": args.ray_declare_label}
-        sink: dict[int, Outcome] = {}
         names: list[str] = []
+        # The node count is known once connected: the bar starts then (a counter until then).
+        progress = Progress(0)
+        sink: dict[int, Outcome] = ProgressSink(progress)
         try:
             with _stdout_to_stderr():  # Ray prints node events to stdout; stdout is the report's
                 ray_preflight(configs, address=args.ray, timeout=timeout, declare_label=args.ray_declare_label,
-                              sink=sink, names=names)
+                              sink=sink, names=_Names(names, progress))
         except RayConnectError as exc:
+            progress.close()
             print(f"attnplan: error: {exc}", file=sys.stderr)
             return 3
         except KeyboardInterrupt:
             interrupted = True
+        progress.close()
         outcomes = [sink.get(i) or Outcome(name=n, kind="skipped", reason="interrupted") for i, n in enumerate(names)]
     else:
         import asyncio
@@ -225,11 +230,13 @@ def run(args: argparse.Namespace) -> int:
         options = {"concurrency": opts.concurrency, "timeout_s": opts.timeout, "retries": opts.retries,
                    "token": bool(opts.token)}
         _raise_nofile(len(hosts))
-        hsink: dict[int, Outcome] = {}
+        hprogress = Progress(len(hosts))
+        hsink: dict[int, Outcome] = ProgressSink(hprogress)
         try:
             asyncio.run(query_hosts(hosts, configs, opts, hsink))
         except KeyboardInterrupt:
             interrupted = True
+        hprogress.close()
         outcomes = [hsink.get(i) or Outcome(name=h.name, address=h.url, kind="skipped", reason="interrupted")
                     for i, h in enumerate(hosts)]
     report = build_report(source=source, targets=targets, configs=configs, outcomes=outcomes, options=options,
@@ -253,6 +260,26 @@ def run(args: argparse.Namespace) -> int:
         print(f"attnplan: wrote {args.html}", file=sys.stderr)
     sys.stdout.flush()
     return report.summary.exit_code
+
+
+class _Names(list):  # type: ignore[type-arg]
+    """The node names ray_preflight reports up front (``names[:] = ...``): they size the bar."""
+
+    def __init__(self, target: list, progress: Any):
+        super().__init__()
+        self.target, self.progress = target, progress
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.target[:] = list(self)
+        self.progress.total = len(self)
+        self.progress.enabled = self.progress.enabled or (len(self) > 0 and _tty(self.progress.stream))
+
+
+def _tty(stream: Any) -> bool:
+    from attnplan.preflight.progress import _is_tty
+
+    return _is_tty(stream)
 
 
 @contextlib.contextmanager
