@@ -154,3 +154,38 @@ def test_status_page_with_a_token(page, examples):
         submit(page)
         assert page.locator("#form-error").text_content().startswith("engine: ")
         assert page.get_attribute("#engine", "aria-invalid") == "true"
+
+
+def submit_model(page) -> None:
+    page.click("#model-submit")
+    page.wait_for_selector("#model-status:not(:empty), #model-error:not(:empty)", timeout=20000)
+
+
+def test_status_page_draws_a_models_layer_groups(page, examples):
+    """A preset by name, then a pasted serve line: one square per layer, coloured by its group."""
+    import json as _json
+
+    gemma2 = _json.loads((ROOT / "attnplan" / "presets" / "gemma-2-9b.json").read_text())
+    n = gemma2["num_hidden_layers"]
+    with BackgroundServer(create_app(probe_io=safe_io(), examples_dir=examples)) as srv:
+        open_page(page, srv.url)
+        page.fill("#node-device", "H100")
+        page.fill("#model-ref", "gemma-2-9b")
+        submit_model(page)
+        assert page.locator("#model-status").text_content() == "ok"
+        assert page.locator("#layer-strip span").count() == n
+        kinds = page.locator("#layer-groups tbody tr td:nth-child(2)").all_text_contents()
+        assert kinds == ["sliding", "full"]  # alternating sliding-window and global layers
+        assert page.locator("#layer-strip span.g0").count() == n // 2 == page.locator("#layer-strip span.g1").count()
+        assert "KV cache:" in page.locator("#kv-groups").text_content()
+
+        # a pasted serve line wins over the model fields; tp 3 does not divide the heads: vLLM refuses
+        page.fill("#serve-line", f"vllm serve gemma-2-9b -tp 3")
+        submit_model(page)
+        assert page.locator("#model-status").text_content() == "startup_error"
+        assert "divisible by tensor parallel size (3)" in page.locator("#startup-error").text_content()
+
+        page.fill("#serve-line", "vllm serve gemma-2-9b --kv-cache-dtype fp9")
+        submit_model(page)
+        assert "kv_cache_dtype" in page.locator("#model-error").text_content()
+        assert page.locator("#model-answer").is_hidden()

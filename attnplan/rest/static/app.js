@@ -248,11 +248,123 @@ async function submitPlan(ev) {
   }
 }
 
+// -- a whole model: every layer group, drawn as a strip of layers coloured by group --------------
+function modelBody() {
+  const node = collect();   // the node and engine of the "plan for" fields
+  const body = {};
+  if (node.node) body.node = node.node;
+  if (node.engine) body.engine = node.engine;
+  const line = $("#serve-line").value.trim();
+  if (line) return { path: "/v1/plan/serve", body: Object.assign({ line: line }, body) };
+  const raw = $("#model-json").value.trim();
+  if (raw) {
+    try { body.model = JSON.parse(raw); } catch (e) { throw new Error("config.json: not valid JSON (" + e.message + ")"); }
+  } else {
+    const ref = $("#model-ref").value.trim();
+    if (!ref) throw new Error("give a model, its config.json, or a vllm serve line");
+    body.model = ref;
+  }
+  const tp = $("#model-tp").value.trim();
+  if (tp) body.tensor_parallel_size = Number.isInteger(Number(tp)) ? Number(tp) : tp;
+  const kv = $("#model-kv").value.trim();
+  if (kv) body.kv_cache_dtype = kv;
+  return { path: "/v1/plan", body: body };
+}
+
+function groupClass(i, g) { return g.status === "not_served" ? "gn" : "g" + (i % 6); }
+
+function showModel(a) {
+  $("#model-answer").hidden = false;
+  const st = $("#model-status");
+  st.textContent = a.status;
+  st.className = "badge " + (a.status === "ok" ? "ok" : "rejected");
+  const strip = $("#layer-strip");
+  strip.replaceChildren();
+  $("#layer-groups tbody").replaceChildren();
+  $("#kv-groups").textContent = "";
+  $("#startup-error").textContent = a.startup_error ? "vLLM would refuse at startup: " + a.startup_error : "";
+  $("#model-raw").textContent = JSON.stringify(a, null, 2);
+  const per = a.per_rank;
+  $("#model-summary").textContent = (a.vllm ? a.vllm.model : "") + " · " + a.ranks + " rank(s)" +
+    (per ? " · " + per.model_type + ", " + per.num_layers + " layers · engine " + per.engine.name +
+      (per.engine.version ? " " + per.engine.version : "") : "");
+  if (!per) return;
+  const byLayer = [];
+  per.layer_groups.forEach((g, i) => g.layers.forEach((l) => { byLayer[l] = [i, g]; }));
+  byLayer.forEach((x, l) => {
+    const s = document.createElement("span");
+    s.className = groupClass(x[0], x[1]) + " " + x[1].status;
+    s.title = "layer " + l + ": " + x[1].kind + " (" + x[1].status + ")";
+    strip.appendChild(s);
+  });
+  const body = $("#layer-groups tbody");
+  per.layer_groups.forEach((g, i) => {
+    const tr = document.createElement("tr");
+    const sw = cell(tr, "", "swatch");
+    const dot = document.createElement("span");
+    dot.className = groupClass(i, g);
+    sw.appendChild(dot);
+    const c = g.config || {};
+    const att = g.attention || {};
+    cell(tr, g.kind);
+    cell(tr, compactLayers(g.layers));
+    cell(tr, g.layers.length);
+    cell(tr, g.sliding_window || g.chunk_size || "–");
+    cell(tr, c.num_qo_heads !== undefined ? c.num_qo_heads + "/" + (c.num_kv_heads || (c.kv_lora_rank ? "MLA" : c.num_qo_heads)) : "–");
+    cell(tr, c.head_dim || (c.kv_lora_rank ? "MLA " + c.kv_lora_rank : "–"));
+    cell(tr, att.sm_scale !== undefined ? Number(att.sm_scale).toPrecision(6) : "–");
+    cell(tr, g.prefill ? g.prefill.backend : "–");
+    cell(tr, g.decode ? g.decode.backend : "–");
+    cell(tr, g.status, g.status === "ok" ? "ok" : "");
+    cell(tr, g.violations.map((v) => v.rule).filter((r, k, xs) => xs.indexOf(r) === k).join(", ") || "–");
+    body.appendChild(tr);
+  });
+  const kv = per.kv_cache_groups;
+  if (kv) $("#kv-groups").textContent = "KV cache: " + kv.groups.length + " vLLM KV-cache group(s) of " +
+    kv.layers_per_group + " layers, block " + kv.block_size + " tokens (kernel page " + kv.kernel_page_size + "), " +
+    kv.page_bytes + " bytes per block";
+}
+
+function compactLayers(xs) {   // [0,1,2,5] -> "0-2,5"
+  const out = [];
+  let start = null, prev = null;
+  for (const x of xs.concat([null])) {
+    if (x !== null && prev !== null && x === prev + 1) { prev = x; continue; }
+    if (start !== null) out.push(start === prev ? String(start) : start + "-" + prev);
+    start = prev = x;
+  }
+  return out.join(",");
+}
+
+async function submitModel(ev) {
+  ev.preventDefault();
+  $("#model-error").textContent = "";
+  $("#model-answer").hidden = true;
+  $("#model-submit").disabled = true;
+  try {
+    const req = modelBody();
+    const { status, data } = await api(req.path + "?trace=false", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(req.body),
+    });
+    if (status === 200) { showModel(data); return; }
+    if (status === 422 && data && Array.isArray(data.detail)) {
+      $("#model-error").textContent = data.detail.map((e) => e.field + ": " + e.msg).join("; ");
+      return;
+    }
+    $("#model-error").textContent = (data && data.detail) ? String(data.detail) : "HTTP " + status;
+  } catch (e) {
+    $("#model-error").textContent = e.message;
+  } finally {
+    $("#model-submit").disabled = false;
+  }
+}
+
 async function init() {
   const tok = $("#token");
   tok.value = sessionStorage.getItem(TOKEN_KEY) || "";
   tok.addEventListener("change", () => { sessionStorage.setItem(TOKEN_KEY, tok.value.trim()); start(); });
   $("#plan-form").addEventListener("submit", submitPlan);
+  $("#model-form").addEventListener("submit", submitModel);
   $("#preset").addEventListener("change", (e) => applyPreset(e.target.value));
   $("#refresh").addEventListener("click", () => loadNode(true));
   const schema = await (await fetch("/openapi.json")).json();
@@ -274,6 +386,9 @@ async function start() {
       const sel = $("#preset");
       sel.replaceChildren(sel.options[0]);
       for (const x of presets) { const o = document.createElement("option"); o.textContent = x.name; sel.appendChild(o); }
+      const ml = $("#model-presets");
+      ml.replaceChildren();
+      for (const x of presets) { const o = document.createElement("option"); o.value = x.name; ml.appendChild(o); }
     }
     const d = await api("/v1/devices");
     if (d.status === 200) {
