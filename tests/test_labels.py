@@ -229,3 +229,42 @@ def test_affinity_example_matches_produced_labels():
     for dev in ("H100", "RTX PRO 6000", "DGX Spark", "A100"):
         assert not matches(node_labels(simulated_node(dev)), req), dev
     assert not matches(node_labels(simulated_node("B200", cubins="missing")), req)
+
+
+# -- one label per configured model ------------------------------------------------------------
+MODELS = ROOT / "tests" / "models"
+
+
+def test_model_labels_are_valid_kubernetes_labels(capsys, tmp_path):
+    long = tmp_path / ("a-very-long-model-name-" * 4 + "x.json")
+    long.write_text((MODELS / "gpt-oss-20b.json").read_text())
+    rc = cli_main(["labels", "--device", "A100", "--model", str(long), "--model", str(MODELS / "gemma-3-27b-it.json"),
+                   "--serve", f"vllm serve {MODELS / 'deepseek-v3.json'} -tp 8", "--json"])
+    labels = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert_valid(labels)
+    models = {k: v for k, v in labels.items() if k.startswith("attnplan.io/model-")}
+    assert len(models) == 3
+    long_label = next(k for k in models if "very-long" in k)
+    assert len(long_label.split("/", 1)[1]) <= 63
+    assert models[long_label] == "vllm.sinks"  # vLLM serves no sinks on 8.0: gpt-oss's first failing group's rule
+    assert models["attnplan.io/model-gemma-3-27b-it"] == "ok"
+    # the capability labels are still there, unchanged by the model labels
+    assert labels["attnplan.io/fa2"] == "true"
+
+
+def test_model_labels_feature_file_and_bad_input(capsys, tmp_path):
+    out = tmp_path / "attnplan"
+    rc = cli_main(["labels", "--device", "B200", "--model", "gemma-2-9b", "--output", str(out)])
+    assert rc == 0 and "attnplan.io/model-gemma-2-9b=ok\n" in out.read_text()
+    capsys.readouterr()
+    # two models under one label name: which one would the label describe?
+    (tmp_path / "gemma_2_9b.json").write_text((ROOT / "attnplan" / "presets" / "gemma-2-9b.json").read_text())
+    (tmp_path / "c.yaml").write_text(f"- {{name: 'gemma 2', model: {tmp_path / 'gemma_2_9b.json'}}}\n"
+                                     f"- {{name: 'gemma-2', model: gemma-2-9b}}\n")
+    rc = cli_main(["labels", "--device", "B200", "--configs", str(tmp_path / "c.yaml")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "distinct names" in err
+    rc = cli_main(["labels", "--device", "B200", "--model", str(tmp_path / "missing.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "model_config" in err and "Traceback" not in err
