@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
-from attnplan.policy import AttentionConfig, InvalidInputError, config_from_hf, make_config
+from attnplan.policy import AttentionConfig, InvalidInputError, make_config
 
 from attnplan.safeio import parse_yaml, read_bounded
 

@@ -30,8 +30,8 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from attnplan.policy import (AttnplanError, InvalidInputError, ModelConfigError, NodeFacts, RuleSet,
-                             backend_choice, node_json, plan_model, startup_errors)
+from attnplan.policy import (InvalidInputError, ModelConfigError, NodeFacts, RuleSet, backend_choice, node_json,
+                             plan_model, startup_errors)
 
 from .args import ServeLine, parse_serve_line, speculative_tokens
 from .serve import ServeAnswer, serve_json
@@ -313,5 +313,5 @@ def answer_json(sa: ServeAnswer, req: ModelRequest, node: NodeFacts, *, trace: b
             "rules_revision": rules_revision}
 
 
-__all__ = ["ModelRequest", "plan_request", "answer_json", "parse_serve_text", "bounded_config", "read_reference",
-           "AttnplanError"]
+__all__ = ["ModelRequest", "plan_request", "answer_json", "check_request", "parse_serve_text", "bounded_config",
+           "read_reference"]
