@@ -234,7 +234,9 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
             out.append(f"group {g.id} ({g.count} x {g.device or '?'}) falls back on {configs[c.config].name}:")
             for f in falls:
                 rules = " ".join(f"[{r}]" for r in f.get("rules", ()))
-                out.append(f"  {f.get('phase')}: {f.get('skipped')} skipped {rules}; using {f.get('used')}")
+                lg = next((x for x in c.layer_groups if x.index == f.get("group")), None)
+                where = f"{lg.kind} layers {lg.layers} " if lg is not None else ""  # a model: which group
+                out.append(f"  {where}{f.get('phase')}: {f.get('skipped')} skipped {rules}; using {f.get('used')}")
     if report.warnings:
         out.append("")
         out.append(("warnings:", "33"))
