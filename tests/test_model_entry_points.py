@@ -309,3 +309,26 @@ def test_hostile_config_json_in_a_body_meets_the_file_limits(nodes, tmp_path, ca
     # a path on the node is never opened for a client
     r = httpx.post(nodes["H100"] + "/v1/plan", json={"model": str(MODELS["gemma-3"])}, timeout=30)
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "model"
+
+
+def test_openapi_documents_both_bodies_and_answers_with_examples():
+    from fastapi.testclient import TestClient
+
+    from attnplan.policy import simulated_node
+    from attnplan.rest.app import create_app
+
+    with TestClient(create_app(node=simulated_node("H100"))) as c:
+        s = c.get("/openapi.json").json()
+    comps = s["components"]["schemas"]
+    examples = comps["PlanRequest"]["examples"]
+    assert any("config" in e for e in examples) and any(isinstance(e.get("model"), str) for e in examples)
+    assert any(isinstance(e.get("model"), dict) for e in examples)  # a config.json inline
+    answer = s["paths"]["/v1/plan"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert {r["$ref"].rsplit("/", 1)[-1] for r in answer["anyOf"]} == {"PlanAnswer", "ModelPlanOut"}
+    serve = s["paths"]["/v1/plan/serve"]["post"]
+    body = serve["requestBody"]["content"]
+    assert body["text/plain"]["example"].startswith("vllm serve ")
+    assert body["application/json"]["example"]["line"].startswith("vllm serve ")
+    refs = [v for v in json.dumps(s).split('"$ref": "')[1:]]
+    assert all(r.split('"')[0].rsplit("/", 1)[-1] in comps for r in refs)  # no dangling reference
+    assert serve["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith("/ModelPlanOut")

@@ -101,12 +101,19 @@ async def plan_model_body(body: PlanRequest, request: Request, trace: bool) -> R
     return await _answer(request, req, body.node, trace)
 
 
+def _inline_schema() -> dict[str, Any]:
+    # ServeLineRequest is no route parameter (the handler reads the body itself), so it is not in
+    # the components: its schema goes inline, NodeSpec by reference (PlanRequest puts it there).
+    schema = ServeLineRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    schema.pop("$defs", None)
+    return schema
+
+
 SERVE_BODY = {
     "required": True,
     "content": {
-        "text/plain": {"schema": {"type": "string", "maxLength": 8192}, "example": EXAMPLE_SERVE_LINE},
-        JSON: {"schema": {"$ref": "#/components/schemas/ServeLineRequest"},
-               "example": {"line": EXAMPLE_SERVE_LINE, "node": {"device": "H100"}}},
+        "text/plain": {"schema": {"type": "string", "minLength": 1, "maxLength": 8192}, "example": EXAMPLE_SERVE_LINE},
+        JSON: {"schema": _inline_schema(), "example": {"line": EXAMPLE_SERVE_LINE, "node": {"device": "H100"}}},
     },
 }
 
