@@ -407,3 +407,46 @@ def test_progress_only_on_a_terminal():
 def test_preflight_json_and_no_progress_when_stderr_is_not_a_terminal(capsys):
     rc, out, err = run(capsys, "preflight", "--simulate", "B200=2", *LLAMA, "--json")
     assert rc == 0 and json.loads(out)["summary"]["nodes"] == 2 and err == ""
+
+
+# -- a node's answer for a whole model counts only when it is coherent ---------------------------
+def _model_answer_json(device: str = "H100", **req):
+    from attnplan.policy import default_ruleset
+    from attnplan.preflight.configs import inline_model, model_request
+    from attnplan.vllm.request import answer_json, plan_request
+
+    r = inline_model(model_request(str(ROOT / "tests" / "models" / "gemma-3-27b-it.json"), None, req, None))
+    nc = NamedConfig("gemma", None, None, r)
+    node = simulated_node(device)
+    rs = default_ruleset()
+    return nc, answer_json(plan_request(r, node, rs), r, node, trace=False, rules_revision=rs.revision)
+
+
+def test_model_answer_accepts_the_real_one_and_refuses_a_forged_verdict():
+    import copy
+
+    from attnplan.preflight.answers import BadAnswer
+    from attnplan.preflight.model_answers import model_answer
+
+    nc, data = _model_answer_json()
+    a = model_answer(data, nc)
+    assert a.ok and [g.kind for g in a.groups] == ["sliding", "full"] and len(a.groups[0].layers) == 52
+
+    def refused(mutate, words):
+        d = copy.deepcopy(data)
+        mutate(d)
+        with pytest.raises(BadAnswer) as e:
+            model_answer(d, nc)
+        assert words in str(e.value), str(e.value)
+
+    def reject_group(d):  # a group rejected while the model says ok
+        g = d["per_rank"]["layer_groups"][1]
+        g.update(status="rejected", prefill=None, decode=None, attention=None, kv_cache=None, metadata=None,
+                 violations=[{"rule": "x", "phase": "both", "message": "m"}])
+    refused(reject_group, "status ok but a layer group or the model is rejected")
+    refused(lambda d: d["per_rank"]["layer_groups"][0].update(prefill=None), "ok without a plan")
+    refused(lambda d: d["request"].update(tensor_parallel_size=2), "answered for another request (tensor_parallel_size")
+    refused(lambda d: d.update(status="maybe"), "status 'maybe'")
+    refused(lambda d: d["per_rank"].update(layer_groups=d["per_rank"]["layer_groups"] * 200), "more than 256 layer groups")
+    refused(lambda d: d["node"]["capability"].update(value="99.9"), "node")
+    refused(lambda d: d.update(status="startup_error"), "startup_error without its message")

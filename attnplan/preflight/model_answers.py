@@ -23,6 +23,9 @@ from .model import Cell, LayerGroupCell, NamedConfig
 # vLLM's own refusal at startup (config/model.py ModelConfig.verify_with_parallel_config: heads
 # vs tensor parallelism, DCP limits): not a rule of the packs, named so a label can carry it.
 STARTUP = "vllm.startup"
+# A real model has a handful of groups and at most thousands of layers; more is not an answer.
+MAX_GROUPS = 256
+MAX_LAYERS = 100_000
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,9 @@ def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
     per = data.get("per_rank")
     if not isinstance(per, dict) or not isinstance(per.get("layer_groups"), list) or not per["layer_groups"]:
         raise BadAnswer("schema-invalid answer: per_rank.layer_groups missing (the node runs an older attnplan)")
+    if len(per["layer_groups"]) > MAX_GROUPS or sum(len(g.get("layers") or ()) if isinstance(g, dict) else 0
+                                                   for g in per["layer_groups"]) > MAX_LAYERS:
+        raise BadAnswer(f"schema-invalid answer: more than {MAX_GROUPS} layer groups or {MAX_LAYERS} layers")
     try:
         engine = EngineRef.model_validate(per.get("engine") or {})
         groups_in = [GroupPlan.model_validate({k: v for k, v in g.items() if k != "trace"}) if isinstance(g, dict)
