@@ -238,6 +238,14 @@ def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = Non
         if not _REF.match(ref) or ".." in ref or "/" not in ref or Path(ref).exists():
             raise InvalidInputError("model", f"{ref!r} is neither a preset (GET /v1/presets) nor a HuggingFace "
                                              "repo id (org/name); send the config.json itself as a JSON object")
+        from attnplan.policy.hfconfig import hf_cache_dir, resolve_model
+
+        try:
+            path = resolve_model(ref, revision)
+        except ModelConfigError:  # the client cannot fetch it onto this node: say what it can do
+            raise InvalidInputError("model", f"{ref} is not in this node's HuggingFace cache ({hf_cache_dir()}): "
+                                             "send its config.json as a JSON object instead") from None
+        return read_model_config(path)
     return read_model_config(ref)
 
 
