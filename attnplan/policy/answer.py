@@ -66,7 +66,7 @@ class EngineRef(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: Literal["vllm", "flashinfer"] = "flashinfer"
+    name: Literal["vllm", "sglang", "flashinfer"] = "flashinfer"
     version: Optional[str] = None
 
 

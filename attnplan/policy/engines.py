@@ -56,7 +56,7 @@ def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> Engin
         fi = node.flashinfer_version.value
         return EngineRef(name="flashinfer", version=str(fi) if fi is not None else None)
     if not version:
-        installed = node.vllm_version.value
+        installed = node.vllm_version.value if name == "vllm" else None  # the one engine the probe reads
         version = str(installed) if installed else (spec.versions[-1] if spec.versions else "")
         if installed and not _covered(rs, name, version):
             raise InvalidInputError("engine", f"vllm {installed} is installed on this node, but the rules model "
@@ -70,7 +70,9 @@ def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> Engin
 
 def active_checks(rs: RuleSet, engine: EngineRef, flashinfer_version: object) -> tuple[Check, ...]:
     """The checks of every rule that speaks for this engine and these versions."""
-    return _active(rs, engine.name, engine.version if engine.name == "vllm" else None,
+    spec = rs.engines[engine.name]
+    versioned = bool(spec.covers or spec.versions)  # flashinfer's layer version is the kernel's, not an engine's
+    return _active(rs, engine.name, engine.version if versioned else None,
                    str(flashinfer_version) if flashinfer_version is not None else None)
 
 
