@@ -75,7 +75,12 @@ class RuleSpec(BaseModel):
     verified: Optional[Union[list[VerifiedRecord], SourceOnly]] = None
     fix: Optional[str] = None
     fixed_in: Optional[str] = None
-    checks: list[CheckSpec] = Field(min_length=1)
+    # "resolver": an engine rule its engine's resolver applies (backends.yaml engines.<name>.resolver)
+    # before any candidate is checked - a backend it switches, a page size it forces, a refusal at
+    # one of its phases (outcome); such a rule has no checks of its own.
+    applied_by: Literal["checks", "resolver"] = "checks"
+    outcome: Optional[Literal["startup", "backend-build", "first-request", "silent-wrong", "coercion", "default"]] = None
+    checks: list[CheckSpec] = []
 
     @model_validator(mode="after")
     def _layer_ranges(self) -> "RuleSpec":
@@ -87,6 +92,10 @@ class RuleSpec(BaseModel):
             raise ValueError("a kernel rule names no engine (it says what FlashInfer runs)")
         if self.vllm is not None and self.engine not in (None, "vllm"):
             raise ValueError("a vllm range belongs to a vllm rule; give another engine's range as versions")
+        if self.applied_by == "checks" and not self.checks:
+            raise ValueError("a rule needs at least one check (or applied_by: resolver, for an engine's resolver)")
+        if self.applied_by == "resolver" and (self.checks or self.layer != "engine"):
+            raise ValueError("a resolver rule is an engine rule without checks")
         return self
 
     @model_validator(mode="before")
@@ -220,6 +229,8 @@ class Rule:
     verified: Any = field(default=None, compare=False)
     engine: Optional[str] = None        # engine rules: the engine they speak for (None: vllm)
     versions: Optional[str] = None      # engine rules of a non-vLLM engine: its version range
+    applied_by: str = "checks"          # "resolver": applied by the engine's resolver, not by checks
+    outcome: Optional[str] = None
 
     def provenance(self) -> str:
         """One line: where this rule was verified, or why it is read from source only."""
@@ -377,12 +388,14 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
             versions = spec.versions or (pack.versions if spec.layer == "engine" and spec.vllm is None else None)
             if engine is not None and engine not in catalog.engines:
                 raise RulePackError(str(path), f"engine {engine!r} has no engines entry in {backends_path.name}", rule=spec.id)
+            if spec.applied_by == "resolver" and (engine is None or catalog.engines[engine].resolver is None):
+                raise RulePackError(str(path), "applied_by: resolver needs an engine with a resolver", rule=spec.id)
             for key, raw in (("flashinfer", spec.flashinfer), ("vllm", spec.vllm), ("versions", versions)):
                 if raw is not None:
                     _specifier(str(path), raw, key, rule=spec.id)
             rule = Rule(spec.id, spec.title, spec.reason, spec.source, spec.fix, spec.fixed_in, pack.pack, str(path),
                         layer=spec.layer, flashinfer=spec.flashinfer, vllm=spec.vllm, verified=spec.verified,
-                        engine=engine, versions=versions)
+                        engine=engine, versions=versions, applied_by=spec.applied_by, outcome=spec.outcome)
             checks = []
             for i, c in enumerate(spec.checks):
                 for b in c.backends or ():
