@@ -16,7 +16,6 @@ from typing import Any, Optional
 from attnplan.policy.answer import Coercion, EngineBackend, EngineRef, Violation
 from attnplan.policy.config import AttentionConfig
 from attnplan.policy.engines import EngineResolution
-from attnplan.policy.errors import InvalidInputError
 from attnplan.policy.facts import NodeFacts
 from attnplan.policy.rulepack import RuleSet, SelectionRow
 
@@ -87,10 +86,11 @@ class _Refused(Exception):
         self.refusal = refusal
 
 
-def platform_of(node: NodeFacts) -> Platform:
+def platform_of(node: NodeFacts) -> Optional[Platform]:
+    """SGLang's platform view of the node; None when the capability is unknown (no device)."""
     cap = node.capability.value
     if not isinstance(cap, int):
-        raise InvalidInputError("capability", "SGLang's backend pick needs the device capability (give --device or --capability)")
+        return None
     raw = node.torch_cuda_version.value
     if raw:
         try:
@@ -164,6 +164,10 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
     base, pre, dec = f.attention_backend, f.prefill_attention_backend, f.decode_attention_backend
     kv = f.kv_cache_dtype
 
+    def mark() -> None:  # the backends resolved so far: what a refusal names
+        r.attention_backend, r.prefill, r.decode = base, pre or base, dec or base
+
+    mark()
     # 1. model_hook.py handle_model_specific_adjustments: the architecture's override, then its assert.
     spec = t.models.get(m.architecture or "")
     if spec is not None:
@@ -172,12 +176,14 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
             if pick is not None:
                 base = pick
                 r.steps.append(spec.rule)
+        mark()
         if spec.allowed is not None:
             pp, dd = pre or base, dec or base
             if pp not in spec.allowed or dd not in spec.allowed:
                 _refuse(spec.rule, f"{m.architecture} requires one of {spec.allowed} attention backends, but got "
                         f"prefill {pp}, decode {dd} (AssertionError)", backend=f"{pp}/{dd}")
 
+    mark()
     # 2. overrides.py _deterministic_attention_backend
     if f.enable_deterministic_inference:
         if base is None:
@@ -187,6 +193,7 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
             _refuse("sglang.deterministic", f"only {t.deterministic.allowed} attention backends support deterministic "
                     f"inference, but '{base}' was given", backend=base)
 
+    mark()
     # 3. kv_cache_hook.py handle_nvfp4_prefill_kv_dequant_dtype
     if kv == "nvfp4":
         sm100 = _is(p, t, "is_sm100")
@@ -235,6 +242,7 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
                     f"{name} runs pages of {', '.join(map(str, ps.allowed))} only: SGLang changes page_size "
                     f"{'unset' if page is None else page} to {ps.coerce}")
             page = ps.coerce
+    mark()
     # 4c. overrides.py _mla_kv_cache_dtype_checks
     if "trtllm_mla" in (base, dec):
         if not _is(p, t, "is_blackwell"):
@@ -243,6 +251,7 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         if kv not in ("fp8_e4m3", "bf16", "auto"):
             _refuse("sglang.trtllm-mla-dtypes", f"TensorRT-LLM MLA only supports kv-cache-dtype fp8_e4m3, bf16 or auto; got {kv}",
                     backend="trtllm_mla")
+    mark()
     # 4d. the trtllm_mha capability checks
     pp, dd = phases()
     trt_ok = _is(p, t, "is_sm90") or _is(p, t, "is_sm100") or _is(p, t, "is_sm120")
@@ -270,6 +279,7 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
                     f"{'unset' if page is None else page} to {fa4.coerce}")
         page = fa4.coerce
 
+    mark()
     # 5. kv_cache_hook.py handle_kv4_compatibility
     if kv == "nvfp4" and not (_is(p, t, "is_sm100") or _is(p, t, "is_sm120")):
         _refuse("sglang.nvfp4-capability", "--kv-cache-dtype=nvfp4 requires Blackwell SM100 or SM120 (RuntimeError)")
@@ -340,16 +350,20 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
     t = native(rs, ref.name)
     flags = getattr(request, "flags", None)
     if flags is None:
-        if config.attention_backend != "auto":
-            raise InvalidInputError("attention_backend", "under the sglang engine give SGLang's own backend flags: "
-                                    "attnplan sglang launch_server --model-path M --attention-backend NAME")
+        # No SGLang flags: the ones the attention config implies. A config's attention_backend stays what it is
+        # everywhere: attnplan's force of a FlashInfer backend (SGLang's own flags come through SglangEngine).
         flags = SglangFlags(kv_cache_dtype=config.kv_cache_dtype if config.kv_cache_dtype != "fp8" else "fp8_e4m3",
                             page_size=config.page_size, enable_deterministic_inference=bool(config.batch_invariant),
                             speculative_algorithm="EAGLE" if config.num_speculative_tokens else None)
     p = platform_of(node)
+    kind = "mla" if config.is_mla else "standard"
+    if p is None:  # no device: the kernel rules refuse (device.cuda); SGLang picks nothing
+        unknown = EngineBackend(name="unknown", runs_flashinfer=False, note="SGLang's pick needs the device capability")
+        return EngineResolution(config=config, selection={kind: {ph: [SelectionRow(candidates=phase_backend(
+            "flashinfer", kind, ph, 0, t)[1] or ["fa2"])] for ph in PHASES}}, engine_backend=unknown,
+            engine_phases={ph: unknown for ph in PHASES}, notes=("sglang: no device capability, so no SGLang backend pick",))
     m = ModelFacts.from_config(config, flags.architecture)
     r = resolve(flags, m, p, t)
-    kind = "mla" if config.is_mla else "standard"
     notes: list[str] = []
     if not p.cuda_known:
         notes.append(f"sglang: the node's torch CUDA is unknown; assumed CUDA {p.cuda[0]}.{p.cuda[1]} for SGLang's platform checks")
@@ -388,6 +402,6 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
               "SGLang's own pick runs kernels that are not FlashInfer's in "
               + " and ".join(ph for ph, eb in phases.items() if not eb.runs_flashinfer)
               + "; the FlashInfer plan there is what SGLang runs with --attention-backend flashinfer"))
-    cfg = config.replace(page_size=r.page_size, attention_backend="auto")
+    cfg = config.replace(page_size=r.page_size)
     return EngineResolution(config=cfg, selection=selection, engine_backend=engine_backend, engine_phases=phases,
                             coercions=tuple(r.coercions), violations=violations, notes=tuple(notes))
