@@ -75,6 +75,7 @@ class NativeSpec(_M):
     deterministic: DeterministicSpec
     pages: dict[str, PageSpec]
     default_page_size: int
+    kv4: dict[Literal["standard", "mla", "fa4_prefill_standard", "fa4_prefill_mla"], list[str]]
     backends: dict[str, BackendSpec]
 
 

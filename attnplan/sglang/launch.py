@@ -209,7 +209,7 @@ def engine_lines(a: PlanAnswer) -> list[str]:
             continue
         fi = getattr(a.plan, ph).backend if a.plan is not None else None
         if eb.runs_flashinfer:
-            out.append(f"  {ph:8s} SGLang {eb.name:12s} -> FlashInfer {fi}")
+            out.append(f"  {ph:8s} SGLang {eb.name:12s} -> FlashInfer {fi or eb.note.removeprefix('runs FlashInfer ') + ' (no plan: refused)'}")
         else:
             out.append(f"  {ph:8s} SGLang {eb.name:12s} -> not FlashInfer: {eb.note}"
                        + (f" (with --attention-backend flashinfer: FlashInfer {fi})" if fi else ""))

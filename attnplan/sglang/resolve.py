@@ -146,11 +146,12 @@ def _first(rows: list[DefaultRow], p: Platform, t: NativeSpec, f: SglangFlags, m
     return None
 
 
-def resolve(flags: SglangFlags, model: ModelFacts, p: Platform, t: NativeSpec) -> Resolution:
-    """SGLang's resolution of these flags for this model on this platform (see the module doc)."""
+def resolve(flags: SglangFlags, model: ModelFacts, p: Platform, t: NativeSpec, *, build: bool = True) -> Resolution:
+    """SGLang's resolution of these flags for this model on this platform (see the module doc);
+    ``build=False`` stops after the argument pipeline (before the backend factories)."""
     r = Resolution(page_size=flags.page_size)
     try:
-        _run(flags, model, p, t, r)
+        _run(flags, model, p, t, r, build)
     except _Refused as exc:
         r.refusal = exc.refusal
     return r
@@ -160,7 +161,7 @@ def _refuse(rule: str, message: str, *, outcome: str = "startup", phase: str = "
     raise _Refused(Refusal(rule, outcome, phase, backend, message))
 
 
-def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolution) -> None:
+def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolution, build: bool = True) -> None:
     base, pre, dec = f.attention_backend, f.prefill_attention_backend, f.decode_attention_backend
     kv = f.kv_cache_dtype
 
@@ -283,6 +284,15 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
     # 5. kv_cache_hook.py handle_kv4_compatibility
     if kv == "nvfp4" and not (_is(p, t, "is_sm100") or _is(p, t, "is_sm120")):
         _refuse("sglang.nvfp4-capability", "--kv-cache-dtype=nvfp4 requires Blackwell SM100 or SM120 (RuntimeError)")
+    if kv == "nvfp4":
+        pp, dd = phases()
+        if pp == "fa4" or pp == dd:   # split phases (other than fa4 prefill) only warn
+            key, which, value = (("fa4_prefill_", "decode_attention_backend", dd) if pp == "fa4"
+                                 else ("", "attention_backend", base))
+            allowed = t.kv4[key + ("mla" if m.is_mla else "standard")]  # type: ignore[literal-required]
+            if value not in allowed:
+                _refuse("sglang.nvfp4-backends", f"KV4 {'MLA' if m.is_mla else 'MHA'} expects {which} to be one of "
+                        f"{allowed}, but got {value} (AssertionError)", backend=value)
 
     # 6. overrides.py _page_size_default
     if page is None:
@@ -293,6 +303,8 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
     r.prefill, r.decode = phases()
 
     # 7. layers/attention/attention_registry.py: the backend factories, when the model runner builds them.
+    if not build:
+        return
     for phase, b in (("prefill", r.prefill), ("decode", r.decode)):
         if b == "fa3" and not ((p.major == 8 and not m.is_mla) or p.major == 9):
             _refuse("sglang.fa3-capability", "FlashAttention v3 Backend requires SM>=80 and SM<=90 (AssertionError)",
