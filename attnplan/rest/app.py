@@ -122,6 +122,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     app.state.attnplan = svc
     static = static_routes(_static_files())
     app.include_router(router)
+    app.include_router(__import__("attnplan.rest.compare_routes", fromlist=["router"]).router)  # issue 26: POST /v1/compare
     app.include_router(static)
     if docs_dir is not None:
         app.include_router(docs_routes(docs_dir, title=app.title))
