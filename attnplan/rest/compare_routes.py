@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from attnplan.policy import InvalidInputError
 
+from .models import ErrorOut
 from .routes import INVALID, JSON, UNAUTHORIZED, json_body, service
 from .service import dumps
 
@@ -49,7 +50,10 @@ def _invalid(field: str, exc: Exception) -> RequestValidationError:
 
 @router.post("/v1/compare", response_class=JSONResponse,
              summary="vLLM 0.33 vs SGLang 0.5.23 per GPU: backends per phase, page size, query dtype, coercions, refusals",
-             responses={**UNAUTHORIZED, **INVALID}, dependencies=[Depends(json_body)])
+             responses={400: {"model": ErrorOut, "description": "a body that cannot be decoded"},
+                        413: {"model": ErrorOut, "description": "body over 64 KiB"},
+                        415: {"model": ErrorOut, "description": "a body not sent as application/json"},
+                        **UNAUTHORIZED, **INVALID}, dependencies=[Depends(json_body)])
 def compare_route(body: CompareRequest, request: Request) -> Response:
     from attnplan.sglang.compare import compare
 
