@@ -24,7 +24,10 @@ T = native(RS)
 
 
 def sgl(config, device, **flags):
-    return policy.plan_for(config, simulated_node(device), engine=SglangEngine(SglangFlags(**flags)))
+    """SGLang's answer; KV dtype, page size and deterministic mode travel in the config (as launch_server puts them)."""
+    over = {k: flags.pop(f) for f, k in (("kv_cache_dtype", "kv_cache_dtype"), ("page_size", "page_size"),
+                                         ("enable_deterministic_inference", "batch_invariant")) if f in flags}
+    return policy.plan_for(config.replace(**over), simulated_node(device), engine=SglangEngine(SglangFlags(**flags)))
 
 
 def test_engine_pack_applies_under_its_engine_only():
@@ -101,9 +104,10 @@ def test_fa3_on_blackwell_fails_when_the_backend_is_built():
 
 def test_deterministic_inference_refuses_trtllm_mha():
     a = sgl(LLAMA, "B200", attention_backend="trtllm_mha", enable_deterministic_inference=True)
-    assert [(v.rule, v.outcome) for v in a.violations] == [("sglang.deterministic", "startup")]
+    assert a.status == "rejected"
+    assert [(v.rule, v.outcome) for v in a.violations if v.outcome] == [("sglang.deterministic", "startup")]
     b = sgl(LLAMA, "B200", enable_deterministic_inference=True)
-    assert b.engine_phases["decode"].name == "flashinfer"
+    assert b.ok and b.engine_phases["decode"].name == "flashinfer" and b.backends() == ("fa2", "fa2")
 
 
 def test_deepseek_on_b200_runs_trtllm_mla():
@@ -118,6 +122,18 @@ def test_trtllm_mha_page_128_needs_gqa_at_backend_build():
     a = sgl(mha, "B200", page_size=128)
     assert [(v.rule, v.outcome) for v in a.violations] == [("sglang.trtllm-mha-page128", "backend-build")]
     assert sgl(LLAMA, "B200", page_size=128).ok
+
+
+def test_flashinfer_names_and_unknown_kv_dtypes_are_refused_not_guessed():
+    a = policy.plan_for(LLAMA.replace(attention_backend="fa2"), simulated_node("H100"), engine="sglang")
+    assert a.status == "rejected" and [v.rule for v in a.violations] == ["sglang.backend-names"]
+    b = policy.plan_for(LLAMA.replace(kv_cache_dtype="fp16"), simulated_node("H100"), engine="sglang")
+    assert [v.rule for v in b.violations] == ["sglang.kv-names"]
+
+
+def test_suggestions_are_resolved_by_sglangs_rules():
+    a = sgl(LLAMA, "H100", kv_cache_dtype="nvfp4")
+    assert a.status == "rejected" and {s.value for s in a.suggestions if s.field == "kv_cache_dtype"} == {"auto", "fp8", "fp8_e5m2"}
 
 
 def test_plan_engine_string_uses_the_flags_the_config_implies():

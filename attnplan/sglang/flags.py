@@ -16,7 +16,11 @@ KV_UNMODELLED = ("mxfp8", "fp4_mx_block16")
 
 @dataclass(frozen=True)
 class SglangFlags:
-    """SGLang's ServerArgs fields that decide attention (arg_groups/fields/{exec_,model,schedule,spec,parallel}.py)."""
+    """SGLang's ServerArgs fields that decide attention (arg_groups/fields/{exec_,model,schedule,spec,parallel}.py).
+
+    Under ``SglangEngine`` the resolver takes the backend names, architecture and EAGLE top-k from here and
+    the KV dtype, page size, deterministic mode and speculation from the attention config (launch.py puts
+    them there), so a suggestion that changes a config field is resolved by SGLang's rules too."""
 
     attention_backend: Optional[str] = None
     prefill_attention_backend: Optional[str] = None

@@ -20,7 +20,7 @@ from attnplan.policy.facts import NodeFacts
 from attnplan.policy.rulepack import RuleSet, SelectionRow
 
 from .data import DefaultRow, NativeSpec, native
-from .flags import SglangFlags
+from .flags import KV_DTYPES, SglangFlags
 
 PHASES = ("prefill", "decode")
 # When the node's torch CUDA is unknown (a simulated node): assumed, not read - every Blackwell path
@@ -360,13 +360,14 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
     """The resolver backends.yaml names for ``engines.sglang``: SGLang's flags (the request's, else the
     ones the attention config implies) resolved, and the FlashInfer candidates per phase."""
     t = native(rs, ref.name)
-    flags = getattr(request, "flags", None)
-    if flags is None:
-        # No SGLang flags: the ones the attention config implies. A config's attention_backend stays what it is
-        # everywhere: attnplan's force of a FlashInfer backend (SGLang's own flags come through SglangEngine).
-        flags = SglangFlags(kv_cache_dtype=config.kv_cache_dtype if config.kv_cache_dtype != "fp8" else "fp8_e4m3",
-                            page_size=config.page_size, enable_deterministic_inference=bool(config.batch_invariant),
-                            speculative_algorithm="EAGLE" if config.num_speculative_tokens else None)
+    # SGLang's own flags (backend names, architecture, EAGLE top-k) come with the request; the values an
+    # attention config also holds (KV dtype, page size, deterministic mode, speculation) are read from the
+    # config, so a suggestion that changes one is re-resolved by SGLang's rules too.
+    base_flags = getattr(request, "flags", None) or SglangFlags()
+    flags = base_flags.with_(
+        kv_cache_dtype={"fp8": "fp8_e4m3"}.get(config.kv_cache_dtype, config.kv_cache_dtype),
+        page_size=config.page_size, enable_deterministic_inference=config.batch_invariant is True,
+        speculative_algorithm=base_flags.speculative_algorithm or ("EAGLE" if config.num_speculative_tokens else None))
     p = platform_of(node)
     kind = "mla" if config.is_mla else "standard"
     if p is None:  # no device: the kernel rules refuse (device.cuda); SGLang picks nothing
@@ -396,10 +397,21 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
         where = " and ".join(phs)
         notes.append(f"sglang: {where} run{'s' if len(phs) == 1 else ''} {name} ({what}); the FlashInfer plan for {where} "
                      f"is what SGLang runs with --attention-backend flashinfer")
+    if config.attention_backend != "auto":
+        rule = rs.rule("sglang.backend-names")
+        violations += (Violation(rule=rule.id, phase="both", fact="config.attention_backend", observed=config.attention_backend,
+                                 required="SGLang's own backend flags", layer="engine", fix=rule.fix,
+                                 message=f"attention_backend={config.attention_backend} names a FlashInfer backend; SGLang "
+                                         f"takes its own names (--attention-backend flashinfer, trtllm_mha, ...)"),)
+    if flags.kv_cache_dtype not in KV_DTYPES:
+        rule = rs.rule("sglang.kv-names")
+        violations += (Violation(rule=rule.id, phase="both", fact="config.kv_cache_dtype", observed=flags.kv_cache_dtype,
+                                 required=", ".join(KV_DTYPES), layer="engine", fix=rule.fix,
+                                 message=f"SGLang has no --kv-cache-dtype {flags.kv_cache_dtype}"),)
     if r.refusal is not None:
         rf = r.refusal
         rule = rs.rule(rf.rule)
-        violations = (Violation(rule=rf.rule, phase=rf.phase, backend=rf.backend,  # type: ignore[arg-type]
+        violations += (Violation(rule=rf.rule, phase=rf.phase, backend=rf.backend,  # type: ignore[arg-type]
                                 fact="sglang.attention_backend", observed=rf.backend,
                                 required=rule.title, message=f"SGLang {ref.version} refuses at {rf.outcome}: {rf.message}",
                                 fix=rule.fix, layer="engine", outcome=rf.outcome),)  # type: ignore[arg-type]
