@@ -97,6 +97,13 @@ def test_gpt_oss_refuses_flashinfer_at_startup():
     assert vs and {v.rule for v in vs} == {"sglang.gpt-oss-backends"} and {v.outcome for v in vs} == {"startup"}
 
 
+def test_gpt_oss_on_sm120_runs_triton_and_says_flashinfer_is_refused_there():
+    la = _launch("--model-path", str(ROOT / "examples/gpt-oss-120b.json"), device="RTX PRO 6000")
+    for g in la.model.attention_groups:
+        eb = g.answer.engine_phases["decode"]
+        assert eb.name == "triton" and not eb.runs_flashinfer and "[sglang.gpt-oss-backends]" in eb.note
+
+
 def test_fa3_on_blackwell_fails_when_the_backend_is_built():
     a = sgl(LLAMA, "B200", attention_backend="fa3")
     assert [(v.rule, v.outcome) for v in a.violations] == [("sglang.fa3-capability", "backend-build")]

@@ -99,7 +99,7 @@ def _cell(p: dict[str, Any]) -> str:
         return f"FlashInfer {fi}"
     if p["runs_flashinfer"]:
         return f"{p['engine_backend']} -> FlashInfer {fi}"
-    return f"{p['engine_backend']} (not FlashInfer; asked for flashinfer: {fi})"
+    return f"{p['engine_backend']} (not FlashInfer; FlashInfer plan: {fi})"
 
 
 def render_compare(rep: dict[str, Any]) -> str:

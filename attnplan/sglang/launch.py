@@ -212,7 +212,7 @@ def engine_lines(a: PlanAnswer) -> list[str]:
             out.append(f"  {ph:8s} SGLang {eb.name:12s} -> FlashInfer {fi or eb.note.removeprefix('runs FlashInfer ') + ' (no plan: refused)'}")
         else:
             out.append(f"  {ph:8s} SGLang {eb.name:12s} -> not FlashInfer: {eb.note}"
-                       + (f" (with --attention-backend flashinfer: FlashInfer {fi})" if fi else ""))
+                       + (f" (attnplan's FlashInfer plan here: {fi})" if fi else ""))
     for c in a.coercions:
         given = "unset" if c.given is None else c.given
         out.append(f"  coerced  {c.field}: {given} -> {c.runs}  [{c.rule}] (silently)")

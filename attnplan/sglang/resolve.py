@@ -385,8 +385,16 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
     selection: dict[str, dict[str, list[SelectionRow]]] = {kind: {}}
     fi_default = {ph: phase_backend("flashinfer", kind, ph, p.major, t)[1] or [] for ph in PHASES}
     elsewhere: dict[tuple[str, str], list[str]] = {}
+    alt_refusal: Optional[Refusal] = None
+    if r.ok and not all(phase_backend(n, kind, ph, p.major, t)[1] for ph, n in (("prefill", r.prefill), ("decode", r.decode))):
+        # The FlashInfer plan stands for what SGLang runs when asked for flashinfer: say so when SGLang refuses that.
+        alt_refusal = resolve(flags.with_(attention_backend="flashinfer", prefill_attention_backend=None,
+                                          decode_attention_backend=None), m, p, t).refusal
     for ph, name in (("prefill", r.prefill), ("decode", r.decode)):
         eb, cands = phase_backend(name, kind, ph, p.major, t)
+        if cands is None and alt_refusal is not None:
+            eb = eb.model_copy(update={"note": f"{eb.note}; SGLang refuses --attention-backend flashinfer here at "
+                                               f"{alt_refusal.outcome} [{alt_refusal.rule}]"})
         phases[ph] = eb
         if cands is None:
             cands = fi_default[ph]

@@ -21,7 +21,7 @@ function phaseText(name, p) {
   const fi = p.flashinfer || "-";
   if (p.engine_backend === null) return `${name}: FlashInfer ${fi}`;
   if (p.runs_flashinfer) return `${name}: ${p.engine_backend} → FlashInfer ${fi}`;
-  return `${name}: ${p.engine_backend} (not FlashInfer; with flashinfer: ${fi})`;
+  return `${name}: ${p.engine_backend} (not FlashInfer: ${p.engine_note}; FlashInfer plan: ${fi})`;
 }
 
 function cell(r) {
