@@ -11,7 +11,7 @@ import pytest
 from attnplan import policy
 from attnplan.adapter.startup import refuse_foreign_engine_backend
 from attnplan.cli.main import main as cli_main
-from attnplan.policy import InvalidInputError, UnsupportedConfigurationError, simulated_node
+from attnplan.policy import UnsupportedConfigurationError, simulated_node
 from attnplan.policy.errors import RulePackError
 from attnplan.sglang import SglangEngine, SglangFlags
 from attnplan.sglang.data import native

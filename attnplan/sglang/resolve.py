@@ -351,10 +351,6 @@ def phase_backend(name: Optional[str], kind: str, phase: str, major: int, t: Nat
     return EngineBackend(name=name, runs_flashinfer=False, source=spec.source, note="no row for this capability"), None
 
 
-def _rows(kind: str, phase: str, major: int, cands: list[str]) -> dict:
-    return {kind: {phase: [SelectionRow(candidates=cands)]}}
-
-
 def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node: NodeFacts,
                       request: object = None) -> EngineResolution:
     """The resolver backends.yaml names for ``engines.sglang``: SGLang's flags (the request's, else the
