@@ -207,3 +207,19 @@ def test_oracle_agrees_with_sglangs_own_functions_on_a_seeded_sample():
     assert rep["disagreements"] == []
     assert all(v["of"] > 0 and v["agree"] == v["of"] for v in rep["agreement"].values())
     assert rep["agreement"]["refused"]["of"] + rep["excepted"] == 4000
+
+
+def test_engine_sglang_on_rest_plan_and_preflight(capsys):
+    from fastapi.testclient import TestClient
+
+    from attnplan.rest.app import create_app
+
+    body = {"config": {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}, "node": {"device": "B200"},
+            "engine": "sglang==0.5.23"}
+    r = TestClient(create_app(node=simulated_node("H100"))).post("/v1/plan", json=body)
+    assert r.status_code == 200 and r.json()["engine"] == {"name": "sglang", "version": "0.5.23"}
+    assert r.json()["engine_phases"]["prefill"]["name"] == "trtllm_mha" and r.json()["coercions"][0]["runs"] == 64
+    rc = cli_main(["preflight", "--simulate", "B200=1,H100=1", "--model-config", str(ROOT / "examples/llama-3.1-8b.json"),
+                   "--engine", "sglang", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and "sglang" in json.dumps(out)
