@@ -117,6 +117,17 @@ def test_deterministic_inference_refuses_trtllm_mha():
     assert b.ok and b.engine_phases["decode"].name == "flashinfer" and b.backends() == ("fa2", "fa2")
 
 
+def test_deterministic_deepseek_needs_a_radix_supported_backend():
+    # The DeepSeek override (trtllm_mla on 10.x) runs before deterministic inference, which then refuses it.
+    a = sgl(DSV3, "B200", architecture="DeepseekV3ForCausalLM", enable_deterministic_inference=True)
+    assert [(v.rule, v.backend) for v in a.violations if v.outcome] == [("sglang.deterministic", "trtllm_mla")]
+    ok = sgl(DSV3, "B200", architecture="DeepseekV3ForCausalLM", attention_backend="triton", enable_deterministic_inference=True)
+    assert not [v for v in ok.violations if v.outcome] and ok.engine_phases["decode"].name == "triton"
+    b = sgl(DSV3, "H100", architecture="DeepseekV3ForCausalLM", attention_backend="flashinfer",
+            enable_deterministic_inference=True)
+    assert [(v.rule, v.outcome) for v in b.violations if v.outcome] == [("sglang.deterministic", "startup")]
+
+
 def test_deepseek_on_b200_runs_trtllm_mla():
     a = sgl(DSV3, "B200", architecture="DeepseekV3ForCausalLM")
     assert {eb.name for eb in a.engine_phases.values()} == {"trtllm_mla"}

@@ -43,6 +43,9 @@ class ModelSpec(_M):
 
 class DeterministicSpec(_M):
     allowed: list[str]
+    deepseek: list[str]
+    absorbed_mla: list[str]
+    radix_supported: list[str]
     default: list[DefaultRow]
 
 

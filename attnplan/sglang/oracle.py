@@ -6,7 +6,7 @@ functions out of the source files unchanged (their ``def`` text, compiled from t
 in a namespace that supplies what the pipeline would: ``get_platform()`` built from SGLang's own
 ``_check_cuda_device_version`` partials and runtime_context.py's name map, the config view as a plain
 record, ``run_post_process_pass``/``declare_resolution`` applying declarations to it. The functions run,
-in pipeline.py's order: the GPT-OSS model override, ``_deterministic_attention_backend``,
+in pipeline.py's order: the GPT-OSS model override, ``handle_deterministic_inference``,
 ``handle_nvfp4_prefill_kv_dequant_dtype``, ``handle_attention_backend_compatibility`` (which itself runs
 ``_attention_backend_default`` -> ``get_default_attn_backend``, the page constraints, the trtllm checks,
 the fa3 fallback and the fa4 page), ``handle_kv4_compatibility``, ``_page_size_default``, then the backend
@@ -14,8 +14,7 @@ factories of layers/attention/attention_registry.py (fa3, trtllm_mha, trtllm_mla
 
 Compared per field: prefill backend, decode backend, page size, and whether SGLang refuses at startup.
 Named exceptions (not exercised): model_hook.py's GPT-OSS assert and DeepSeek overrides (they need a full
-ModelConfig), handle_deterministic_inference's absorbed-MLA radix check, and TRTLLMHAAttnBackend.__init__'s
-page-128 check.
+ModelConfig) and TRTLLMHAAttnBackend.__init__'s page-128 check.
 
 ``python -m attnplan.sglang.oracle [--sample N] [--seed S] [--src DIR] [--json]``
 """
@@ -42,8 +41,6 @@ EXCEPTIONS = (
     "model_hook.py handle_model_specific_adjustments (GPT-OSS backend assert): needs a full ModelConfig; "
     "GPT-OSS cases run with no backend flag only",
     "model_overrides/deepseek_v2.py _deepseek_family_overrides: needs a full hf_config; DeepSeek defaults not exercised",
-    "attention_hook.py handle_deterministic_inference absorbed-MLA radix check: not exercised (MLA cases run "
-    "without deterministic inference)",
     "layers/attention/trtllm_mha_backend.py TRTLLMHAAttnBackend.__init__ (page >= 128 needs GQA and equal head dims): "
     "not exercised (the factories in attention_registry.py are)",
 )
@@ -124,8 +121,9 @@ def _sglang(src: str) -> dict[str, Any]:
         ("arg_groups/overrides.py", {"_deterministic_attention_backend", "_attention_backend_default", "_mla_backend_page_constraints",
                                      "_mla_kv_cache_dtype_checks", "_cutedsl_prefill_backend_fill", "_attention_backend_fa3_fp8_fallback",
                                      "_fa4_page_constraint", "_attention_backend_platform_fallbacks", "_intel_xpu_page_constraint",
-                                     "_page_size_default", "_deterministic_is_deepseek_model"}),
-        ("arg_groups/attention_hook.py", {"handle_attention_backend_compatibility"}),
+                                     "_page_size_default", "_deterministic_is_deepseek_model",
+                                     "_deterministic_allreduce_fusion_disable", "_deterministic_sampling_backend"}),
+        ("arg_groups/attention_hook.py", {"handle_attention_backend_compatibility", "handle_deterministic_inference"}),
         ("arg_groups/kv_cache_hook.py", {"handle_nvfp4_prefill_kv_dequant_dtype", "handle_kv4_compatibility",
                                          "_NVFP4_PREFILL_BACKEND", "_NVFP4_PREFILL_DEQUANT_DTYPE"}),
         ("arg_groups/model_overrides/gpt_oss.py", {"_gpt_oss_overrides"}),
@@ -173,6 +171,7 @@ def _install_imports(ns: dict[str, Any]) -> None:
 
     mod("sglang.srt.speculative.spec_info", SpeculativeAlgorithm=SpeculativeAlgorithm, _attnplan_oracle=True)
     mod("sglang.srt.server_args", DETERMINISTIC_ATTENTION_BACKEND_CHOICES=ns["_choices"]["DETERMINISTIC_ATTENTION_BACKEND_CHOICES"],
+        RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND=ns["_choices"]["RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND"],
         _attnplan_oracle=True)
     mod("sglang.srt.connector", ConnectorType=types.SimpleNamespace(INSTANCE="instance"), _attnplan_oracle=True)
     mod("sglang.srt.utils.common", parse_connector_type=lambda p: None, _attnplan_oracle=True)
@@ -234,7 +233,8 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
              get_device_capability=lambda: (cap // 10, cap % 10), _is_musa=False,
              get_parallel=lambda: types.SimpleNamespace(dcp_enabled=False),
              get_spec=lambda: types.SimpleNamespace(speculative_algorithm=view.speculative_algorithm),
-             torch=types.SimpleNamespace(float8_e4m3fn="float8_e4m3fn"))
+             torch=types.SimpleNamespace(float8_e4m3fn="float8_e4m3fn"),
+             parse_connector_type=lambda p: None, ConnectorType=types.SimpleNamespace(INSTANCE="instance"))
     g["resolved_view"] = lambda x: x
     _install_imports(ns)
     try:
@@ -242,7 +242,7 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
             apply_dict = ns["_gpt_oss_overrides"](view, hf)
             if "attention_backend" in apply_dict:
                 view.attention_backend = apply_dict["attention_backend"]
-        apply(view, ns["_deterministic_attention_backend"])
+        ns["handle_deterministic_inference"](view)
         ns["handle_nvfp4_prefill_kv_dequant_dtype"](view)
         ns["handle_attention_backend_compatibility"](view)
         ns["handle_kv4_compatibility"](view)
@@ -296,8 +296,6 @@ def cases() -> Iterator[Case]:
     """Every generated configuration (the oracle's space)."""
     for cap, cuda, mla, be, (pre, dec), kv, page, det, topk in itertools.product(
             CAPS, CUDAS, (False, True), BACKENDS, SPLITS, KVS, PAGES, (False, True), (None, 1, 4)):
-        if mla and det:
-            continue  # named exception: the absorbed-MLA deterministic radix check
         yield Case(cap, cuda, mla, False, False, None, be, pre, dec, kv, page, det, topk)
     for cap, cuda, sinks, asym, kv, page in itertools.product(CAPS, CUDAS, (False, True), (False, True), KVS, PAGES):
         yield Case(cap, cuda, False, sinks, asym, None, None, None, None, kv, page, False, None)

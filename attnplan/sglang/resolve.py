@@ -129,14 +129,9 @@ def _row_holds(row: DefaultRow, p: Platform, t: NativeSpec, f: SglangFlags, m: M
         return False
     if row.sinks is not None and m.sinks != row.sinks:
         return False
-    if row.deepseek is not None and _is_deepseek(m) != row.deepseek:
+    if row.deepseek is not None and (m.architecture in t.deterministic.deepseek) != row.deepseek:
         return False
     return True
-
-
-def _is_deepseek(m: ModelFacts) -> bool:
-    # overrides.py _deterministic_is_deepseek_model: DeepSeek architectures (MLA)
-    return bool(m.architecture and m.architecture.startswith("Deepseek"))
 
 
 def _first(rows: list[DefaultRow], p: Platform, t: NativeSpec, f: SglangFlags, m: ModelFacts) -> Optional[str]:
@@ -193,6 +188,15 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         elif base not in t.deterministic.allowed:
             _refuse("sglang.deterministic", f"only {t.deterministic.allowed} attention backends support deterministic "
                     f"inference, but '{base}' was given", backend=base)
+        # attention_hook.py handle_deterministic_inference: absorbed-MLA models
+        if m.architecture in t.deterministic.absorbed_mla:
+            mark()
+            if base not in t.deterministic.radix_supported:
+                _refuse("sglang.deterministic", f"only {t.deterministic.radix_supported} attention backends support "
+                        f"deterministic inference with absorbed-MLA models, but {base} is used", backend=base)
+            if base == "fa4" and not _is(p, t, "is_sm100_or_sm110"):
+                _refuse("sglang.deterministic", "deterministic inference with absorbed-MLA models on fa4 requires "
+                        "SM100/SM110", backend=base)
 
     mark()
     # 3. kv_cache_hook.py handle_nvfp4_prefill_kv_dequant_dtype
