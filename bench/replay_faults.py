@@ -663,7 +663,7 @@ def _(ctx: Ctx) -> tuple[bool, str]:
     import httpx
 
     body = {"config": {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}, "node": {"device": "H100"}}
-    bad = ["vllm==0.1.0", "sglang", "vllm==\x1b[2J", "x" * 65, "flashinfer==0.7.2"]
+    bad = ["vllm==0.1.0", "sglang==0.4.0", "vllm==\x1b[2J", "x" * 65, "flashinfer==0.7.2"]
     wrong = []
     with Serve(ctx, "--device", "B200") as srv:
         for e in bad:
@@ -671,7 +671,7 @@ def _(ctx: Ctx) -> tuple[bool, str]:
             fields = [d.get("field") for d in r.json().get("detail", [])] if r.status_code == 422 else None
             if fields != ["engine"]:
                 wrong.append(f"REST {e[:12]!r}: HTTP {r.status_code} {fields}")
-        m = httpx.get(srv.url + "/v1/matrix", params={"engine": "sglang"}, timeout=5)
+        m = httpx.get(srv.url + "/v1/matrix", params={"engine": "sglang==0.4.0"}, timeout=5)
         if m.status_code != 422:
             wrong.append(f"matrix: HTTP {m.status_code}")
     # (`plan` echoes the escape today: cli/main.py's printer, outside this case's owner)

@@ -152,7 +152,7 @@ def test_engine_in_the_body_picks_the_layer_and_keys_the_cache(local, capsys):
     assert local.post("/v1/plan", json=h100).json() == default  # the cached default is still the default's
 
 
-@pytest.mark.parametrize("engine", ["vllm==0.1.0", "sglang", "flashinfer==0.7.2"])
+@pytest.mark.parametrize("engine", ["vllm==0.1.0", "sglang==0.4.0", "flashinfer==0.7.2"])
 def test_uncovered_engine_is_422_naming_the_field_and_the_covered_engines(local, engine):
     r = local.post("/v1/plan", json={"config": LLAMA, "node": {"device": "H100"}, "engine": engine})
     assert fields(r) == ["engine"]
@@ -174,7 +174,7 @@ def test_matrix_per_engine(local):
     assert local.get("/v1/matrix").json()["rows"] == vllm["rows"]  # absent: the default layer
     md = local.get("/v1/matrix", params={"format": "markdown", "engine": "flashinfer"})
     assert md.text == matrix_markdown(engine="flashinfer")
-    assert fields(local.get("/v1/matrix", params={"engine": "sglang"})) == ["engine"]
+    assert fields(local.get("/v1/matrix", params={"engine": "sglang==0.4.0"})) == ["engine"]
 
 
 def test_plan_without_node_uses_the_served_node(local, authed):

@@ -133,7 +133,7 @@ def test_explain_engine_flashinfer_has_no_engine_rules(capsys):
     assert {c["layer"] for c in data["cells"]} == {"kernel"}
 
 
-@pytest.mark.parametrize("engine", ["sglang", "vllm==0.20.0", "vllm==x"])
+@pytest.mark.parametrize("engine", ["sglang==0.4.0", "vllm==0.20.0", "vllm==x"])
 def test_unknown_engine_is_exit_2_naming_the_covered_ones(capsys, engine):
     rc, _, err = run(capsys, "plan", "--device", "H100", *LLAMA, "--engine", engine)
     assert rc == 2 and err.count("\n") == 1

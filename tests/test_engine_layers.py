@@ -24,12 +24,12 @@ def test_installed_vllm_is_the_default_engine():
     assert policy.plan_for(LLAMA, node).engine.version == "0.33.2"
 
 
-@pytest.mark.parametrize("engine", ["sglang", "vllm==0.34.0", "vllm==0.32.9", "flashinfer==0.6.0", "vllm==latest"])
+@pytest.mark.parametrize("engine", ["sglang==0.5.22", "sgl", "vllm==0.34.0", "vllm==0.32.9", "flashinfer==0.6.0", "vllm==latest"])
 def test_uncovered_engine_names_the_covered_ones(engine):
     with pytest.raises(InvalidInputError) as info:
         policy.plan_for(LLAMA, simulated_node("H100"), engine=engine)
     assert "vllm==0.33.0" in str(info.value) and "flashinfer" in str(info.value)
-    assert policy.engine_names(policy.default_ruleset()) == ["vllm", "vllm==0.33.0", "flashinfer"]
+    assert policy.engine_names(policy.default_ruleset()) == ["vllm", "vllm==0.33.0", "flashinfer", "sglang", "sglang==0.5.23"]
 
 
 def test_every_violation_carries_its_rules_layer():

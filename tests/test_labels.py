@@ -91,7 +91,7 @@ def test_labels_follow_the_engine_layer():
 def test_cli_labels_engine(capsys):
     assert cli_main(["labels", "--device", "H100", "--cubins", "missing", "--engine", "flashinfer", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["attnplan.io/sinks"] == "true"
-    assert cli_main(["labels", "--device", "H100", "--engine", "sglang"]) == 2
+    assert cli_main(["labels", "--device", "H100", "--engine", "sglang==0.4.0"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "vllm==0.33.0" in err
 

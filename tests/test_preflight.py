@@ -137,7 +137,7 @@ def test_engine_per_config_in_yaml_wins_over_the_flag(tmp_path):
 
 
 @pytest.mark.parametrize("argv, field", [
-    (["--engine", "sglang"], "engine"),
+    (["--engine", "sglang==0.4.0"], "engine"),
     (["--engine", "vllm==0.1.0"], "engine"),
 ])
 def test_uncovered_engine_is_exit_2_one_line(capsys, argv, field):
@@ -148,7 +148,7 @@ def test_uncovered_engine_is_exit_2_one_line(capsys, argv, field):
 
 def test_uncovered_engine_in_yaml_is_exit_2_naming_the_entry(capsys, tmp_path):
     f = tmp_path / "c.yaml"
-    f.write_text("- {name: odd, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, engine: sglang}\n")
+    f.write_text("- {name: odd, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, engine: sglang==0.4.0}\n")
     rc, out, err = run(capsys, "preflight", "--simulate", "H100=1", "--configs", str(f))
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "odd" in err and "engine" in err
     f.write_text("- {name: odd, head_dim: 128, num_qo_heads: 32, num_kv_heads: 8, engine: 3}\n")

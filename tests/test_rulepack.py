@@ -401,8 +401,10 @@ def test_every_shipped_rule_says_its_layer_range_and_provenance():
     for r in rs.rules:
         assert r.layer in ("kernel", "engine")
         assert r.verified is not None, r.id
-        if r.layer == "engine":
+        if r.layer == "engine" and r.engine in (None, "vllm"):
             assert r.vllm == ">=0.33.0,<0.34" and r.id.startswith("vllm."), r.id
+        elif r.layer == "engine":  # another engine's pack (issue 26): its own range, its name as prefix
+            assert r.versions and r.id.startswith(f"{r.engine}."), r.id
     # every trtllm-gen rule is source-only until a Blackwell GPU verifies it (issue 13)
     for rid in ("trtllm.family", "trtllm.cubins", "trtllm.kv-dtype", "trtllm.sm103-hang", "mla.family"):
         assert rs.rule(rid).provenance().startswith("source only"), rid

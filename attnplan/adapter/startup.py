@@ -48,7 +48,7 @@ def engine_of(answer: PlanAnswer) -> Optional[str]:
     e = answer.engine
     if e.name == "flashinfer":
         return "flashinfer"
-    return f"vllm=={e.version}" if e.version else "vllm"
+    return f"{e.name}=={e.version}" if e.version else e.name
 
 
 def _phase_violations(answer: PlanAnswer, node: NodeFacts, phase: str, backend: str,
@@ -58,6 +58,23 @@ def _phase_violations(answer: PlanAnswer, node: NodeFacts, phase: str, backend: 
     forced = evaluate(answer.config.replace(attention_backend=backend), node, ruleset, trace=False, suggest=False,
                       engine=engine_of(answer))
     return [v for v in forced.violations if v.phase == phase and v.backend == backend]
+
+
+def refuse_foreign_engine_backend(answer: PlanAnswer) -> None:
+    """An engine whose own pick runs no FlashInfer kernel in a phase (SGLang's fa3 is sgl-kernel's
+    FlashAttention-3; triton, fa4, flashmla...): the plan there is only what the engine would run when
+    asked for FlashInfer, so the adapter refuses it by the engine backend's name (issue 26)."""
+    phases = answer.engine_phases or {}
+    off = [(ph, eb) for ph, eb in phases.items() if not eb.runs_flashinfer]
+    if not off:
+        return
+    rule = f"{answer.engine.name}.not-flashinfer"
+    vs = tuple(Violation(rule=rule, phase=ph, backend=eb.name, fact="engine_backend", observed=eb.name,  # type: ignore[arg-type]
+                         required="an engine backend that runs FlashInfer kernels", layer="engine", outcome="startup",
+                         message=f"{answer.engine.name} runs {eb.name} for {ph} ({eb.note}): the adapter runs FlashInfer "
+                                 f"plans only; launch with the engine's FlashInfer backend (e.g. --attention-backend flashinfer)")
+               for ph, eb in off)
+    raise UnsupportedConfigurationError(answer.model_copy(update={"status": "rejected", "plan": None, "violations": vs}))
 
 
 def check_plan(answer: PlanAnswer, node: Optional[NodeFacts] = None, *, ruleset: Optional[RuleSet] = None,
@@ -70,6 +87,7 @@ def check_plan(answer: PlanAnswer, node: Optional[NodeFacts] = None, *, ruleset:
     """
     if answer.plan is None:
         raise UnsupportedConfigurationError(answer)
+    refuse_foreign_engine_backend(answer)
     live_node = node if node is not None else probe_node()
     live = evaluate(answer.config, live_node, ruleset, engine=engine_of(answer))
     plan = answer.plan

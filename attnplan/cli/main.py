@@ -33,7 +33,7 @@ examples:
 
 # Subcommands living in their own modules: name -> module exposing add_parser(sub) and run(args) -> int.
 COMMANDS = ("attnplan.cli.plan", "attnplan.cli.vllm", "attnplan.cli.serve", "attnplan.cli.preflight",
-            "attnplan.cli.labels", "attnplan.cli.verify")
+            "attnplan.cli.labels", "attnplan.cli.verify", "attnplan.cli.sglang", "attnplan.cli.compare")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -47,6 +47,8 @@ class Violation(BaseModel):
     fix: Optional[str] = None
     layer: Layer = Field("kernel", description="kernel: what FlashInfer can run; engine: what the serving engine adds")
     group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
+    outcome: Optional[Literal["startup", "backend-build", "first-request", "silent-wrong"]] = Field(
+        None, description="engine refusals: when the engine fails (SPEC §11); absent for rule checks")
 
 
 class Fallback(BaseModel):
@@ -66,8 +68,31 @@ class EngineRef(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: Literal["vllm", "flashinfer"] = "flashinfer"
+    name: Literal["vllm", "sglang", "flashinfer"] = "flashinfer"
     version: Optional[str] = None
+
+
+class EngineBackend(BaseModel):
+    """The serving engine's own backend pick, in its vocabulary (SPEC §11), and whether it runs FlashInfer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    runs_flashinfer: bool
+    source: str = ""
+    note: str = ""
+
+
+class Coercion(BaseModel):
+    """A value the engine silently replaces (SPEC §11): what the user gave and what the engine runs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    field: str
+    given: Any
+    runs: Any
+    rule: str
+    message: str
 
 
 class Suggestion(BaseModel):
@@ -212,6 +237,10 @@ class PlanAnswer(BaseModel):
     notes: tuple[str, ...] = ()
     trace: tuple[TraceEntry, ...] = ()
     rules_revision: str = ""
+    engine_backend: Optional[EngineBackend] = None
+    # An engine that picks per phase (SGLang): its backend for each phase, and its silent coercions.
+    engine_phases: Optional[dict[str, EngineBackend]] = None
+    coercions: tuple[Coercion, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -226,6 +255,13 @@ class PlanAnswer(BaseModel):
         """The JSON contract; ``config`` is normalised (defaults filled, aliases resolved)."""
         data = {"schema_version": ANSWER_SCHEMA_VERSION, **self.model_dump(mode="json")}
         data["node"] = node_json(self.node)
+        # Engine-layer fields appear only where an engine says something (vLLM answers stay as they were).
+        for key, empty in (("engine_backend", None), ("engine_phases", None), ("coercions", [])):
+            if data.get(key) == empty:
+                data.pop(key, None)
+        for v in data.get("violations", ()):
+            if v.get("outcome") is None:
+                v.pop("outcome", None)
         if not trace:
             data.pop("trace", None)
         return data

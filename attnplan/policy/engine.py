@@ -13,7 +13,7 @@ from typing import Any, Optional
 from .answer import Fallback, PlanAnswer, TraceEntry, Violation
 from .candidates import CandidateResult, page_domain, run_candidate, trace_entry, violation
 from .config import AttentionConfig
-from .engines import active_checks, resolve_engine, selection_for
+from .engines import active_checks, engine_resolution, resolve_engine, selection_for
 from .facts import NodeFacts
 from .facts_catalog import PAGE_SIZE, base_context, display
 from .plan import build_plan
@@ -78,10 +78,14 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     rs = ruleset or default_ruleset()
     ref = resolve_engine(engine, node, rs)
     checks = active_checks(rs, ref, node.flashinfer_version.value)
+    # An engine with its own backends (SGLang) resolves its flags first: the config it runs, its pick.
+    res = engine_resolution(rs, ref, config, node, engine)
+    config = res.config if res is not None else config
+    extra = res.answer_fields() if res is not None else {}
     base = base_context(config, node)
-    violations: list[Violation] = []
+    violations: list[Violation] = list(res.violations) if res is not None else []
     entries: list[TraceEntry] = []
-    notes: list[str] = []
+    notes: list[str] = list(res.notes) if res is not None else []
 
     for check in checks:
         if check.scope != "pair":
@@ -97,7 +101,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
             entries.append(trace_entry(check, base, "both", None, "pass" if passed else "fail"))
 
     pages = (config.page_size,) if config.page_size is not None else page_domain(rs)
-    selection = selection_for(rs, ref)
+    selection = res.selection if res is not None else selection_for(rs, ref)
     results: dict[str, list[CandidateResult]] = {}
     for phase in PHASES:
         results[phase] = [run_candidate(checks, base, phase, b, pages, trace)
@@ -122,7 +126,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
                 message=f"no page size suits both prefill {p0.backend} and decode {d0.backend} (one KV cache)"))
         return PlanAnswer(status="rejected", node=node, config=config, plan=None, engine=ref,
                           violations=tuple(violations), notes=tuple(notes), trace=tuple(entries),
-                          rules_revision=rs.revision)
+                          rules_revision=rs.revision, **extra)
 
     p, d, common = chosen
     page = config.page_size if config.page_size is not None else common[0]
@@ -141,7 +145,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     plan = build_plan(config, p.backend, d.backend, page, common, rs, capability=base["node.capability"],
                       batch_invariant=bool(base["config.batch_invariant"]))
     return PlanAnswer(status="ok", node=node, config=config, plan=plan, notes=tuple(notes), engine=ref,
-                      fallbacks=tuple(fallbacks), trace=tuple(entries), rules_revision=rs.revision)
+                      fallbacks=tuple(fallbacks), trace=tuple(entries), rules_revision=rs.revision, **extra)
 
 
 def _choose(results: dict[str, list[CandidateResult]]) -> Any:

@@ -8,9 +8,11 @@ not model is an error naming the modelled ones, never a guess.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Optional
 
-from .answer import EngineRef
+from .answer import Coercion, EngineBackend, EngineRef, Violation
+from .config import AttentionConfig
 from .errors import InvalidInputError
 from .facts import NodeFacts
 from .rulepack import Check, RuleSet
@@ -43,7 +45,7 @@ def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> Engin
     """``None``/``"vllm"``: the vllm installed on the node (``node.vllm_version``), else the newest
     modelled; ``"vllm==X"``: that release; ``"flashinfer"``: kernel truth alone.
     Raises InvalidInputError naming the covered engines for anything else."""
-    raw = (engine or rs.default_engine).strip().lower()
+    raw = (str(engine) if engine else rs.default_engine).strip().lower()  # an engine request object names itself
     name, _, version = raw.partition("==")
     name = name.strip()
     allowed = engine_names(rs)
@@ -56,7 +58,7 @@ def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> Engin
         fi = node.flashinfer_version.value
         return EngineRef(name="flashinfer", version=str(fi) if fi is not None else None)
     if not version:
-        installed = node.vllm_version.value
+        installed = node.vllm_version.value if name == "vllm" else None  # the one engine the probe reads
         version = str(installed) if installed else (spec.versions[-1] if spec.versions else "")
         if installed and not _covered(rs, name, version):
             raise InvalidInputError("engine", f"vllm {installed} is installed on this node, but the rules model "
@@ -70,7 +72,9 @@ def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> Engin
 
 def active_checks(rs: RuleSet, engine: EngineRef, flashinfer_version: object) -> tuple[Check, ...]:
     """The checks of every rule that speaks for this engine and these versions."""
-    return _active(rs, engine.name, engine.version if engine.name == "vllm" else None,
+    spec = rs.engines[engine.name]
+    versioned = bool(spec.covers or spec.versions)  # flashinfer's layer version is the kernel's, not an engine's
+    return _active(rs, engine.name, engine.version if versioned else None,
                    str(flashinfer_version) if flashinfer_version is not None else None)
 
 
@@ -81,3 +85,33 @@ def _active(rs: RuleSet, name: str, version: Optional[str], fi: Optional[str]) -
 
 def selection_for(rs: RuleSet, engine: EngineRef) -> dict:
     return rs.engines[engine.name].selection
+
+
+@dataclass(frozen=True)
+class EngineResolution:
+    """What an engine with its own backends (SGLang) decided before FlashInfer runs: the config it
+    runs (page size coerced), the FlashInfer candidates per phase, its own pick and its refusals."""
+
+    config: AttentionConfig
+    selection: dict
+    engine_backend: EngineBackend
+    engine_phases: dict
+    coercions: tuple[Coercion, ...] = ()
+    violations: tuple[Violation, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def answer_fields(self) -> dict:
+        return {"engine_backend": self.engine_backend, "engine_phases": self.engine_phases, "coercions": self.coercions}
+
+
+def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node: NodeFacts,
+                      request: object = None) -> Optional[EngineResolution]:
+    """The engine's own resolution when backends.yaml names a resolver for it (None otherwise).
+    ``request``: what the caller passed as ``engine`` (an engine request object may carry flags)."""
+    spec = rs.engines[ref.name]
+    if spec.resolver is None:
+        return None
+    import importlib
+
+    module, _, fn = spec.resolver.partition(":")
+    return getattr(importlib.import_module(module), fn)(rs, ref, config, node, request)

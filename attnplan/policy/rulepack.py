@@ -21,7 +21,7 @@ from .errors import RulePackError
 Phase = Literal["prefill", "decode"]
 Scope = Literal["candidate", "pair"]
 Layer = Literal["kernel", "engine"]
-EngineName = Literal["vllm", "flashinfer"]
+EngineName = str  # an engine layer named in backends.yaml ``engines:`` (vllm, sglang, flashinfer)
 RULE_ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
 
 
@@ -69,10 +69,18 @@ class RuleSpec(BaseModel):
     layer: Layer = "kernel"
     flashinfer: Optional[str] = None   # kernel rules: the flashinfer versions this rule describes
     vllm: Optional[str] = None         # engine rules: the vLLM versions this rule was read for
+    # engine rules of another engine (issue 26): its name and the versions the rule was read for
+    engine: Optional[str] = None
+    versions: Optional[str] = None
     verified: Optional[Union[list[VerifiedRecord], SourceOnly]] = None
     fix: Optional[str] = None
     fixed_in: Optional[str] = None
-    checks: list[CheckSpec] = Field(min_length=1)
+    # "resolver": an engine rule its engine's resolver applies (backends.yaml engines.<name>.resolver)
+    # before any candidate is checked - a backend it switches, a page size it forces, a refusal at
+    # one of its phases (outcome); such a rule has no checks of its own.
+    applied_by: Literal["checks", "resolver"] = "checks"
+    outcome: Optional[Literal["startup", "backend-build", "first-request", "silent-wrong", "coercion", "default"]] = None
+    checks: list[CheckSpec] = []
 
     @model_validator(mode="after")
     def _layer_ranges(self) -> "RuleSpec":
@@ -80,6 +88,14 @@ class RuleSpec(BaseModel):
             raise ValueError("a kernel rule has no vllm range (it says what FlashInfer runs)")
         if self.layer == "engine" and self.flashinfer is not None:
             raise ValueError("an engine rule has no flashinfer range (give it a vllm range)")
+        if self.layer == "kernel" and (self.engine is not None or self.versions is not None):
+            raise ValueError("a kernel rule names no engine (it says what FlashInfer runs)")
+        if self.vllm is not None and self.engine not in (None, "vllm"):
+            raise ValueError("a vllm range belongs to a vllm rule; give another engine's range as versions")
+        if self.applied_by == "checks" and not self.checks:
+            raise ValueError("a rule needs at least one check (or applied_by: resolver, for an engine's resolver)")
+        if self.applied_by == "resolver" and (self.checks or self.layer != "engine"):
+            raise ValueError("a resolver rule is an engine rule without checks")
         return self
 
     @model_validator(mode="before")
@@ -98,6 +114,9 @@ class PackSpec(BaseModel):
 
     pack: str
     description: str = ""
+    # an engine pack may name its engine and versions once for all its rules (issue 26)
+    engine: Optional[str] = None
+    versions: Optional[str] = None
     rules: list[RuleSpec]
 
 
@@ -148,6 +167,10 @@ class EngineSpec(BaseModel):
     covers: Optional[str] = None        # packaging specifier of the versions the data models
     versions: list[str] = []            # the modelled releases, newest last
     selection: Selection
+    # An engine that picks among its own backends before FlashInfer runs (SGLang): the function that
+    # resolves its flags into per-phase candidates (attnplan.* only), and the tables it reads.
+    resolver: Optional[str] = None
+    native: Optional[dict[str, Any]] = None
 
 
 class CubinIndexSpec(BaseModel):
@@ -164,8 +187,8 @@ class BackendCatalogSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backends: dict[str, BackendSpec]
-    default_engine: Literal["vllm", "flashinfer"] = "vllm"
-    engines: dict[Literal["vllm", "flashinfer"], EngineSpec]
+    default_engine: str = "vllm"
+    engines: dict[str, EngineSpec]
     force: dict[Literal["standard", "mla"], dict[str, dict[Phase, str]]]
     cubins: Optional[CubinIndexSpec] = None
 
@@ -204,6 +227,10 @@ class Rule:
     flashinfer: Optional[str] = None
     vllm: Optional[str] = None
     verified: Any = field(default=None, compare=False)
+    engine: Optional[str] = None        # engine rules: the engine they speak for (None: vllm)
+    versions: Optional[str] = None      # engine rules of a non-vLLM engine: its version range
+    applied_by: str = "checks"          # "resolver": applied by the engine's resolver, not by checks
+    outcome: Optional[str] = None
 
     def provenance(self) -> str:
         """One line: where this rule was verified, or why it is read from source only."""
@@ -223,11 +250,12 @@ class Rule:
         from packaging.version import InvalidVersion, Version
 
         if self.layer == "engine":
-            if engine != "vllm":
+            if engine != (self.engine or "vllm"):
                 return False
-            if self.vllm is None or engine_version is None:
+            rng = self.versions if self.versions is not None else self.vllm
+            if rng is None or engine_version is None:
                 return True
-            return SpecifierSet(self.vllm).contains(Version(engine_version), prereleases=True)
+            return SpecifierSet(rng).contains(Version(engine_version), prereleases=True)
         if self.flashinfer is None or flashinfer_version is None:
             return True
         try:
@@ -310,6 +338,8 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
     if catalog.default_engine not in catalog.engines:
         raise RulePackError(str(backends_path), f"default_engine {catalog.default_engine!r} has no engines entry")
     for ename, eng in catalog.engines.items():
+        if eng.resolver is not None and not eng.resolver.startswith("attnplan."):
+            raise RulePackError(str(backends_path), f"engines.{ename}.resolver {eng.resolver!r}: only attnplan's own modules")
         for raw in ([eng.covers] if eng.covers else []):
             _specifier(str(backends_path), raw, f"engines.{ename}.covers")
         for kind, phases in eng.selection.items():
@@ -354,12 +384,18 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
                     Version(spec.fixed_in)
                 except InvalidVersion:
                     raise RulePackError(str(path), f"fixed_in {spec.fixed_in!r} is not a version", rule=spec.id) from None
-            for key in ("flashinfer", "vllm"):
-                raw = getattr(spec, key)
+            engine = spec.engine or (pack.engine if spec.layer == "engine" else None)
+            versions = spec.versions or (pack.versions if spec.layer == "engine" and spec.vllm is None else None)
+            if engine is not None and engine not in catalog.engines:
+                raise RulePackError(str(path), f"engine {engine!r} has no engines entry in {backends_path.name}", rule=spec.id)
+            if spec.applied_by == "resolver" and (engine is None or catalog.engines[engine].resolver is None):
+                raise RulePackError(str(path), "applied_by: resolver needs an engine with a resolver", rule=spec.id)
+            for key, raw in (("flashinfer", spec.flashinfer), ("vllm", spec.vllm), ("versions", versions)):
                 if raw is not None:
                     _specifier(str(path), raw, key, rule=spec.id)
             rule = Rule(spec.id, spec.title, spec.reason, spec.source, spec.fix, spec.fixed_in, pack.pack, str(path),
-                        layer=spec.layer, flashinfer=spec.flashinfer, vllm=spec.vllm, verified=spec.verified)
+                        layer=spec.layer, flashinfer=spec.flashinfer, vllm=spec.vllm, verified=spec.verified,
+                        engine=engine, versions=versions, applied_by=spec.applied_by, outcome=spec.outcome)
             checks = []
             for i, c in enumerate(spec.checks):
                 for b in c.backends or ():

@@ -23,6 +23,7 @@ from attnplan.policy import ARTIFACTORY_TTL_S, DEFAULT_TIMEOUT_S
 from .metrics import Metrics, MetricsMiddleware
 from .presets import default_examples_dir
 from .readiness import PROBE_DEADLINE_S, NodeService
+from .compare_routes import router as compare_router
 from .model_routes import router as model_router
 from .routes import router, static_routes
 from .docs import docs_routes
@@ -124,6 +125,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     static = static_routes(_static_files())
     app.include_router(router)
     app.include_router(model_router)  # whole models and vllm serve lines (rest/model_routes.py)
+    app.include_router(compare_router)  # vLLM and SGLang side by side (rest/compare_routes.py)
     app.include_router(static)
     if docs_dir is not None:
         app.include_router(docs_routes(docs_dir, title=app.title))

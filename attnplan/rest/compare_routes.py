@@ -1,0 +1,76 @@
+"""``POST /v1/compare`` (issue 26): vLLM 0.33 vs SGLang 0.5.23 per GPU for one model, as `attnplan compare --json`.
+
+The model is a preset of this service (the config.json files of its examples directory, by name) or a
+config.json sent in the body; never a path on the server. A plain ``def`` handler: the comparison is
+CPU work over the rules, run in FastAPI's thread pool.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from attnplan.policy import InvalidInputError
+
+from .models import ErrorOut
+from .routes import INVALID, JSON, UNAUTHORIZED, json_body, service
+from .service import dumps
+
+PRESET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class CompareRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: Optional[str] = Field(None, description="a preset name (GET /v1/presets), e.g. llama-3.1-8b")
+    config_json: Optional[dict[str, Any]] = Field(None, description="a HuggingFace config.json, instead of a preset")
+    devices: list[str] = Field(min_length=1, max_length=16, description='GPUs from the device catalog, e.g. ["H100", "B200"]')
+    tp: int = Field(1, ge=1, le=1024, description="tensor parallel size (each row is one rank)")
+    kv_cache_dtype: str = Field("auto", description="auto, fp8, fp8_e4m3, fp8_e5m2, bf16 or nvfp4 (both engines)")
+    page_size: Optional[int] = Field(None, ge=1, le=1024, description="the block/page size given to both engines")
+
+    @model_validator(mode="after")
+    def _one_model(self) -> "CompareRequest":
+        if (self.model is None) == (self.config_json is None):
+            raise ValueError("give exactly one of model (a preset name) and config_json")
+        return self
+
+
+router = APIRouter()
+
+
+def _invalid(field: str, exc: Exception) -> RequestValidationError:
+    return RequestValidationError([{"type": "value_error", "loc": ("body", field), "msg": str(exc)}])
+
+
+@router.post("/v1/compare", response_class=JSONResponse,
+             summary="vLLM 0.33 vs SGLang 0.5.23 per GPU: backends per phase, page size, query dtype, coercions, refusals",
+             responses={400: {"model": ErrorOut, "description": "a body that cannot be decoded"},
+                        413: {"model": ErrorOut, "description": "body over 64 KiB"},
+                        415: {"model": ErrorOut, "description": "a body not sent as application/json"},
+                        **UNAUTHORIZED, **INVALID}, dependencies=[Depends(json_body)])
+def compare_route(body: CompareRequest, request: Request) -> Response:
+    from attnplan.sglang.compare import compare
+
+    svc = service(request)
+    model: Any = body.config_json
+    if body.model is not None:
+        d = svc.examples_dir
+        path = d / f"{body.model}.json" if d is not None and PRESET.match(body.model) else None
+        if path is None or not path.is_file():
+            raise _invalid("model", InvalidInputError("model", f"no preset {body.model!r} (GET /v1/presets lists them)"))
+        model = str(path)
+    try:
+        rep = compare(model, body.devices, tp=body.tp, kv_cache_dtype=body.kv_cache_dtype, page_size=body.page_size,
+                      ruleset=svc.rules())
+    except InvalidInputError as exc:
+        field = {"device": "devices", "capability": "devices"}.get(exc.field, exc.field)
+        raise _invalid(field if field in CompareRequest.model_fields else "model", exc) from None
+    if body.model is not None:
+        rep["model"] = body.model
+    return Response(dumps(rep), media_type=JSON)

@@ -1,0 +1,247 @@
+"""Reading a ``python -m sglang.launch_server`` line and planning it per rank (``attnplan sglang launch_server``).
+
+SGLang's own parser (``ServerArgs.add_cli_args``) is used when ``sglang`` imports; SGLang 0.5.23 does
+not import without its CUDA-side dependencies (orjson, triton, sgl_kernel...), so on a CPU machine the
+named subset below reads the line, and any other flag is named in one error line, never ignored.
+The flag names, defaults and backend choices are SGLang 0.5.23's (arg_groups/fields/*.py, choices.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from attnplan.policy import InvalidInputError, ModelPlanAnswer, NodeFacts, PlanAnswer, RuleSet
+from attnplan.policy import make_config, plan_for, plan_model, read_layers, read_model
+from attnplan.policy import per_rank_fields, startup_errors
+
+from .flags import SglangEngine, SglangFlags, kv_dtype
+
+# arg_groups/choices.py ATTENTION_BACKEND_CHOICES (SGLang 0.5.23)
+ATTENTION_BACKEND_CHOICES = (
+    "triton", "torch_native", "flex_attention", "dsa", "nsa", "qsa", "dsv4", "compressed", "fa3", "fa4", "flashinfer",
+    "llada2_cfg_flashinfer", "flashmla", "trtllm_mla", "cutedsl_mla", "tokenspeed_mla", "trtllm_mha", "hpc_ops",
+    "minicpm_flashattn", "minicpm_flashinfer", "aiter", "wave", "intel_amx", "ascend", "intel_xpu",
+)
+# (flags, dest, type, default): SGLang's ServerArgs fields this subset reads.
+SUBSET: list[tuple[tuple[str, ...], str, Any, Any]] = [
+    (("--model-path", "--model"), "model_path", str, None),
+    (("--tp-size", "--tensor-parallel-size", "--tp"), "tp_size", int, 1),
+    (("--attention-backend",), "attention_backend", str, None),
+    (("--prefill-attention-backend",), "prefill_attention_backend", str, None),
+    (("--decode-attention-backend",), "decode_attention_backend", str, None),
+    (("--kv-cache-dtype",), "kv_cache_dtype", str, "auto"),
+    (("--page-size",), "page_size", int, None),
+    (("--dtype",), "dtype", str, "auto"),
+    (("--speculative-algorithm",), "speculative_algorithm", str, None),
+    (("--speculative-eagle-topk",), "speculative_eagle_topk", int, None),
+    (("--speculative-num-steps",), "speculative_num_steps", int, None),
+    (("--speculative-num-draft-tokens",), "speculative_num_draft_tokens", int, None),
+    (("--speculative-draft-model-path",), "speculative_draft_model_path", str, None),
+    (("--context-length",), "context_length", int, None),
+    (("--host",), "host", str, None),
+    (("--port",), "port", int, None),
+    (("--mem-fraction-static",), "mem_fraction_static", float, None),
+]
+BOOL_FLAGS = ("--enable-deterministic-inference", "--trust-remote-code")
+SUBSET_FLAGS = tuple(f for flags, *_ in SUBSET for f in flags) + BOOL_FLAGS
+PREFIXES = ("python", "python3", "-m", "sglang.launch_server", "launch_server")
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    model: str
+    flags: SglangFlags
+    dtype: str = "auto"
+    speculative_tokens: int = 0
+    parser: str = "subset"
+
+
+class _OneLine(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise InvalidInputError("sglang launch_server", message)
+
+
+def sglang_available() -> bool:
+    if os.environ.get("ATTNPLAN_SGLANG_PARSER", "").lower() == "subset":
+        return False
+    try:
+        return importlib.util.find_spec("sglang") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _strip(argv: Sequence[str]) -> list[str]:
+    out = list(argv)
+    while out and (out[0] in PREFIXES or out[0].endswith(("/python", "/python3"))):
+        out.pop(0)
+    return out
+
+
+def _backend(raw: Optional[str], flag: str) -> Optional[str]:
+    if raw is None:
+        return None
+    b = raw.strip()
+    if b not in ATTENTION_BACKEND_CHOICES:
+        raise InvalidInputError(flag.lstrip("-").replace("-", "_"), f"SGLang 0.5.23 has no {flag} {raw!r}",
+                                ATTENTION_BACKEND_CHOICES)
+    return b
+
+
+def parse_launch_line(argv: Sequence[str], architecture: Optional[str] = None) -> LaunchLine:
+    """A launch_server argument list (``python -m sglang.launch_server`` pasted whole, or only its flags)."""
+    argv = _strip(argv)
+    p = _OneLine(prog="sglang.launch_server", add_help=False, allow_abbrev=False)
+    for flags, dest, typ, default in SUBSET:
+        p.add_argument(*flags, dest=dest, type=typ, default=default)
+    for f in BOOL_FLAGS:
+        p.add_argument(f, action="store_true", default=False)
+    ns, extra = p.parse_known_args(argv)
+    if extra:
+        names = [a.split("=", 1)[0] for a in extra if a.startswith("-")] or extra
+        raise InvalidInputError("sglang launch_server",
+                                f"not in attnplan's SGLang subset (SGLang itself does not import here): {' '.join(names)}",
+                                SUBSET_FLAGS)
+    if not ns.model_path:
+        raise InvalidInputError("model_path", "give the model: attnplan sglang launch_server --model-path M [flags]")
+    if ns.tp_size < 1:
+        raise InvalidInputError("tp_size", f"--tp-size must be at least 1, got {ns.tp_size}")
+    if ns.page_size is not None and ns.page_size < 1:
+        raise InvalidInputError("page_size", f"--page-size must be at least 1, got {ns.page_size}")
+    algo = ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
+    draft = ns.speculative_num_draft_tokens
+    if algo and draft is None and ns.speculative_num_steps is not None:
+        draft = ns.speculative_num_steps + 1   # topk 1: a chain of num_steps drafts plus the verified token
+    flags = SglangFlags(
+        attention_backend=_backend(ns.attention_backend, "--attention-backend"),
+        prefill_attention_backend=_backend(ns.prefill_attention_backend, "--prefill-attention-backend"),
+        decode_attention_backend=_backend(ns.decode_attention_backend, "--decode-attention-backend"),
+        kv_cache_dtype=str(ns.kv_cache_dtype).lower(), page_size=ns.page_size,
+        enable_deterministic_inference=bool(ns.enable_deterministic_inference),
+        speculative_algorithm=algo, speculative_eagle_topk=ns.speculative_eagle_topk,
+        speculative_num_draft_tokens=draft, tp_size=ns.tp_size, architecture=architecture)
+    kv_dtype(flags.kv_cache_dtype)  # refuses a dtype attnplan does not model, by name
+    return LaunchLine(model=ns.model_path, flags=flags, dtype=ns.dtype,
+                      speculative_tokens=max(0, (draft or 1) - 1) if algo else 0, parser="subset")
+
+
+@dataclass(frozen=True)
+class LaunchAnswer:
+    line: LaunchLine
+    ranks: int
+    answer: Optional[PlanAnswer]
+    model: Optional[ModelPlanAnswer] = None
+    startup_error: Optional[str] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        if self.startup_error:
+            return False
+        if self.model is not None:
+            return self.model.ok
+        return self.answer is not None and self.answer.ok
+
+
+def plan_launch(line: LaunchLine, node: NodeFacts, ruleset: Optional[RuleSet] = None) -> LaunchAnswer:
+    """What SGLang 0.5.23 would run for this line on ``node``, for one tensor-parallel rank."""
+    info = read_model(line.model)
+    raw = dict(info.raw)
+    arch = (raw.get("architectures") or [None])[0] if raw else None
+    flags = line.flags.with_(architecture=arch)
+    fields = dict(info.fields)
+    if line.dtype.lower() not in ("auto",):
+        fields["dtype"] = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}.get(line.dtype.lower(), line.dtype)
+    fields["kv_cache_dtype"] = kv_dtype(flags.kv_cache_dtype)
+    if flags.page_size is not None:
+        fields["page_size"] = flags.page_size
+    if line.speculative_tokens:
+        fields["num_speculative_tokens"] = line.speculative_tokens
+    if flags.enable_deterministic_inference:
+        fields["batch_invariant"] = True
+    tp = flags.tp_size
+    heads = fields["num_qo_heads"]
+    # SGLang splits heads as vLLM does (ModelConfig.get_num_kv_heads: max(1, total // tp)).
+    errs = startup_errors(heads, fields.get("num_kv_heads") or heads, tp, 1, mla=fields.get("kv_lora_rank") is not None)
+    notes = list(info.notes)
+    if errs:
+        return LaunchAnswer(line, tp, None, startup_error=errs[0], notes=notes)
+    engine = SglangEngine(flags)
+    if raw and len(read_layers(raw).attention_groups) > 1:
+        over = {k: fields[k] for k in ("kv_cache_dtype", "page_size", "num_speculative_tokens", "batch_invariant")
+                if k in fields}
+        model = plan_model(raw, node, overrides=over, ruleset=ruleset, engine=engine, tensor_parallel_size=tp)
+        return LaunchAnswer(line, tp, model.answer(), model=model, notes=notes)
+    config = make_config(per_rank_fields(fields, tp))
+    return LaunchAnswer(line, tp, plan_for(config, node, ruleset=ruleset, engine=engine), notes=notes)
+
+
+def launch_json(la: LaunchAnswer, *, trace: bool = True) -> dict[str, Any]:
+    f = la.line.flags
+    per_rank = (la.model.to_json(trace=trace) if la.model is not None
+                else la.answer.to_json(trace=trace) if la.answer is not None else None)
+    return {
+        "sglang": {"version": "0.5.23", "parser": la.line.parser, "model_path": la.line.model, "tp_size": f.tp_size,
+                   "attention_backend": f.attention_backend, "prefill_attention_backend": f.prefill_attention_backend,
+                   "decode_attention_backend": f.decode_attention_backend, "kv_cache_dtype": f.kv_cache_dtype,
+                   "page_size": f.page_size, "enable_deterministic_inference": f.enable_deterministic_inference,
+                   "speculative_algorithm": f.speculative_algorithm, "speculative_eagle_topk": f.speculative_eagle_topk,
+                   "speculative_num_draft_tokens": f.speculative_num_draft_tokens, "architecture": f.architecture},
+        "ranks": la.ranks,
+        "status": "startup_error" if la.startup_error else (
+            la.model.status if la.model is not None else (la.answer.status if la.answer else None)),
+        "startup_error": la.startup_error,
+        "per_rank": per_rank,
+        "notes": la.notes,
+    }
+
+
+def engine_lines(a: PlanAnswer) -> list[str]:
+    """SGLang's pick per phase, said plainly, then its silent coercions and refusals."""
+    out = []
+    phases = a.engine_phases or {}
+    for ph in ("prefill", "decode"):
+        eb = phases.get(ph)
+        if eb is None:
+            continue
+        fi = getattr(a.plan, ph).backend if a.plan is not None else None
+        if eb.runs_flashinfer:
+            out.append(f"  {ph:8s} SGLang {eb.name:12s} -> FlashInfer {fi or eb.note.removeprefix('runs FlashInfer ') + ' (no plan: refused)'}")
+        else:
+            out.append(f"  {ph:8s} SGLang {eb.name:12s} -> not FlashInfer: {eb.note}"
+                       + (f" (attnplan's FlashInfer plan here: {fi})" if fi else ""))
+    for c in a.coercions:
+        given = "unset" if c.given is None else c.given
+        out.append(f"  coerced  {c.field}: {given} -> {c.runs}  [{c.rule}] (silently)")
+    for v in a.violations:
+        if v.outcome:
+            out.append(f"  refused  at {v.outcome}: [{v.rule}] {v.message}")
+    return out
+
+
+def render_launch(la: LaunchAnswer) -> str:
+    from attnplan.render import render_answer
+
+    f = la.line.flags
+    out = [f"sglang.launch_server --model-path {la.line.model}: {la.ranks} rank(s) (tensor parallel {f.tp_size}); "
+           f"flags read by attnplan's SGLang subset (SGLang 0.5.23)"]
+    if la.startup_error:
+        out.append(f"SGLang would refuse at startup: {la.startup_error}")
+        return "\n".join(out)
+    if la.model is not None and la.answer is None:
+        from attnplan.render.groups import render_groups
+
+        for i, g in enumerate(la.model.attention_groups):
+            if g.answer is not None:
+                out.append(f"SGLang's pick, attention layer group {i} ({g.kind if hasattr(g, 'kind') else ''}):")
+                out += engine_lines(g.answer)
+        out += ["", render_groups(la.model)]
+        return "\n".join(out)
+    assert la.answer is not None
+    out.append("SGLang's pick per phase:")
+    out += engine_lines(la.answer)
+    out += ["", render_answer(la.answer)]
+    return "\n".join(out)

@@ -1,0 +1,363 @@
+"""The differential oracle for the SGLang layer (issue 26, SPEC §11): SGLang 0.5.23's own selection
+functions, run on the CPU with a patched device capability and CUDA version, against ``resolve``.
+
+SGLang 0.5.23 does not import on a CPU machine (orjson, triton, sgl_kernel...), so the oracle takes its
+functions out of the source files unchanged (their ``def`` text, compiled from the AST) and runs them
+in a namespace that supplies what the pipeline would: ``get_platform()`` built from SGLang's own
+``_check_cuda_device_version`` partials and runtime_context.py's name map, the config view as a plain
+record, ``run_post_process_pass``/``declare_resolution`` applying declarations to it. The functions run,
+in pipeline.py's order: the GPT-OSS model override, ``handle_deterministic_inference``,
+``handle_nvfp4_prefill_kv_dequant_dtype``, ``handle_attention_backend_compatibility`` (which itself runs
+``_attention_backend_default`` -> ``get_default_attn_backend``, the page constraints, the trtllm checks,
+the fa3 fallback and the fa4 page), ``handle_kv4_compatibility``, ``_page_size_default``, then the backend
+factories of layers/attention/attention_registry.py (fa3, trtllm_mha, trtllm_mla) as the model runner builds them.
+
+Compared per field: prefill backend, decode backend, page size, and whether SGLang refuses at startup.
+Named exceptions (not exercised): model_hook.py's GPT-OSS assert and DeepSeek overrides (they need a full
+ModelConfig) and TRTLLMHAAttnBackend.__init__'s page-128 check.
+
+``python -m attnplan.sglang.oracle [--sample N] [--seed S] [--src DIR] [--json]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import itertools
+import json
+import random
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+SRC = Path("/work/src/sglang/sglang/srt")
+FIELDS = ("prefill", "decode", "page_size", "refused")
+# attnplan refusals by a rule whose SGLang code the oracle does not run: such cases are counted, not compared
+EXCEPTED_RULES = frozenset({"sglang.trtllm-mha-page128"})
+EXCEPTIONS = (
+    "model_hook.py handle_model_specific_adjustments (GPT-OSS backend assert): needs a full ModelConfig; "
+    "GPT-OSS cases run with no backend flag only",
+    "model_overrides/deepseek_v2.py _deepseek_family_overrides: needs a full hf_config; DeepSeek defaults not exercised",
+    "layers/attention/trtllm_mha_backend.py TRTLLMHAAttnBackend.__init__ (page >= 128 needs GQA and equal head dims): "
+    "not exercised (the factories in attention_registry.py are)",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    capability: int
+    cuda: str
+    mla: bool
+    sinks: bool
+    asymmetric: bool
+    arch: Optional[str]
+    attention_backend: Optional[str]
+    prefill: Optional[str]
+    decode: Optional[str]
+    kv: str
+    page: Optional[int]
+    deterministic: bool
+    topk: Optional[int]
+    group: int = 4
+
+
+# -- SGLang's functions, out of its source --------------------------------------------------------
+def _defs(path: Path, names: set[str]) -> list[ast.stmt]:
+    tree = ast.parse(path.read_text(), str(path))
+    out: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
+            node.decorator_list = []          # register_post_process / _register_for: registration only
+            out.append(node)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            out.append(node)
+    missing = names - {getattr(n, "name", None) for n in out} - {t.id for n in out if isinstance(n, ast.Assign)
+                                                                   for t in n.targets if isinstance(t, ast.Name)}
+    if missing:
+        raise LookupError(f"{path}: not found: {sorted(missing)}")
+    return out
+
+
+def _platform_names(src: Path) -> dict[str, str]:
+    """runtime_context.py's map from get_platform() attributes to utils/common.py predicates."""
+    tree = ast.parse((src / "runtime_context.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]
+            if "is_hopper_with_cuda_12_3" in keys:
+                return {k.value: v.value for k, v in zip(node.keys, node.values)  # type: ignore[union-attr]
+                        if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+    raise LookupError("runtime_context.py: the platform name map")
+
+
+class _Envs:
+    def __getattr__(self, name: str) -> Any:
+        return types.SimpleNamespace(get=lambda: None, set=lambda v: None)
+
+
+class _Log:
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: None
+
+
+@functools.lru_cache(maxsize=2)
+def _sglang(src: str) -> dict[str, Any]:
+    """One namespace holding SGLang's functions (compiled from its source) and the harness they call."""
+    s = Path(src)
+    ns: dict[str, Any] = {"__name__": "sglang_oracle", "Any": Any, "Optional": Optional, "logger": _Log(), "envs": _Envs(),
+                          "lru_cache": lambda maxsize=None: (lambda f: f), "partial": functools.partial}
+    choices: dict[str, Any] = {}
+    exec(compile((s / "arg_groups/choices.py").read_text(), str(s / "arg_groups/choices.py"), "exec"), choices)
+    ns["_choices"] = choices
+    mods = [
+        ("utils/common.py", {"_check_cuda_device_version", "is_hopper_with_cuda_12_3", "is_blackwell_supported",
+                             "is_sm120_supported", "is_sm100_supported", "is_sm100_or_sm110_supported", "is_sm110_supported",
+                             "is_sm90_supported", "is_sm80_supported", "is_no_spec_infer_or_topk_one"}),
+        ("arg_groups/model_override_base.py", {"get_default_attn_backend", "attention_backends_of", "is_attention_backend_not_set",
+                                               "_forces_eagle_topk_one"}),
+        ("arg_groups/overrides.py", {"_deterministic_attention_backend", "_attention_backend_default", "_mla_backend_page_constraints",
+                                     "_mla_kv_cache_dtype_checks", "_cutedsl_prefill_backend_fill", "_attention_backend_fa3_fp8_fallback",
+                                     "_fa4_page_constraint", "_attention_backend_platform_fallbacks", "_intel_xpu_page_constraint",
+                                     "_page_size_default", "_deterministic_is_deepseek_model",
+                                     "_deterministic_allreduce_fusion_disable", "_deterministic_sampling_backend"}),
+        ("arg_groups/attention_hook.py", {"handle_attention_backend_compatibility", "handle_deterministic_inference"}),
+        ("arg_groups/kv_cache_hook.py", {"handle_nvfp4_prefill_kv_dequant_dtype", "handle_kv4_compatibility",
+                                         "_NVFP4_PREFILL_BACKEND", "_NVFP4_PREFILL_DEQUANT_DTYPE"}),
+        ("arg_groups/model_overrides/gpt_oss.py", {"_gpt_oss_overrides"}),
+        ("layers/attention/attention_registry.py", {"create_flashattention_v3_backend", "create_trtllm_mha_backend",
+                                                    "create_trtllm_mla_backend"}),
+    ]
+    body: list[ast.stmt] = []
+    for rel, names in mods:
+        body += _defs(s / rel, names)
+    exec(compile(ast.Module(body=body, type_ignores=[]), "sglang-0.5.23-functions", "exec"), ns)
+    ns["_platform_names"] = _platform_names(s)
+    return ns
+
+
+# -- the harness ------------------------------------------------------------------------------------
+class _View(types.SimpleNamespace):
+    """ServerArgs as a record: the fields the functions read; any other field reads as None."""
+
+    def __getattr__(self, name: str) -> Any:
+        return None
+
+
+class _Platform(types.SimpleNamespace):
+    """get_platform(): the predicates of this case; any other (a non-CUDA platform) is False."""
+
+    def __getattr__(self, name: str) -> Any:
+        return False
+
+
+def _install_imports(ns: dict[str, Any]) -> None:
+    """The functions' own ``from sglang... import`` lines, answered from the harness."""
+    def mod(name: str, **attrs: Any) -> None:
+        m = types.ModuleType(name)
+        m.__dict__.update(attrs)
+        m.__path__ = []  # type: ignore[attr-defined]
+        sys.modules[name] = m
+
+    for pkg in ("sglang", "sglang.srt", "sglang.srt.speculative", "sglang.srt.hardware_backend",
+                "sglang.srt.hardware_backend.mlx", "sglang.srt.configs"):
+        if pkg not in sys.modules or not getattr(sys.modules[pkg], "_attnplan_oracle", False):
+            mod(pkg, _attnplan_oracle=True)
+
+    class SpeculativeAlgorithm:
+        DFLASH = types.SimpleNamespace(name="DFLASH")
+
+    mod("sglang.srt.speculative.spec_info", SpeculativeAlgorithm=SpeculativeAlgorithm, _attnplan_oracle=True)
+    mod("sglang.srt.server_args", DETERMINISTIC_ATTENTION_BACKEND_CHOICES=ns["_choices"]["DETERMINISTIC_ATTENTION_BACKEND_CHOICES"],
+        RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND=ns["_choices"]["RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND"],
+        _attnplan_oracle=True)
+    mod("sglang.srt.connector", ConnectorType=types.SimpleNamespace(INSTANCE="instance"), _attnplan_oracle=True)
+    mod("sglang.srt.utils.common", parse_connector_type=lambda p: None, _attnplan_oracle=True)
+    # The backend classes the factories import once their checks pass: building one is the pass.
+    for m, cls in (("flashattention_backend", "FlashAttentionBackend"), ("trtllm_mha_backend", "TRTLLMHAAttnBackend"),
+                   ("trtllm_mla_backend", "TRTLLMMLABackend"), ("cutedsl_mla_backend", "CuteDslMLAPrefillBackend")):
+        mod(f"sglang.srt.layers.attention.{m}", **{cls: lambda *a, **k: "built"}, _attnplan_oracle=True)
+    for pkg in ("sglang.srt.layers", "sglang.srt.layers.attention"):
+        mod(pkg, _attnplan_oracle=True)
+    sys.modules.setdefault("sglang.srt.utils", types.ModuleType("sglang.srt.utils"))
+
+
+def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
+    """SGLang's functions over one case: the resolved backends, page size, or the refusal."""
+    cap, cuda = c.capability, c.cuda
+    preds = {}
+    for attr, fn in ns["_platform_names"].items():
+        if isinstance(ns.get(fn), functools.partial):
+            g = dict(ns)
+            g.update(is_cuda=lambda: True, get_device_sm=lambda: cap,
+                     torch=types.SimpleNamespace(version=types.SimpleNamespace(cuda=cuda)))
+            # _check_cuda_device_version's globals: rebind to this case's device
+            f = types.FunctionType(ns["_check_cuda_device_version"].__code__, g)
+            preds[attr] = bool(f(**ns[fn].keywords))
+    for attr in ("is_hip", "is_npu", "is_xpu", "is_musa", "has_amx", "is_cpu"):
+        preds[attr] = False
+    preds["has_flashinfer"] = preds["is_cuda"] = True
+    platform = _Platform(**preds, is_out_of_tree=lambda: False)
+    arch = c.arch or ("DeepseekV2ForCausalLM" if c.mla else "LlamaForCausalLM")  # no model override registered
+    hf = types.SimpleNamespace(architectures=[arch], quantization_config=None)
+    mc = types.SimpleNamespace(hf_config=hf, has_asymmetric_kv=c.asymmetric, has_attention_sinks=c.sinks,
+                               is_encoder_decoder=False, context_len=8192, attention_chunk_size=None,
+                               head_dim=128, v_head_dim=128 if not c.asymmetric else 64,
+                               get_num_kv_heads=lambda *a: 8, attention_arch="MLA" if c.mla else "MHA")
+    view = _View(attention_backend=c.attention_backend, prefill_attention_backend=c.prefill,
+                 decode_attention_backend=c.decode, kv_cache_dtype=c.kv, page_size=c.page,
+                 enable_deterministic_inference=c.deterministic, speculative_algorithm="EAGLE" if c.topk else None,
+                 speculative_eagle_topk=c.topk, device="cuda", attn_cp_size=1, dcp_size=1, tp_size=1,
+                 model_path="model", prefill_kv_cache_dequant_dtype="auto", disaggregation_mode="null",
+                 enable_unified_memory=False, moe_runner_backend="auto", ep_size=1, dtype="auto",
+                 speculative_ngram_max_bfs_breadth=1, cuda_graph_config=None, mem_fraction_static=0.8)
+
+    def apply(sa: Any, fn: Any) -> None:
+        for k, v in (fn(sa) or {}).items():
+            setattr(sa, k, v)
+
+    def declare(sa: Any, source: str, **fields: Any) -> None:
+        for k, v in fields.items():
+            setattr(sa, k, v)
+
+    g = ns
+    g.update(get_platform=lambda: platform, current_platform=platform, resolving_view=lambda x: x, resolved_view=lambda x: x,
+             model_config_of=lambda x: mc, use_mla_backend=lambda x: c.mla, run_post_process_pass=apply,
+             declare_resolution=declare, is_mps=lambda: False, is_cpu=lambda: False, use_mlx=lambda: False,
+             xpu_has_xmx_support=lambda: False, get_nvidia_driver_version=lambda: (580,),
+             is_triton_kernels_available=lambda: False, with_phase=lambda *a, **k: None,
+             Phase=types.SimpleNamespace(DECODE="decode", PREFILL="prefill"), Backend=types.SimpleNamespace(DISABLED="disabled"),
+             resolution_result=lambda *a, **k: None, attn_dp_enabled_of=lambda *a: False,
+             get_device_capability=lambda: (cap // 10, cap % 10), _is_musa=False,
+             get_parallel=lambda: types.SimpleNamespace(dcp_enabled=False),
+             get_spec=lambda: types.SimpleNamespace(speculative_algorithm=view.speculative_algorithm),
+             torch=types.SimpleNamespace(float8_e4m3fn="float8_e4m3fn"),
+             parse_connector_type=lambda p: None, ConnectorType=types.SimpleNamespace(INSTANCE="instance"))
+    g["resolved_view"] = lambda x: x
+    _install_imports(ns)
+    try:
+        if arch == "GptOssForCausalLM":
+            apply_dict = ns["_gpt_oss_overrides"](view, hf)
+            if "attention_backend" in apply_dict:
+                view.attention_backend = apply_dict["attention_backend"]
+        ns["handle_deterministic_inference"](view)
+        ns["handle_nvfp4_prefill_kv_dequant_dtype"](view)
+        ns["handle_attention_backend_compatibility"](view)
+        ns["handle_kv4_compatibility"](view)
+        apply(view, ns["_page_size_default"])
+        # ModelRunner builds each phase's backend through attention_registry.py's factories.
+        runner = types.SimpleNamespace(use_mla_backend=c.mla, server_args=view, kv_cache_dtype=None,
+                                       model_config=mc)
+        factories = {"fa3": "create_flashattention_v3_backend", "trtllm_mha": "create_trtllm_mha_backend",
+                     "trtllm_mla": "create_trtllm_mla_backend"}
+        for b in dict.fromkeys(ns["attention_backends_of"](view)):
+            if b in factories:
+                ns[factories[b]](runner)
+    except (ValueError, RuntimeError, AssertionError, NotImplementedError) as exc:
+        return {"refused": True, "error": f"{type(exc).__name__}: {exc}"}
+    pre, dec = ns["attention_backends_of"](view)
+    return {"refused": False, "prefill": pre, "decode": dec, "page_size": view.page_size}
+
+
+# -- attnplan's side ----------------------------------------------------------------------------------
+def _attnplan(c: Case) -> dict[str, Any]:
+    from attnplan.policy.engine import default_ruleset
+
+    from .data import native
+    from .flags import SglangFlags
+    from .resolve import ModelFacts, Platform, resolve
+
+    t = native(default_ruleset())
+    arch = c.arch or ("DeepseekV2ForCausalLM" if c.mla else "LlamaForCausalLM")  # no model override registered
+    flags = SglangFlags(attention_backend=c.attention_backend, prefill_attention_backend=c.prefill,
+                        decode_attention_backend=c.decode, kv_cache_dtype=c.kv, page_size=c.page,
+                        enable_deterministic_inference=c.deterministic, speculative_algorithm="EAGLE" if c.topk else None,
+                        speculative_eagle_topk=c.topk, architecture=arch)
+    cuda = tuple(int(x) for x in c.cuda.split(".")[:2])
+    m = ModelFacts(is_mla=c.mla, sinks=c.sinks, asymmetric_kv=c.asymmetric, group_size=c.group, architecture=arch)
+    r = resolve(flags, m, Platform(c.capability, cuda), t)  # type: ignore[arg-type]
+    if r.refusal is not None:
+        return {"refused": True, "rule": r.refusal.rule, "error": f"[{r.refusal.rule}] {r.refusal.message}"}
+    return {"refused": False, "prefill": r.prefill, "decode": r.decode, "page_size": r.page_size}
+
+
+# -- configurations ---------------------------------------------------------------------------------
+CAPS = (80, 86, 89, 90, 100, 103, 120, 121)
+CUDAS = ("12.2", "12.4", "12.8", "13.0")
+BACKENDS = (None, "fa3", "flashinfer", "trtllm_mha", "triton", "fa4", "trtllm_mla", "flashmla")
+SPLITS = ((None, None), ("flashinfer", "trtllm_mha"), ("fa3", "flashinfer"), ("trtllm_mha", "trtllm_mha"))
+KVS = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "nvfp4")
+PAGES = (None, 1, 16, 64, 128)
+
+
+def cases() -> Iterator[Case]:
+    """Every generated configuration (the oracle's space)."""
+    for cap, cuda, mla, be, (pre, dec), kv, page, det, topk in itertools.product(
+            CAPS, CUDAS, (False, True), BACKENDS, SPLITS, KVS, PAGES, (False, True), (None, 1, 4)):
+        yield Case(cap, cuda, mla, False, False, None, be, pre, dec, kv, page, det, topk)
+    for cap, cuda, sinks, asym, kv, page in itertools.product(CAPS, CUDAS, (False, True), (False, True), KVS, PAGES):
+        yield Case(cap, cuda, False, sinks, asym, None, None, None, None, kv, page, False, None)
+        yield Case(cap, cuda, False, True, False, "GptOssForCausalLM", None, None, None, kv, page, False, None)
+
+
+def compare(sample: Optional[int] = None, seed: int = 0, src: Path = SRC) -> dict[str, Any]:
+    """Agreement per field over the generated configurations (all, or a seeded sample)."""
+    ns = _sglang(str(src))
+    pool = list(cases())
+    if sample is not None and sample < len(pool):
+        pool = random.Random(seed).sample(pool, sample)
+    agree = {f: 0 for f in FIELDS}
+    seen = {f: 0 for f in FIELDS}
+    disagreements: list[dict[str, Any]] = []
+    excepted = 0
+    for c in pool:
+        want, got = _run_case(ns, c), _attnplan(c)
+        if got.get("rule") in EXCEPTED_RULES and not want["refused"]:
+            excepted += 1
+            continue
+        diff = []
+        for f in FIELDS:
+            if f != "refused" and (want["refused"] or got["refused"]):
+                continue  # a backend or page is compared only where neither side refused
+            seen[f] += 1
+            if want.get(f) == got.get(f):
+                agree[f] += 1
+            else:
+                diff.append(f)
+        if diff:
+            disagreements.append({"case": c.__dict__, "fields": diff, "sglang": want, "attnplan": got})
+    return {"cases": len(pool), "excepted": excepted, "agreement": {f: {"agree": agree[f], "of": seen[f]} for f in FIELDS},
+            "disagreements": disagreements, "exceptions": list(EXCEPTIONS)}
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m attnplan.sglang.oracle", description=__doc__.split("\n")[0])
+    p.add_argument("--sample", type=int, default=None, help="a seeded sample of the configurations (default: all)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--src", type=Path, default=SRC, help="sglang/srt of an extracted SGLang 0.5.23")
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args(argv)
+    if not (a.src / "arg_groups").is_dir():
+        print(f"attnplan: error: no SGLang source at {a.src} (give --src .../sglang/srt)", file=sys.stderr)
+        return 2
+    rep = compare(a.sample, a.seed, a.src)
+    if a.json:
+        json.dump(rep, sys.stdout, indent=2, default=str)
+        print()
+    else:
+        print(f"SGLang 0.5.23 oracle: {rep['cases']} configurations ({rep['excepted']} refused by a rule whose SGLang "
+              f"code the oracle does not run: {', '.join(sorted(EXCEPTED_RULES))})")
+        for f, v in rep["agreement"].items():
+            print(f"  {f:10s} {v['agree']}/{v['of']} agree")
+        for d in rep["disagreements"][:20]:
+            print(f"  DISAGREE {d['fields']}: {d['case']}\n    sglang:   {d['sglang']}\n    attnplan: {d['attnplan']}")
+        print("named exceptions (not exercised):")
+        for e in rep["exceptions"]:
+            print(f"  - {e}")
+    return 0 if not rep["disagreements"] else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
