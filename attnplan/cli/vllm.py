@@ -15,6 +15,7 @@ import sys
 from attnplan.policy import InvalidInputError, local_node
 
 from .main import emit_json
+from . import verbosity
 from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 
 OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules")
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     node = node_from_args(own)
     sa = plan_serve(line, node if node is not None else local_node(), ruleset_from_args(own))
     for note in sa.notes:
-        print(f"attnplan: note: {note}", file=sys.stderr)
+        verbosity.note(note)
     if own.json:
         emit_json(serve_json(sa, trace=not own.no_trace))
     else:

@@ -104,9 +104,20 @@ def _cached_config(repo_id: str, revision: Optional[str]) -> Optional[Path]:
     return p if p.is_file() else None
 
 
+def _preset(name: str) -> Optional[Path]:
+    """A shipped preset (attnplan/presets/NAME.json) by its name, e.g. ``llama-3.1-8b``."""
+    if "/" in name:
+        return None
+    from attnplan.presets import PRESETS_DIR
+
+    p = PRESETS_DIR / f"{name}.json"
+    return p if p.is_file() else None
+
+
 def resolve_model(ref: str | Path, revision: Optional[str] = None) -> Path:
-    """The config.json a model reference names: a config.json path, a directory holding one, or a
-    HuggingFace repo id found in the local cache (never downloaded)."""
+    """The config.json a model reference names: a config.json path, a directory holding one, a
+    shipped preset by name (``llama-3.1-8b``: attnplan/presets), or a HuggingFace repo id found in
+    the local cache (never downloaded). A local path wins over a preset, a preset over the cache."""
     s = str(ref)
     if not s.strip():
         raise ModelConfigError(repr(s), "empty model reference")
@@ -117,6 +128,9 @@ def resolve_model(ref: str | Path, revision: Optional[str] = None) -> Path:
         return p / "config.json"
     if p.exists() or s.startswith((".", "/", "~")) or s.endswith(".json") or not _REPO_ID.match(s):
         return p
+    preset = _preset(s)
+    if preset is not None:
+        return preset
     got = _cached_config(s, revision)
     if got is None:
         raise ModelConfigError(s, f"not a local path and not in the HuggingFace cache ({hf_cache_dir()}); "
