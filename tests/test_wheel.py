@@ -27,17 +27,9 @@ def _run(cmd: list[str], cwd: Path, timeout: float = 600, **kw) -> subprocess.Co
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("wheel")
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(ROOT)], tmp)
-    assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((tmp / "dist").glob("attnplan-*.whl"))
-    venv = tmp / "venv"
-    assert _run([sys.executable, "-m", "venv", str(venv)], tmp).returncode == 0
-    pip = _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], tmp)
-    assert pip.returncode == 0, pip.stderr[-2000:]
-    return wheel, venv, tmp
+@pytest.fixture()
+def installed(installed_wheel):
+    return installed_wheel  # built once per session (tests/conftest.py)
 
 
 def test_wheel_holds_one_package_and_all_its_data(installed):
@@ -108,3 +100,43 @@ def test_serve_from_the_wheel(installed):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_wheel_carries_the_license(installed):
+    wheel, _venv, _tmp = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    lic = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert lic and "Apache License" in zipfile.ZipFile(wheel).read(lic[0]).decode()
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta
+
+
+def test_wheel_build_gives_no_license_warning(tmp_path):
+    p = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), str(ROOT)], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = p.stdout + p.stderr
+    assert "SetuptoolsDeprecationWarning" not in text and "License classifiers are deprecated" not in text
+    assert "project.license` as a TOML table is deprecated" not in text
+
+
+def test_vllm_extra_agrees_with_vllms_own_pins():
+    """Every package the [vllm] extra names is pinned exactly as vLLM 0.33.0's METADATA pins it."""
+    import importlib.metadata as md
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    try:
+        vllm_reqs = {Requirement(r).name.lower().replace("_", "-"): Requirement(r)
+                     for r in md.requires("vllm") or [] if "extra ==" not in r}
+    except md.PackageNotFoundError:
+        pytest.skip("vllm is not installed: its METADATA is what the extra is checked against")
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]
+    ours = [Requirement(r) for r in extra]
+    assert md.version("vllm") == "0.33.0" and any(r.name == "vllm" and str(r.specifier) == "==0.33.0" for r in ours)
+    for r in ours:
+        if r.name == "vllm":
+            continue
+        key = r.name.lower().replace("_", "-")
+        assert key in vllm_reqs, f"{r.name}: not a requirement of vLLM 0.33.0"
+        assert r.specifier == vllm_reqs[key].specifier, f"{r}: vLLM 0.33.0 requires {vllm_reqs[key]}"
