@@ -428,3 +428,25 @@ def test_zsh_and_fish_completion_scripts(shell):
     if shutil.which(shell) is None:
         pytest.skip(f"{shell} not installed: the script is generated but not parsed here")
     assert subprocess.run([shell, "-n"], input=script, text=True, timeout=30).returncode == 0
+
+
+def test_warmup_progress_bar_only_on_a_terminal():
+    import io
+
+    from attnplan.cli.progress import warmup_progress
+
+    assert warmup_progress(io.StringIO()) is None  # a pipe or a file: no bar
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    bar = warmup_progress(tty)
+    for e in ({"event": "build-start", "modules": ["a", "b"]}, {"event": "module-loaded", "module": "a", "seconds": 1},
+              {"event": "module-loaded", "module": "b", "seconds": 1}, {"event": "batch-kind-done", "kind": "mixed"},
+              {"event": "done", "seconds": 3}):
+        bar(e)
+    text = tty.getvalue()
+    assert text.count("\r") == 5 and text.endswith("\n")
+    assert "1/5" in text and "3/5" in text and "module-loaded a" in text
