@@ -82,10 +82,11 @@ def test_serve_from_the_wheel(installed):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
+        # Generous bounds: a loaded machine (make test beside other jobs) must not fail this test.
+        deadline = time.monotonic() + 180
         while True:
             try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{base}/readyz", timeout=10).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -93,9 +94,9 @@ def test_serve_from_the_wheel(installed):
             assert time.monotonic() < deadline, "serve never became ready"
             time.sleep(0.2)
         r = httpx.post(f"{base}/v1/plan", json={"config": {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}},
-                       timeout=10)
+                       timeout=60)
         assert r.status_code == 200 and r.json()["status"] in ("ok", "rejected") and r.json()["node"]
-        presets = httpx.get(f"{base}/v1/presets", timeout=10).json()
+        presets = httpx.get(f"{base}/v1/presets", timeout=60).json()
         assert {p["name"] for p in presets["presets"]} >= {"llama-3.1-8b", "gpt-oss-120b"}
     finally:
         proc.terminate()
