@@ -1,7 +1,9 @@
 """``attnplan vllm serve MODEL [vllm serve flags...]``: will this ``vllm serve`` line work on that GPU?
 
-Everything after ``serve`` is the ``vllm serve`` line, read by vLLM's own parser when vLLM is
-installed (else by a named subset, attnplan/vllm/args.py); attnplan's own flags (``--device``,
+Everything after ``serve`` is the ``vllm serve`` line, read by vLLM's own flag table when vLLM is
+installed (extracted from its parser once per vLLM version and cached in ~/.cache/attnplan or
+$ATTNPLAN_CACHE_DIR), else by a named subset (attnplan/vllm/args.py; ATTNPLAN_VLLM_PARSER=subset
+forces it); attnplan's own flags (``--device``,
 ``--capability``, ``--flashinfer-version``, ``--cubins``, ``--json``, ``--no-trace``, ``--rules``)
 may appear anywhere in it and are taken out first. Exit 0: ok on every rank; 1: vLLM would refuse
 at startup or fail later (the rule is named); 2: bad input.
