@@ -129,7 +129,7 @@ class _PipeGuard(io.TextIOBase):
 
 def main(argv: Optional[list[str]] = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
-    if args_in in (["--version"], ["-V"]):  # before any engine import: the cheapest answer there is
+    if args_in == ["--version"]:  # before any engine import: the cheapest answer there is
         print(f"attnplan {__version__}")
         return 0
     guard = _PipeGuard(sys.stdout)
