@@ -126,6 +126,9 @@ class _PipeGuard(io.TextIOBase):
     def encoding(self) -> str:  # type: ignore[override]
         return getattr(self.inner, "encoding", "utf-8")
 
+    def __getattr__(self, name: str) -> Any:  # .buffer, .reconfigure, ...: the real stream's
+        return getattr(self.inner, name)
+
 
 def main(argv: Optional[list[str]] = None) -> int:
     args_in = sys.argv[1:] if argv is None else list(argv)
