@@ -450,3 +450,18 @@ def test_warmup_progress_bar_only_on_a_terminal():
     text = tty.getvalue()
     assert text.count("\r") == 5 and text.endswith("\n")
     assert "1/5" in text and "3/5" in text and "module-loaded a" in text
+
+
+def test_every_environment_variable_is_documented():
+    """Each ATTNPLAN_* variable the package reads is in `attnplan --help` and in README's table."""
+    import re as _re
+
+    from attnplan.cli.main import EXAMPLES
+
+    read = set()
+    for p in (ROOT / "attnplan").rglob("*.py"):
+        read |= set(_re.findall(r"ATTNPLAN_[A-Z_]+[A-Z]", p.read_text(encoding="utf-8")))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = {m for m in _re.findall(r"^\| `(ATTNPLAN_[A-Z_]+)", readme, _re.M)}
+    assert read and read <= table, sorted(read - table)
+    assert read <= set(_re.findall(r"ATTNPLAN_[A-Z_]+[A-Z]", EXAMPLES)), sorted(read - set(_re.findall(r"ATTNPLAN_[A-Z_]+[A-Z]", EXAMPLES)))

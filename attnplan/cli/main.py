@@ -48,9 +48,15 @@ environment:
   ATTNPLAN_TOKEN=TOKEN          bearer token for `serve` (keeps it out of `ps`)
   ATTNPLAN_VLLM_PARSER=subset   read `vllm serve` lines with attnplan's documented flag subset
                                 even where vLLM is installed (default: vLLM's own flag table)
-  ATTNPLAN_ARTIFACTORY_CHECK=0  do not ask FlashInfer's artifactory whether trtllm-gen cubins can
-                                be downloaded when probing this node (1: ask, the default)
+  ATTNPLAN_ARTIFACTORY_CHECK=never|always|auto
+                                whether probing this node asks FlashInfer's cubin artifactory if it
+                                is reachable (auto, the default: only on GPUs whose plans depend on
+                                it, 9.0, 10.x, 12.x)
   ATTNPLAN_EXAMPLES_DIR=DIR     config.json files `serve` offers as presets (default: the shipped ones)
+  ATTNPLAN_CACHE_DIR=DIR        where vLLM's flag table is cached (default ~/.cache/attnplan)
+  ATTNPLAN_VLLM_PLUGIN=off      turn the vLLM plugin's startup check off (in vLLM processes)
+  ATTNPLAN_VLLM_DEVICE=NAME     the vLLM plugin checks against a catalog device instead of this GPU
+  ATTNPLAN_DECODE_METADATA=torch  the adapter builds decode metadata with torch ops, not one Triton launch
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
 """
 
