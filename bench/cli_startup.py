@@ -22,12 +22,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRESET = str(ROOT / "attnplan" / "presets" / "llama-3.1-8b.json")
+SERVE_TABLE = "vllm serve (vLLM's flag table)"
 COMMANDS = {
     "version": ["--version"],
     "plan --model-config": ["plan", "--device", "H100", "--model-config", PRESET],
     "plan --model (preset name)": ["plan", "--device", "B200", "--model", "llama-3.1-8b", "--json"],
-    "vllm serve (vLLM's flag table)": ["vllm", "serve", "llama-3.1-8b", "-tp", "4", "--kv-cache-dtype", "fp8",
-                                       "--device", "B200"],
+    SERVE_TABLE: ["vllm", "serve", "llama-3.1-8b", "-tp", "4", "--kv-cache-dtype", "fp8", "--device", "B200"],
     "vllm serve (subset parser)": ["vllm", "serve", "llama-3.1-8b", "-tp", "4", "--kv-cache-dtype", "fp8",
                                    "--device", "B200"],
     "rules": ["rules"],
@@ -54,7 +54,7 @@ def main() -> int:
                    ATTNPLAN_CACHE_DIR=cache)
         env.pop("ATTNPLAN_VLLM_PARSER", None)
         if a.cold:
-            print(f"{'vllm serve, cold (builds the flag table)':40s} {once(COMMANDS['vllm serve (vLLM' + chr(39) + 's flag table)'], env):7.3f} s")
+            print(f"{'vllm serve, cold (builds the flag table)':40s} {once(COMMANDS[SERVE_TABLE], env):7.3f} s")
         print(f"{'command':40s} {'median':>7s} {'min':>7s} {'max':>7s}  (s, {a.runs} runs)")
         for name, argv in COMMANDS.items():
             e = dict(env, ATTNPLAN_VLLM_PARSER="subset") if "subset" in name else env
