@@ -33,7 +33,7 @@ FROM base-${VARIANT} AS builder
 ARG VARIANT
 ENV PATH=/opt/venv/bin:$PATH PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY attnplan/ attnplan/
 RUN if [ "$VARIANT" = "gpu" ]; then \
         pip wheel --no-cache-dir --wheel-dir /wheels ".[gpu]" "torch==2.13.0" "flashinfer-python==0.7.2.post1" "apache-tvm-ffi==0.1.15.post2"; \

@@ -20,6 +20,8 @@ $(STAMP): pyproject.toml Makefile
 	# vLLM 0.33.0 for its own argument parser and config objects (tests/test_vllm_real.py): the
 	# wheel without its dependencies (they would resolve a CUDA torch), plus the pure-Python ones
 	# `from vllm.engine.arg_utils import EngineArgs` needs. Never install the [vllm] extra here.
+	# vLLM 0.33.0 itself pins torch==2.14.0 (the [vllm] extra follows it); no CPU build of 2.14 is on
+	# local disk, and the parser and config objects run on the 2.13.0 CPU wheel.
 	$(BIN)/pip install -q "torch==2.13.0" "transformers>=5.16.1,<5.21.0" "huggingface_hub>=1.31.0"
 	$(BIN)/pip install -q --no-deps "vllm==0.33.0" cbor2 psutil pyzmq aiohttp multidict yarl propcache \
 	  aiohappyeyeballs aiosignal frozenlist openai-harmony openai sniffio msgspec cloudpickle pillow pybase64 \
@@ -39,11 +41,16 @@ test: $(STAMP)
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python -m pytest -q -m "not gpu" tests
 
+# GPU tests: the venv's python (on a GPU node, with a CUDA torch in .venv), or GPU_PY=python3 where
+# the system python has torch and scripts/gpu-bundle.sh's bundle is installed (README: GPU tests).
+GPU_PY ?= $(BIN)/python
 test-gpu:
-	python3 -m pytest -q -m gpu tests
+	$(GPU_PY) -m pytest -q -m gpu tests
 
-wheel: $(STAMP)
-	$(BIN)/pip wheel --no-deps -q -w dist .
+# The wheel needs only pip and the build backend (fetched into pip's isolated build env), never
+# the 3 GB dev venv.
+wheel:
+	$(PY) -m pip wheel --no-deps -q -w dist .
 	@ls dist/attnplan-*.whl
 
 matrix: $(STAMP)

@@ -35,29 +35,43 @@ Errors (all ``AttnplanError``)::
 """
 
 from ._version import __version__
-from .policy import (
-    SUPPORTED_FLASHINFER,
-    AttentionConfig,
-    AttnplanError,
-    Fact,
-    InvalidInputError,
-    ModelConfigError,
-    ModelPlanAnswer,
-    NodeFacts,
-    PlanAnswer,
-    PlanMismatchError,
-    RulePackError,
-    RuleSet,
-    Source,
-    UnknownDeviceError,
-    UnsupportedConfigurationError,
-    load_rules,
-    local_node,
-    plan_for,
-    plan_model,
-    require_plan,
-    simulated_node,
-)
+
+# The public names are imported on first use (PEP 562): ``attnplan --version`` and the CLI's
+# start-up must not pay for pydantic models they do not use (issue 27).
+_FROM_POLICY = frozenset({
+    "SUPPORTED_FLASHINFER",
+    "AttentionConfig",
+    "AttnplanError",
+    "Fact",
+    "InvalidInputError",
+    "ModelConfigError",
+    "ModelPlanAnswer",
+    "NodeFacts",
+    "PlanAnswer",
+    "PlanMismatchError",
+    "RulePackError",
+    "RuleSet",
+    "Source",
+    "UnknownDeviceError",
+    "UnsupportedConfigurationError",
+    "load_rules",
+    "local_node",
+    "plan_for",
+    "plan_model",
+    "require_plan",
+    "simulated_node",
+})
+
+
+def __getattr__(name: str):
+    if name in _FROM_POLICY:
+        from . import policy
+
+        value = getattr(policy, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'attnplan' has no attribute {name!r}")
+
 
 __all__ = [
     "__version__",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from attnplan.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
+ENV = dict(os.environ, PYTHONPATH=str(ROOT))
 LLAMA = ["--head-dim", "128", "--num-heads", "32", "--num-kv-heads", "8"]
 
 
@@ -175,7 +177,8 @@ def test_rules_command_lists_every_rule(capsys):
     assert rules["head-size"]["verified"][0]["device"] == "H100"
 
 
-def test_rules_table_shows_layer_and_provenance(capsys):
+def test_rules_table_shows_layer_and_provenance(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")  # wide enough for the table
     rc, out, _ = run(capsys, "rules")
     assert rc == 0 and "layer" in out.splitlines()[0] and "verified" in out.splitlines()[0]
     assert "consistent on H100 (9.0, flashinfer 0.7.2.post1" in out and "source only:" in out
@@ -287,3 +290,180 @@ def test_example_deepseek_mla(capsys, device):
     assert (p["prefill"]["backend"], p["decode"]["backend"]) == expected
     assert p["kv_cache"]["mla"] is True and p["kv_cache"]["head_dim_k"] == 576
     assert p["kv_cache"]["page_size"] == (32 if _family10(device) else 16)
+
+
+# -- issue 27: terminal width, --json everywhere, presets by name, pipes, -q/-v, completion ----------
+@pytest.mark.parametrize("columns", [60, 100, 160])
+def test_rules_fit_the_terminal_width(capsys, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", str(columns))
+    rc, out, _ = run(capsys, "rules")
+    assert rc == 0 and max(len(ln) for ln in out.splitlines()) <= columns
+    from attnplan.policy import default_ruleset
+
+    # Every rule is still there, with its provenance (the long field that made the table 500+ wide).
+    assert all(f"{r.id}  [{r.layer}]" in out for r in default_ruleset().rules)
+    assert "source only:" in out
+
+
+def test_matrix_takes_json_like_every_command(capsys):
+    rc, out, _ = run(capsys, "matrix", "--json")
+    rc2, out2, _ = run(capsys, "matrix", "--format", "json")
+    assert rc == rc2 == 0 and json.loads(out) == json.loads(out2)
+
+
+def test_every_command_that_prints_a_result_takes_json():
+    from attnplan.cli.completion import commands
+    from attnplan.cli.main import build_parser
+
+    # serve prints no result (it serves); completion prints a shell script; verify writes reports.
+    no_result = {("serve",), ("completion",), ("verify",), ("vllm",)}
+    cmds = [c for c in commands(build_parser()) if c.path and c.path not in no_result]
+    assert {c.path for c in cmds} >= {("plan",), ("explain",), ("node",), ("rules",), ("matrix",), ("vllm", "serve")}
+    missing = [c.path for c in cmds if "--json" not in c.flags]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gemma-2-9b", "qwen3-32b", "gpt-oss-120b", "deepseek-v3"])
+def test_shipped_presets_are_named_by_model(capsys, name):
+    from attnplan.presets import PRESETS_DIR
+
+    rc, out, _ = run(capsys, "plan", "--device", "H100", "--model", name, "--json", "--no-trace")
+    rc2, out2, _ = run(capsys, "plan", "--device", "H100", "--model-config", str(PRESETS_DIR / f"{name}.json"),
+                       "--json", "--no-trace")
+    assert rc == rc2 and json.loads(out)["plan" if "plan" in json.loads(out) else "status"] == \
+        json.loads(out2)["plan" if "plan" in json.loads(out2) else "status"]
+
+
+def test_a_local_directory_wins_over_a_preset_name(tmp_path, monkeypatch, capsys):
+    d = tmp_path / "llama-3.1-8b"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "num_attention_heads": 8, "num_hidden_layers": 2,
+                                               "num_key_value_heads": 8, "hidden_size": 1024}))
+    monkeypatch.chdir(tmp_path)
+    rc, out, _ = run(capsys, "plan", "--device", "H100", "--model", "llama-3.1-8b", "--json", "--no-trace")
+    assert json.loads(out)["config"]["num_qo_heads"] == 8
+
+
+def test_missing_model_hint_names_hf_download(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    rc, _, err = run(capsys, "plan", "--device", "H100", "--model", "acme/nothing-here")
+    assert rc == 2 and "hf download acme/nothing-here config.json" in err and "huggingface-cli" not in err
+
+
+REJECTED = ["plan", "--device", "H100", "--head-dim", "72", "--num-heads", "32"]
+
+
+@pytest.mark.parametrize("reader", ["head -1 >/dev/null", "true"])
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_a_closed_pipe_keeps_the_verdict(extra, reader):
+    # `attnplan plan ... | head -1`: the reader leaves early; the exit code is still "rejected".
+    # `| true` closes the pipe before attnplan (0.3 s to start) writes a byte: a sure EPIPE.
+    cmd = [sys.executable, "-m", "attnplan", *REJECTED, *extra]
+    alone = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
+    piped = subprocess.run(["bash", "-c", " ".join(map(shlex.quote, cmd)) + f" | {reader}; "
+                            "exit ${PIPESTATUS[0]}"], capture_output=True, text=True, env=ENV, timeout=120)
+    assert alone.returncode == 1 and piped.returncode == 1, piped.stderr
+    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+
+
+def test_quiet_drops_notes_and_verbose_reports_time(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNPLAN_VLLM_PARSER", "subset")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "mystery", "num_attention_heads": 8, "hidden_size": 1024,
+                               "num_hidden_layers": 2, "strange_field": 1}))
+    rc, _, err = run(capsys, "vllm", "serve", str(cfg), "--device", "H100")
+    assert "note:" in err and "strange_field" in err
+    rc_q, _, err_q = run(capsys, "-q", "vllm", "serve", str(cfg), "--device", "H100")
+    assert rc_q == rc and err_q == ""
+    rc_v, _, err_v = run(capsys, "-v", "vllm", "serve", str(cfg), "--device", "H100")
+    assert rc_v == rc and "attnplan: took" in err_v
+
+
+def test_version_is_answered(capsys):
+    rc = main(["--version"])
+    out, _ = capsys.readouterr()
+    from attnplan import __version__
+
+    assert rc == 0 and out == f"attnplan {__version__}\n"
+
+
+def test_version_imports_no_engine():
+    code = ("import sys; from attnplan.cli.main import main; main(['--version']); "
+            "print(sorted(m for m in sys.modules if m.startswith(('attnplan.policy', 'pydantic'))))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=60)
+    assert p.returncode == 0 and p.stdout.splitlines()[-1] == "[]", p.stdout + p.stderr
+
+
+def _completion(shell: str) -> str:
+    p = subprocess.run([sys.executable, "-m", "attnplan", "completion", shell], capture_output=True, text=True,
+                       env=ENV, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+def _bash_complete(script: str, *words: str) -> list[str]:
+    prog = (script + "\nCOMP_WORDS=(" + " ".join(shlex.quote(w) for w in words) + ")\n"
+            f"COMP_CWORD={len(words) - 1}\n_attnplan\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\ncomplete -p attnplan\n")
+    p = subprocess.run(["bash", "--norc", "-c", prog], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.splitlines()
+
+
+def test_bash_completion_follows_the_parser():
+    script = _completion("bash")
+    assert subprocess.run(["bash", "-n"], input=script, text=True, timeout=30).returncode == 0
+    got = _bash_complete(script, "attnplan", "")
+    assert "complete -o default -F _attnplan attnplan" in got
+    assert {"plan", "explain", "rules", "matrix", "vllm", "serve", "completion"} <= set(got)
+    assert _bash_complete(script, "attnplan", "matrix", "--format", "")[:2] == ["markdown", "json"]
+    assert "serve" in _bash_complete(script, "attnplan", "vllm", "")
+    assert "--kv-cache-dtype" in _bash_complete(script, "attnplan", "plan", "--kv")
+    assert "--device" in _bash_complete(script, "attnplan", "vllm", "serve", "--dev")
+
+
+@pytest.mark.parametrize("shell", ["zsh", "fish"])
+def test_zsh_and_fish_completion_scripts(shell):
+    import shutil
+
+    script = _completion(shell)
+    assert "plan" in script and "--kv-cache-dtype".lstrip("-") in script
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} not installed: the script is generated but not parsed here")
+    assert subprocess.run([shell, "-n"], input=script, text=True, timeout=30).returncode == 0
+
+
+def test_warmup_progress_bar_only_on_a_terminal():
+    import io
+
+    from attnplan.cli.progress import warmup_progress
+
+    assert warmup_progress(io.StringIO()) is None  # a pipe or a file: no bar
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    bar = warmup_progress(tty)
+    for e in ({"event": "build-start", "modules": ["a", "b"]}, {"event": "module-loaded", "module": "a", "seconds": 1},
+              {"event": "module-loaded", "module": "b", "seconds": 1}, {"event": "batch-kind-done", "kind": "mixed"},
+              {"event": "done", "seconds": 3}):
+        bar(e)
+    text = tty.getvalue()
+    assert text.count("\r") == 5 and text.endswith("\n")
+    assert "1/5" in text and "3/5" in text and "module-loaded a" in text
+
+
+def test_every_environment_variable_is_documented():
+    """Each ATTNPLAN_* variable the package reads is in `attnplan --help` and in README's table."""
+    import re as _re
+
+    from attnplan.cli.main import EXAMPLES
+
+    read = set()
+    for p in (ROOT / "attnplan").rglob("*.py"):
+        read |= set(_re.findall(r"ATTNPLAN_[A-Z_]+[A-Z]", p.read_text(encoding="utf-8")))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = {m for m in _re.findall(r"^\| `(ATTNPLAN_[A-Z_]+)", readme, _re.M)}
+    assert read and read <= table, sorted(read - table)
+    assert read <= set(_re.findall(r"ATTNPLAN_[A-Z_]+[A-Z]", EXAMPLES)), sorted(read - set(_re.findall(r"ATTNPLAN_[A-Z_]+[A-Z]", EXAMPLES)))

@@ -97,6 +97,9 @@ def test_every_package_reaches_the_build_context():
     assert "COPY attnplan/ attnplan/" in DOCKERFILE
     for f in ("pyproject.toml", "README.md", "attnplan/"):
         assert f"!{f}" in ignore
+    # the license files pyproject names: the build fails without them (PEP 639 license-files)
+    for f in PYPROJECT["project"]["license-files"]:
+        assert f"!{f}" in ignore and re.search(rf"^COPY .*\b{re.escape(f)}\b.* \./$", DOCKERFILE, re.M), f
 
 
 def test_runtime_shape():

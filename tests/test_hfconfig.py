@@ -122,7 +122,7 @@ def test_uncached_repo_id_says_how_to_fetch(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     rc, _out, err = run_cli(capsys, "plan", "--device", "B200", "--model", "acme/not-here")
-    assert rc == 2 and "huggingface-cli download acme/not-here config.json" in err
+    assert rc == 2 and "hf download acme/not-here config.json" in err
     assert len(err.strip().splitlines()) == 1
 
 

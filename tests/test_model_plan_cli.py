@@ -259,3 +259,55 @@ def test_layered_notes_carry_each_groups_fallbacks(capsys):
     for g in d["layer_groups"]:
         assert "trtllm-gen" not in (g["prefill"]["backend"], g["decode"]["backend"])
         assert g["attention"]["logits_soft_cap"] == 50.0
+
+
+# -- issue 27: attnplan's own config reader first, transformers only where it cannot read a file ----
+def _repo_configs() -> list[Path]:
+    root = Path(__file__).resolve().parents[1]
+    return sorted([*(root / "attnplan" / "presets").glob("*.json"), *(root / "tests" / "models").glob("*.json"),
+                   *(root / "tests" / "models").glob("*/config.json")])
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("transformers") is None, reason="needs transformers")
+@pytest.mark.parametrize("path", _repo_configs(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_own_reader_and_transformers_agree(path):
+    import json as _json
+
+    from attnplan.policy.hfconfig import model_info
+    from attnplan.policy.layers import text_config
+
+    data = _json.loads(path.read_text())
+    for d in (data, text_config(data)):  # as `vllm serve` reads it, and as plan_model does
+        auto = model_info(d)
+        forced = model_info(d, use_transformers="always")
+        assert auto.fields == forced.fields, (auto.reader, auto.fields, forced.fields)
+
+
+def test_every_shipped_preset_reads_without_transformers():
+    import json as _json
+    import subprocess
+    import sys
+
+    from attnplan.policy.hfconfig import model_info
+    from attnplan.presets import PRESETS_DIR
+
+    for p in sorted(PRESETS_DIR.glob("*.json")):
+        assert model_info(_json.loads(p.read_text())).reader == "attnplan", p.name
+    # ... and planning one never imports transformers (it costs seconds: issue 27).
+    code = ("import sys; from attnplan.cli.main import main; "
+            "main(['plan', '--device', 'H100', '--model', 'gemma-2-9b', '--json']); "
+            "print('transformers' in sys.modules, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert r.stderr.strip().splitlines()[-1] == "False", r.stderr
+
+
+@pytest.mark.parametrize("drop", ["head_dim", "use_sliding_window", "num_key_value_heads"])
+def test_a_file_leaving_a_class_default_out_goes_to_the_class(drop):
+    from attnplan.policy.hfconfig import _own_reading
+
+    data = {"model_type": "qwen3", "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+            "hidden_size": 5120, "use_sliding_window": False, "sliding_window": None}
+    assert _own_reading(data, "config.json") is not None
+    # Qwen3Config.head_dim defaults to 128, not hidden/heads (80): attnplan must not guess.
+    assert _own_reading({k: v for k, v in data.items() if k != drop}, "config.json") is None

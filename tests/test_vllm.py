@@ -154,3 +154,51 @@ def test_serve_layered_model_planned_per_group_names_each_later_failure(capsys):
     out = capsys.readouterr().out
     assert "2 layer groups" in out
     assert sum("vLLM would fail" in line and "[vllm.sinks]" in line for line in out.splitlines()) >= 2
+
+
+# -- issue 24 items (in this command's files) -------------------------------------------------------
+@pytest.mark.parametrize("flag,name", [("-tp", "tensor-parallel-size"), ("-pp", "pipeline-parallel-size"),
+                                       ("-dcp", "decode-context-parallel-size")])
+def test_zero_parallel_size_exits_2_naming_the_flag(capsys, flag, name):
+    rc, _, err = cli(capsys, "vllm", "serve", LLAMA, "--device", "B200", flag, "0")
+    assert rc == 2 and f"--{name} must be at least 1, got 0" in err
+
+
+@pytest.mark.parametrize("value", ["1e400", "inf", "nan", "-inf", "1.5K", "12x"])
+def test_unreadable_max_model_len_exits_2(capsys, value):
+    rc, _, err = cli(capsys, "vllm", "serve", LLAMA, "--device", "B200", "--max-model-len", value)
+    assert rc == 2 and "max-model-len" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value,want", [("8K", 8192), ("25.6k", 25600), ("4096", 4096), ("auto", None), ("-1", None)])
+def test_max_model_len_reads_as_vllms_human_readable_int(value, want):
+    from attnplan.vllm.args import parse_serve_line
+
+    assert parse_serve_line([LLAMA, "--max-model-len", value]).max_model_len == want
+
+
+def _yarn_list_config(tmp_path: Path, **extra) -> Path:
+    # A config attnplan's own reader leaves to transformers (an unknown key), whose rope
+    # validation warns about the list-valued rope_type: that warning is not attnplan's output.
+    data = {"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+            "num_hidden_layers": 4, "max_position_embeddings": 32768, "unknown_thing": 1,
+            "rope_scaling": {"rope_type": ["yarn"], "factor": 4.0}, **extra}
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    return tmp_path
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("transformers") is None, reason="needs transformers")
+@pytest.mark.parametrize("extra_argv,rc_want", [([], 0), (["-tp", "0"], 2), (["--dtype", "float64x"], 2)])
+def test_transformers_warnings_do_not_reach_stderr(tmp_path, extra_argv, rc_want):
+    import os
+    import subprocess
+    import sys
+
+    model = _yarn_list_config(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]), ATTNPLAN_VLLM_PARSER="subset")
+    p = subprocess.run([sys.executable, "-m", "attnplan", "vllm", "serve", str(model), "--device", "H100", *extra_argv],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == rc_want, p.stderr
+    assert "[transformers]" not in p.stderr and "Warning" not in p.stderr
+    if rc_want == 2:
+        assert len(p.stderr.strip().splitlines()) == 1, p.stderr

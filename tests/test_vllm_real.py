@@ -34,8 +34,10 @@ FALCON = str(MODELS / "vllm-falcon-40b")
 
 
 @pytest.fixture(autouse=True)
-def real_parser(monkeypatch):
+def real_parser(monkeypatch, tmp_path_factory):
     monkeypatch.delenv("ATTNPLAN_VLLM_PARSER", raising=False)
+    # The flag-table cache of this test session, never the user's.
+    monkeypatch.setenv("ATTNPLAN_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "attnplan-cache"))
 
 
 def engine_config(model: str, **kw):
@@ -188,11 +190,9 @@ def test_config_from_vllm_mla_matches_the_serve_line_mapping():
 def test_config_from_vllm_reads_speculative_tokens():
     from attnplan.vllm import config_from_vllm
 
-    try:
-        vc = engine_config(LLAMA, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
-                                                      "prompt_lookup_max": 3})
-    except Exception as exc:  # the CPU platform may refuse a speculative method a GPU accepts
-        pytest.skip(f"vLLM's CPU platform does not build this speculative config: {exc}")
+    # vLLM's CPU platform builds this config (an exception here is a failure, not a skip).
+    vc = engine_config(LLAMA, speculative_config={"method": "ngram", "num_speculative_tokens": 3,
+                                                  "prompt_lookup_max": 3})
     assert config_from_vllm(vc).num_speculative_tokens == 3
 
 
@@ -214,3 +214,95 @@ def test_subset_parser_agrees_with_vllms_parser(argv, monkeypatch):
     subset = parse_serve_line(argv)
     assert (real.parser, subset.parser) == ("vllm", "subset")
     assert dataclasses.replace(real, parser="x") == dataclasses.replace(subset, parser="x")
+
+
+# -- issue 27: vLLM's flag table, extracted once per installed vLLM and cached ----------------------
+@pytest.fixture()
+def table_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNPLAN_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+TABLE_LINES = [
+    [LLAMA],
+    [LLAMA, "-tp", "4", "-pp", "2", "--dtype", "float16", "--kv-cache-dtype", "fp8_e5m2", "--block-size", "32"],
+    ["--model", LLAMA, "--decode-context-parallel-size", "2", "--attention-backend", "FLASHINFER",
+     "--speculative-config", '{"method": "eagle", "num_speculative_tokens": 2}', "--max-model-len", "8K",
+     "--hf-overrides", '{"num_key_value_heads": 4}', "--trust-remote-code"],
+    [LLAMA, "--enable-prefix-caching", "--gpu-memory-utilization", "0.85", "--max-num-seqs", "64",
+     "--max-model-len=25.6k", "--disable-chunked-prefill", "--port", "8001", "--host", "127.0.0.1"],
+    [LLAMA, "--tensor-parallel-size=2", "--kv-cache-dtype=fp8", "--max-model-len", "auto",
+     "--attention-config", '{"backend": "FLASHINFER"}', "--disable-log-stats", "--revision", "main"],
+    [LLAMA, "--max-model", "4096", "--enforce-eager", "--seed", "7", "--quantization", "fp8"],
+    [LLAMA, "--no-enable-chunked-prefill", "--disable-chunked-prefill", "--no-enable-prefix-caching"],  # hidden spellings vLLM still takes
+]
+
+
+@pytest.mark.parametrize("argv", TABLE_LINES)
+def test_cached_flag_table_reads_lines_as_vllms_parser(argv, table_dir):
+    import argparse
+
+    from attnplan.vllm.args import _table_parser, _vllm_parser, extract_flag_table, line_from_namespace
+
+    table = json.loads(json.dumps(extract_flag_table(_vllm_parser())))  # as stored: JSON
+    real = line_from_namespace(_vllm_parser().parse_args(list(argv)), "vllm")
+    cached = line_from_namespace(_table_parser(table).parse_args(list(argv)), "vllm")
+    assert real == cached
+    assert isinstance(_table_parser(table).parse_args(list(argv)), argparse.Namespace)
+
+
+@pytest.mark.parametrize("argv", [
+    [LLAMA, "--no-such-flag"], [LLAMA, "-tp", "x"],
+    [LLAMA, "--max-model-len", "1e400"], [LLAMA, "--max-model-len", "inf"], [LLAMA, "--max-model-len", "1.5K"],
+    [LLAMA, "--dtype", "float64x"], [LLAMA, "--gpu-memory-utilization", "lots"], [LLAMA, "--enforce-eager", "yes"],
+])
+def test_cached_flag_table_refuses_what_vllms_parser_refuses(argv):
+    from attnplan.vllm.args import _table_parser, _vllm_parser, extract_flag_table
+
+    table = json.loads(json.dumps(extract_flag_table(_vllm_parser())))
+    with pytest.raises(InvalidInputError):
+        _vllm_parser().parse_args(list(argv))
+    with pytest.raises(InvalidInputError):
+        _table_parser(table).parse_args(list(argv))
+
+
+def test_flag_table_is_built_once_and_a_stale_one_is_rebuilt(table_dir, monkeypatch):
+    import attnplan.vllm.args as va
+
+    assert va.flag_table() is None  # nothing cached yet: the real parser reads the line
+    assert va.parse_serve_line([LLAMA, "-tp", "2"]).tensor_parallel_size == 2
+    path = va.table_path()
+    assert path is not None and path.parent == table_dir and va.flag_table() is not None
+    assert importlib.metadata.version("vllm") in path.name
+    # Another vLLM's table under this name is stale: not used, and the next line rebuilds it.
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "vllm": "0.0.1"}))
+    assert va.flag_table() is None
+    calls = []
+    real = va._vllm_parser
+    monkeypatch.setattr(va, "_vllm_parser", lambda: calls.append(1) or real())
+    assert va.parse_serve_line([LLAMA, "-tp", "4"]).tensor_parallel_size == 4
+    assert calls and va.flag_table() is not None
+    calls.clear()
+    assert va.parse_serve_line([LLAMA, "-tp", "8"]).tensor_parallel_size == 8
+    assert not calls  # read through the table
+
+
+def test_rewriting_features_go_to_vllms_own_parser(table_dir, monkeypatch):
+    import attnplan.vllm.args as va
+
+    va.parse_serve_line([LLAMA])  # builds the table
+    calls = []
+    real = va._vllm_parser
+    monkeypatch.setattr(va, "_vllm_parser", lambda: calls.append(1) or real())
+    line = va.parse_serve_line([LLAMA, "--speculative-config.method", "ngram",
+                                "--speculative-config.num_speculative_tokens", "3",
+                                "--speculative-config.prompt_lookup_max", "3", "--tensor_parallel_size", "2"])
+    assert calls and line.speculative["num_speculative_tokens"] == 3 and line.tensor_parallel_size == 2
+
+
+@pytest.mark.parametrize("flag", ["-tp", "-pp", "-dcp"])
+def test_zero_parallel_sizes_are_refused_naming_the_flag(flag, capsys):
+    rc = main(["vllm", "serve", LLAMA, "--device", "B200", flag, "0"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "must be at least 1, got 0" in err

@@ -24,20 +24,13 @@ pytestmark = pytest.mark.slow
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNPLAN_RULES")}
+    env.update(kw.pop("env", None) or {})
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("wheel")
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(ROOT)], tmp)
-    assert built.returncode == 0, built.stderr[-2000:]
-    wheel = next((tmp / "dist").glob("attnplan-*.whl"))
-    venv = tmp / "venv"
-    assert _run([sys.executable, "-m", "venv", str(venv)], tmp).returncode == 0
-    pip = _run([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], tmp)
-    assert pip.returncode == 0, pip.stderr[-2000:]
-    return wheel, venv, tmp
+@pytest.fixture()
+def installed(installed_wheel):
+    return installed_wheel  # built once per session (tests/conftest.py)
 
 
 def test_wheel_holds_one_package_and_all_its_data(installed):
@@ -90,10 +83,11 @@ def test_serve_from_the_wheel(installed):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
+        # Generous bounds: a loaded machine (make test beside other jobs) must not fail this test.
+        deadline = time.monotonic() + 180
         while True:
             try:
-                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{base}/readyz", timeout=10).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
@@ -101,10 +95,72 @@ def test_serve_from_the_wheel(installed):
             assert time.monotonic() < deadline, "serve never became ready"
             time.sleep(0.2)
         r = httpx.post(f"{base}/v1/plan", json={"config": {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}},
-                       timeout=10)
+                       timeout=60)
         assert r.status_code == 200 and r.json()["status"] in ("ok", "rejected") and r.json()["node"]
-        presets = httpx.get(f"{base}/v1/presets", timeout=10).json()
+        presets = httpx.get(f"{base}/v1/presets", timeout=60).json()
         assert {p["name"] for p in presets["presets"]} >= {"llama-3.1-8b", "gpt-oss-120b"}
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_wheel_carries_the_license(installed):
+    wheel, _venv, _tmp = installed
+    names = zipfile.ZipFile(wheel).namelist()
+    lic = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert lic and "Apache License" in zipfile.ZipFile(wheel).read(lic[0]).decode()
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in meta
+
+
+def test_wheel_build_gives_no_license_warning(tmp_path):
+    p = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), str(ROOT)], tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    text = p.stdout + p.stderr
+    assert "SetuptoolsDeprecationWarning" not in text and "License classifiers are deprecated" not in text
+    assert "project.license` as a TOML table is deprecated" not in text
+
+
+def test_vllm_extra_agrees_with_vllms_own_pins():
+    """Every package the [vllm] extra names is pinned exactly as vLLM 0.33.0's METADATA pins it."""
+    import importlib.metadata as md
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    try:
+        vllm_reqs = {Requirement(r).name.lower().replace("_", "-"): Requirement(r)
+                     for r in md.requires("vllm") or [] if "extra ==" not in r}
+    except md.PackageNotFoundError:
+        pytest.skip("vllm is not installed: its METADATA is what the extra is checked against")
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["vllm"]
+    ours = [Requirement(r) for r in extra]
+    assert md.version("vllm") == "0.33.0" and any(r.name == "vllm" and str(r.specifier) == "==0.33.0" for r in ours)
+    for r in ours:
+        if r.name == "vllm":
+            continue
+        key = r.name.lower().replace("_", "-")
+        assert key in vllm_reqs, f"{r.name}: not a requirement of vLLM 0.33.0"
+        assert r.specifier == vllm_reqs[key].specifier, f"{r}: vLLM 0.33.0 requires {vllm_reqs[key]}"
+
+
+def test_help_examples_run_from_the_wheel(installed, tmp_path):
+    """Every example of `attnplan --help` runs from a wheel install in an empty directory (no
+    examples/ there): exit 0 or 1, never 2 (bad input: a missing file). serve and verify are
+    left out (a server; a GPU); node runs without the artifactory check (offline)."""
+    import shlex
+
+    from attnplan.cli.main import EXAMPLES
+
+    _wheel, venv, _tmp = installed
+    lines = [ln.strip().split("  #")[0].split(" > ")[0] for ln in EXAMPLES.splitlines() if ln.startswith("  attnplan ")]
+    ran = 0
+    for line in lines:
+        argv = shlex.split(line)[1:]
+        if argv[0] in ("serve", "verify"):
+            continue
+        p = _run([str(venv / "bin" / "attnplan"), *argv], tmp_path, timeout=300,
+                 env={"ATTNPLAN_ARTIFACTORY_CHECK": "never"})
+        assert p.returncode in (0, 1), f"{line}: exit {p.returncode}: {p.stderr[-500:]}"
+        ran += 1
+    assert ran >= 9

@@ -23,6 +23,8 @@ from attnplan.policy import (AttentionConfig, InvalidInputError, NodeFacts, Rule
                              load_rules, make_config, simulated_node)
 from attnplan.policy import BACKEND_CHOICES, KV_CACHE_DTYPES, QUERY_DTYPES
 
+from . import verbosity
+
 # (flag, field, kind, help)
 CONFIG_FLAGS: list[tuple[str, str, str, str]] = [
     ("--head-dim", "head_dim", "int", "query/key head size"),
@@ -137,7 +139,7 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     if model is not None:
         info = read_model(model)
         for note in info.notes:
-            print(f"attnplan: note: {note}", file=sys.stderr)
+            verbosity.note(note)
         fields = {**info.fields, **{k: v for k, v in fields.items() if v is not None}}
     elif "num_qo_heads" not in fields:
         raise InvalidInputError("num_qo_heads", "required: give --num-heads (or --model)")

@@ -32,7 +32,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            "Exit 0: ok (every attention group), 1: rejected, 2: bad input."))
     add_config_args(p)
     add_node_args(p)
-    p.add_argument("--json", action="store_true", help="print the JSON contract (SPEC §8) instead of tables")
+    p.add_argument("--json", action="store_true", help="print the JSON contract (docs/contract.md) instead of tables")
     p.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
     add_engine_arg(p)
     add_rules_arg(p)
@@ -62,6 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("matrix", help="capability matrix derived from the rules")
     p.add_argument("--format", choices=["markdown", "json"], default="markdown")
+    p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     add_engine_arg(p, "one engine layer (vllm or flashinfer); default: every engine layer in turn")
     add_rules_arg(p)
@@ -166,8 +167,39 @@ def run_rules(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(rules_json(rs, only=only))
     else:
-        print(render_rules(rs, only=only))
+        print(rules_text(rs, only, terminal_width()))
     return 0
+
+
+def terminal_width() -> int:
+    """$COLUMNS, else the terminal's width, else 100 (a pipe, a file)."""
+    import shutil
+
+    return max(40, shutil.get_terminal_size((100, 24)).columns)
+
+
+def rules_text(rs, only, width: int) -> str:
+    """The rules table when it fits ``width``; otherwise one wrapped block per rule (the table's
+    widest line is 500+ characters: source citations and provenance are long)."""
+    import textwrap
+
+    from attnplan.render.tables import _versions
+
+    table = render_rules(rs, only=only)
+    if max(len(ln) for ln in table.splitlines()) <= width:
+        return table
+    out: list[str] = []
+    shown = [r for r in rs.rules if only is None or r.id in only]
+    for r in shown:
+        backends = sorted({b for c in r.checks for b in (c.backends or ())}) or \
+            ["(pair)" if any(c.scope == "pair" for c in r.checks) else "all"]
+        out += textwrap.wrap(f"{r.id}  [{r.layer}]  {r.title}", width, subsequent_indent="    ")
+        for label, value in (("versions", _versions(r)), ("backends", ",".join(backends)),
+                             ("source", r.source), ("verified", r.provenance())):
+            out += textwrap.wrap(f"{label}: {value}", width, initial_indent="  ", subsequent_indent="    ",
+                                 break_on_hyphens=False)
+    out += ["", f"rules revision {rs.revision}; {len(shown)} rules"]
+    return "\n".join(out)
 
 
 def run_matrix(args: argparse.Namespace) -> int:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from attnplan.policy import InvalidInputError
 
+from . import verbosity
 from .options import add_node_args, add_rules_arg, node_from_args, rules_dir_from_args
 
 
@@ -67,12 +69,20 @@ def run(args: argparse.Namespace) -> int:
 
         load_assets(docs_dir)  # missing assets: exit 2 now, not a broken page later
 
-    # Imported here so that `attnplan plan` never pays for fastapi/uvicorn.
+    # Imported here so that `attnplan plan` never pays for fastapi/uvicorn. Everything a request
+    # needs is imported and read from here to create_app's return (rules, presets): the banner
+    # reports that start-up time, and no request pays it later.
+    import time
+
+    t0 = time.perf_counter()
     from attnplan.rest.app import create_app
     from attnplan.rest.server import serve
 
     where = f"declared node {node.gpu_name.value}" if node is not None else "this node, probed in the background"
     app = create_app(node=node, token=token, rules_dir=rules_dir_from_args(args), docs_dir=docs_dir)
+    if verbosity.level() >= 0:
+        print(f"attnplan: service started in {time.perf_counter() - t0:.2f} s (imports, rules, presets read)",
+              file=sys.stderr, flush=True)
     serve(app, args.host, args.port, log_level=args.log_level, access_log=args.access_log,
           max_connections=max_connections, header_timeout=header_timeout,
           banner=f"{where}; bearer token {'required' if token else 'not required'}")

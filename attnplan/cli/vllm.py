@@ -1,7 +1,9 @@
 """``attnplan vllm serve MODEL [vllm serve flags...]``: will this ``vllm serve`` line work on that GPU?
 
-Everything after ``serve`` is the ``vllm serve`` line, read by vLLM's own parser when vLLM is
-installed (else by a named subset, attnplan/vllm/args.py); attnplan's own flags (``--device``,
+Everything after ``serve`` is the ``vllm serve`` line, read by vLLM's own flag table when vLLM is
+installed (extracted from its parser once per vLLM version and cached in ~/.cache/attnplan or
+$ATTNPLAN_CACHE_DIR), else by a named subset (attnplan/vllm/args.py; ATTNPLAN_VLLM_PARSER=subset
+forces it); attnplan's own flags (``--device``,
 ``--capability``, ``--flashinfer-version``, ``--cubins``, ``--json``, ``--no-trace``, ``--rules``)
 may appear anywhere in it and are taken out first. Exit 0: ok on every rank; 1: vLLM would refuse
 at startup or fail later (the rule is named); 2: bad input.
@@ -15,6 +17,7 @@ import sys
 from attnplan.policy import InvalidInputError, local_node
 
 from .main import emit_json
+from . import verbosity
 from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 
 OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules")
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     node = node_from_args(own)
     sa = plan_serve(line, node if node is not None else local_node(), ruleset_from_args(own))
     for note in sa.notes:
-        print(f"attnplan: note: {note}", file=sys.stderr)
+        verbosity.note(note)
     if own.json:
         emit_json(serve_json(sa, trace=not own.no_trace))
     else:

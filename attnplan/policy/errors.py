@@ -81,7 +81,10 @@ def _render_rejection(answer: "PlanAnswer") -> str:
     if answer.suggestions:
         lines.append("verified alternatives (each one alone makes the configuration valid here):")
         for s in answer.suggestions:
-            lines.append(f"  * {s.field}={s.value}: {s.message}")
+            # A suggestion's message may already open with the change ("kv_cache_dtype=auto: then ..."):
+            # say it once.
+            head = f"{s.field}={s.value}"
+            lines.append(f"  * {s.message}" if s.message.startswith(head) else f"  * {head}: {s.message}")
     else:
         lines.append("no single-field change makes it valid on this node.")
     return "\n".join(lines)

@@ -5,10 +5,18 @@ Reading follows vLLM 0.33 (/work/ref/vllm-src/vllm/transformers_utils/config.py
 ``get_head_size``/``get_total_num_kv_heads``, ``FalconModelArchConfigConvertor``): KV heads come
 from the first of ``n_head_kv``, ``num_kv_heads``, ``num_key_value_heads``,
 ``multi_query_group_num``, ``num_attention_groups``; the head size from ``head_dim`` (> 0) or
-``hidden_size / num_attention_heads``. When ``transformers`` is importable its config class for
-the ``model_type`` reads the file (``AutoConfig.for_model``), so family quirks (attribute maps,
-``text_config`` nesting) are read as the model's code reads them; otherwise the dict is read by
-hand and every field not understood is named in ``ModelInfo.notes``. Impossible values
+``hidden_size / num_attention_heads``.
+
+Two readers. attnplan's own reads the dict; it is used whenever it can read the whole file
+(``_own_reading``: a family in ``SPELLED_OUT``, every attention field its transformers config
+class would otherwise default spelled out in the file, no key it does not understand), which is
+every shipped preset: importing transformers costs seconds (torch comes with it), and a planner
+that takes seconds per call is not used. Otherwise, when ``transformers`` is importable, the
+family's own config class reads the file (``AutoConfig.for_model``), so family quirks (attribute
+maps, class defaults, ``text_config`` nesting) are read as the model's code reads them; without
+transformers the dict is read by hand and every field not understood is named in
+``ModelInfo.notes``. tests/test_model_plan_cli.py checks that both readers agree on every config
+the repository holds. Impossible values
 (0 or negative heads, NaN/inf soft-cap, heads not divisible by KV heads) are refused.
 Every file goes through :mod:`attnplan.safeio` (bounded, regular files only, nesting bounded,
 duplicate keys refused).
@@ -16,12 +24,13 @@ duplicate keys refused).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional
 
 from pydantic import ValidationError
 
@@ -48,7 +57,10 @@ _HARMLESS = {
     "bias", "parallel_attn", "alibi", "hidden_dropout", "qk_layernorm", "topk_method", "n_group",
     "topk_group", "routed_scaling_factor", "scoring_func", "norm_topk_prob", "ep_size", "moe_layer_freq",
     "_name_or_path", "vision_config", "image_token_index", "num_experts", "output_router_logits",
-    "swiglu_limit", "experts_per_token", "initial_context_length", "rope_scaling_type", "head_dtype"}
+    "swiglu_limit", "experts_per_token", "initial_context_length", "rope_scaling_type", "head_dtype",
+    # MoE training loss, generation defaults, the MLP's activation, RoPE bases, Gemma-2's old name
+    # of sliding_window (read above): none changes an attention kernel.
+    "aux_loss_alpha", "cache_implementation", "hidden_activation", "rope_local_base_freq", "sliding_window_size"}
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
 
 
@@ -92,9 +104,20 @@ def _cached_config(repo_id: str, revision: Optional[str]) -> Optional[Path]:
     return p if p.is_file() else None
 
 
+def _preset(name: str) -> Optional[Path]:
+    """A shipped preset (attnplan/presets/NAME.json) by its name, e.g. ``llama-3.1-8b``."""
+    if "/" in name:
+        return None
+    from attnplan.presets import PRESETS_DIR
+
+    p = PRESETS_DIR / f"{name}.json"
+    return p if p.is_file() else None
+
+
 def resolve_model(ref: str | Path, revision: Optional[str] = None) -> Path:
-    """The config.json a model reference names: a config.json path, a directory holding one, or a
-    HuggingFace repo id found in the local cache (never downloaded)."""
+    """The config.json a model reference names: a config.json path, a directory holding one, a
+    shipped preset by name (``llama-3.1-8b``: attnplan/presets), or a HuggingFace repo id found in
+    the local cache (never downloaded). A local path wins over a preset, a preset over the cache."""
     s = str(ref)
     if not s.strip():
         raise ModelConfigError(repr(s), "empty model reference")
@@ -105,10 +128,13 @@ def resolve_model(ref: str | Path, revision: Optional[str] = None) -> Path:
         return p / "config.json"
     if p.exists() or s.startswith((".", "/", "~")) or s.endswith(".json") or not _REPO_ID.match(s):
         return p
+    preset = _preset(s)
+    if preset is not None:
+        return preset
     got = _cached_config(s, revision)
     if got is None:
         raise ModelConfigError(s, f"not a local path and not in the HuggingFace cache ({hf_cache_dir()}); "
-                                  f"fetch it with: huggingface-cli download {s} config.json")
+                                  f"fetch it with: hf download {s} config.json")
     return got
 
 
@@ -167,6 +193,24 @@ def _first(src: Any, keys: tuple[str, ...], where: str) -> Optional[int]:
     return None
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' own warnings (rope validation, renamed keys) are not attnplan's output: the
+    reading's notes say what matters. Its logger and Python warnings are silenced while it reads."""
+    import logging
+    import warnings
+
+    lg = logging.getLogger("transformers")
+    level = lg.level
+    lg.setLevel(logging.ERROR + 10)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        lg.setLevel(level)
+
+
 def _transformers_config(data: Mapping[str, Any], notes: Optional[list[str]] = None) -> Any:
     """The model's own config class, when transformers knows the model_type; None otherwise.
 
@@ -187,7 +231,8 @@ def _transformers_config(data: Mapping[str, Any], notes: Optional[list[str]] = N
     if "torch_dtype" in kwargs and "dtype" not in kwargs:  # transformers 5 renamed it (and warns)
         kwargs["dtype"] = kwargs.pop("torch_dtype")
     try:
-        cfg = AutoConfig.for_model(mt, **kwargs)
+        with _quiet_transformers():
+            cfg = AutoConfig.for_model(mt, **kwargs)
     except Exception as exc:  # noqa: BLE001 - a config the family's own class refuses
         if notes is not None:
             first = str(exc).strip().splitlines()
@@ -199,13 +244,60 @@ def _transformers_config(data: Mapping[str, Any], notes: Optional[list[str]] = N
     return get_text() if callable(get_text) else cfg
 
 
+# Families attnplan's own reader may read, with the attention fields their transformers config
+# class gives a default when the file leaves them out (``AutoConfig.for_model(mt)`` of
+# transformers 5.20: Qwen3Config.head_dim=128, Gemma2Config.attn_logit_softcapping=50.0,
+# MistralConfig.sliding_window=4096, Qwen2/3 use_sliding_window=False, DeepseekV3Config's MLA
+# sizes...). A file that spells all of them out reads the same either way; one that does not is
+# left to the class.
+_HEADS = ("num_attention_heads", "num_key_value_heads")
+SPELLED_OUT: dict[str, tuple[str, ...]] = {
+    "llama": _HEADS,
+    "qwen2": _HEADS + ("use_sliding_window",),
+    "qwen2_moe": _HEADS + ("use_sliding_window",),
+    "qwen3": _HEADS + ("head_dim", "use_sliding_window"),
+    "qwen3_moe": _HEADS + ("head_dim", "use_sliding_window"),
+    "mistral": _HEADS + ("head_dim", "sliding_window"),
+    "gemma2": _HEADS + ("head_dim", "sliding_window", "attn_logit_softcapping"),
+    "gemma3_text": _HEADS + ("head_dim", "sliding_window"),
+    "deepseek_v3": _HEADS + MLA_KEYS,
+    "gpt_oss": _HEADS + ("head_dim", "sliding_window"),
+}
+
+
+def _own_reading(data: Mapping[str, Any], where: str) -> Optional["ModelInfo"]:
+    """attnplan's own reading when it can read the whole file (see the module docstring), else None."""
+    inner: Mapping[str, Any] = data
+    if isinstance(data.get("text_config"), dict):
+        inner = {"model_type": data.get("model_type"), **data["text_config"]}
+    mt = inner.get("model_type")
+    if mt == "gemma3":  # the text_config of Gemma3ForConditionalGeneration is a Gemma3TextConfig
+        mt = "gemma3_text"
+    need = SPELLED_OUT.get(mt) if isinstance(mt, str) else None
+    if need is None or any(k not in inner for k in need):
+        return None
+    try:
+        info = model_info(data, where, use_transformers=False)
+    except ModelConfigError:
+        return None  # the family's own class decides what is wrong (or right) with it
+    return None if info.notes else info
+
+
 def fields_from_hf(data: Mapping[str, Any], where: str = "config.json", *, use_transformers: bool = True) -> dict[str, Any]:
     """The attention fields a config.json implies (explicit flags are merged over these)."""
     return model_info(data, where, use_transformers=use_transformers).fields
 
 
-def model_info(data: Mapping[str, Any], where: str = "config.json", *, use_transformers: bool = True) -> ModelInfo:
+def model_info(data: Mapping[str, Any], where: str = "config.json", *,
+               use_transformers: bool | str = True) -> ModelInfo:
+    """``use_transformers``: True reads with attnplan's own parser when it can read the whole file
+    and with transformers (when installed) otherwise; ``"always"`` forces transformers' config
+    class; False never uses it."""
     notes: list[str] = []
+    if use_transformers is True:
+        own = _own_reading(data, where)
+        if own is not None:
+            return own
     obj = _transformers_config(data, notes) if use_transformers else None
     top = data
     if obj is not None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Optional
@@ -21,7 +22,7 @@ from attnplan.policy import NodeCache, NodeFacts, ProbeIO, RulePackError, RuleSe
 from attnplan.policy import ARTIFACTORY_TTL_S, DEFAULT_TIMEOUT_S
 
 from .metrics import Metrics, MetricsMiddleware
-from .presets import default_examples_dir
+from .presets import default_examples_dir, load_presets
 from .readiness import PROBE_DEADLINE_S, NodeService
 from .compare_routes import router as compare_router
 from .model_routes import router as model_router
@@ -106,6 +107,11 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     svc = Service(metrics=metrics, nodes=nodes,
                   examples_dir=examples_dir if examples_dir is not None else default_examples_dir(),
                   ruleset=ruleset, rules_error=rules_error)
+    # Presets are read now, not on a request: reading one may import transformers (seconds).
+    t0 = time.perf_counter()
+    presets = load_presets(svc.examples_dir)
+    log.info("presets: %d read (%d refused) from %s in %.2f s", len(presets[0]), len(presets[1]),
+             svc.examples_dir, time.perf_counter() - t0)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -122,6 +128,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
                     "`POST /v1/plan` answers as `attnplan plan --json` does (SPEC §8).",
     )
     app.state.attnplan = svc
+    app.state.presets = presets
     static = static_routes(_static_files())
     app.include_router(router)
     app.include_router(model_router)  # whole models and vllm serve lines (rest/model_routes.py)

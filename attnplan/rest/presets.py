@@ -1,4 +1,10 @@
-"""Model presets for the status page: the HuggingFace config.json files in ``attnplan/presets``."""
+"""Model presets for the status page: the HuggingFace config.json files in ``attnplan/presets``
+(or ``$ATTNPLAN_EXAMPLES_DIR``).
+
+They are read once, when the app is created (``create_app``), never on a request: a file that
+attnplan's own parser cannot read is read by transformers' config class, and importing
+transformers takes seconds (issue 27: the first ``GET /v1/presets`` took 5.2 s and timed out
+under load). A file added to the directory later is served after a restart."""
 
 from __future__ import annotations
 

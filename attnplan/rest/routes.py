@@ -143,7 +143,9 @@ async def matrix(request: Request, format: Literal["json", "markdown"] = Query("
 @router.get("/v1/presets", summary="Model presets: the config.json files in examples/, as config fields",
             responses={**UNAUTHORIZED})
 def presets(request: Request) -> PresetsOut:
-    found, errors = load_presets(service(request).examples_dir)
+    # Read when the app was created (rest/presets.py says why); never parsed on a request.
+    snap = getattr(request.app.state, "presets", None)
+    found, errors = snap if snap is not None else load_presets(service(request).examples_dir)
     return PresetsOut.model_validate({"presets": found, "errors": errors})
 
 

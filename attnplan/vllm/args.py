@@ -8,6 +8,16 @@ its defaults apply. Building that parser constructs a default ``VllmConfig``, wh
 set ``VLLM_TARGET_DEVICE=cpu`` for this process when it is unset (parsing only; no platform
 decision is read from it).
 
+Building vLLM's parser imports vLLM (torch with it): 10-20 s. So the parser's flag table (each
+flag's option strings, arity, choices, value kind) is extracted once per installed vLLM version
+and kept in the user's cache directory (``flag_table``: ``$ATTNPLAN_CACHE_DIR``, else
+``$XDG_CACHE_HOME/attnplan``, else ``~/.cache/attnplan``), keyed by the vLLM and attnplan
+versions; a missing, stale or unreadable table sends the line to vLLM's real parser, which
+rebuilds it. The table parser accepts exactly the flags vLLM's parser accepts and checks
+integers, numbers and choices as vLLM's does; other flag values stay strings (attnplan reads only
+the flags ``ServeLine`` holds). Lines using FlexibleArgumentParser's rewriting features
+(``--config FILE``, ``-O3``, dotted ``--x.y`` arguments) go to the real parser.
+
 Otherwise (or with ``ATTNPLAN_VLLM_PARSER=subset``) the documented subset below is parsed and any
 other flag is named in one error line, never ignored.
 """
@@ -16,8 +26,11 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from attnplan.policy import InvalidInputError
@@ -33,7 +46,7 @@ SUBSET: list[tuple[tuple[str, ...], str, Any, Any]] = [
     (("--block-size",), "block_size", int, None),
     (("--attention-backend",), "attention_backend", str, None),
     (("--speculative-config",), "speculative_config", str, None),
-    (("--max-model-len",), "max_model_len", str, None),
+    (("--max-model-len",), "max_model_len", "human_readable_int_or_auto", None),
     (("--hf-overrides",), "hf_overrides", str, None),
     (("--revision",), "revision", str, None),
 ]
@@ -85,18 +98,44 @@ def parse_json_arg(raw: Any, what: str) -> dict[str, Any]:
     return data
 
 
+def human_readable_int(value: str) -> int:
+    """vLLM's ``human_readable_int`` (vllm/utils/argparse_utils.py): ``25.6k`` = 25600 (k/m/g/t
+    decimal), ``1K`` = 1024 (K/M/G/T binary, no decimals), else a plain integer."""
+    value = str(value).strip()
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgGtT])", value)
+    if m:
+        number, suffix = m.groups()
+        if suffix in "kmgt":
+            return int(float(number) * 10 ** (3 * ("kmgt".index(suffix) + 1)))
+        try:
+            return int(number) * 2 ** (10 * ("KMGT".index(suffix) + 1))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"Decimals are not allowed with binary suffixes like {suffix}. "
+                                             f"Did you mean to use {number}{suffix.lower()} instead?") from None
+    return int(value)  # "inf", "1e400", "nan": ValueError, as in vLLM
+
+
+def human_readable_int_or_auto(value: str) -> int:
+    """vLLM's ``human_readable_int_or_auto``: ``-1`` or ``auto`` is -1 (the model's own length)."""
+    value = str(value).strip()
+    if value == "-1" or value.lower() == "auto":
+        return -1
+    return human_readable_int(value)
+
+
+_TYPES: dict[str, Any] = {"int": int, "float": float, "human_readable_int": human_readable_int,
+                          "human_readable_int_or_auto": human_readable_int_or_auto}
+
+
 def _int_or_none(raw: Any, what: str) -> Optional[int]:
     if raw is None:
         return None
     if isinstance(raw, int) and not isinstance(raw, bool):
         return raw
-    s = str(raw).strip()
-    # vLLM's human_readable_int (utils/argparse_utils.py): k/m/g decimal, K/M/G binary.
-    mult = {"k": 1000, "m": 1000 ** 2, "g": 1000 ** 3, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(s[-1:], 1)
     try:
-        return int(float(s[:-1] if mult != 1 else s) * mult)
-    except ValueError:
-        raise InvalidInputError(what, f"must be an integer, got {raw!r}") from None
+        return human_readable_int(str(raw))
+    except (ValueError, argparse.ArgumentTypeError):
+        raise InvalidInputError(what, f"must be an integer (vLLM's k/m/g/K/M/G suffixes allowed), got {raw!r}") from None
 
 
 def vllm_available() -> bool:
@@ -158,7 +197,7 @@ def _subset_parser() -> argparse.ArgumentParser:
     p = _OneLine(prog="vllm serve", add_help=False, allow_abbrev=False)
     p.add_argument("model_tag", nargs="?")
     for flags, dest, typ, default in SUBSET:
-        p.add_argument(*flags, dest=dest, type=typ, default=default)
+        p.add_argument(*flags, dest=dest, type=_TYPES.get(typ, typ) if isinstance(typ, str) else typ, default=default)
     p.add_argument("--trust-remote-code", dest="trust_remote_code", action="store_true", default=False)
     return p
 
@@ -167,7 +206,14 @@ def parse_serve_line(argv: Sequence[str]) -> ServeLine:
     """A ``vllm serve`` argument list (after ``serve``) -> ServeLine; bad input is one InvalidInputError."""
     argv = list(argv)
     if vllm_available():
-        ns = _vllm_parser().parse_args(argv)
+        ns = None
+        if not _needs_real_parser(argv):
+            table = flag_table()
+            if table is not None:
+                ns = _table_parser(table).parse_args(argv)
+        if ns is None:
+            ns = _vllm_parser().parse_args(argv)
+            _save_flag_table(_vllm_parser())
         how = "vllm"
     else:
         p = _subset_parser()
@@ -181,6 +227,11 @@ def parse_serve_line(argv: Sequence[str]) -> ServeLine:
                 "vllm serve", f"not in attnplan's vLLM subset (install vllm to accept every flag): {' '.join(flags)}",
                 SUBSET_FLAGS)
         how = "subset"
+    return line_from_namespace(ns, how)
+
+
+def line_from_namespace(ns: argparse.Namespace, how: str) -> ServeLine:
+    """What attnplan reads from a parsed ``vllm serve`` line (any of the three parsers)."""
     model = getattr(ns, "model_tag", None) or getattr(ns, "model", None)
     if not model:
         raise InvalidInputError("model", "give the model: attnplan vllm serve MODEL [flags]")
@@ -188,19 +239,25 @@ def parse_serve_line(argv: Sequence[str]) -> ServeLine:
     backend = getattr(ns, "attention_backend", None)
     if backend is None:  # --attention-config '{"backend": ...}' (vLLM's AttentionConfig, config/attention.py)
         ac = getattr(ns, "attention_config", None)
+        if isinstance(ac, str):  # the flag table keeps JSON values as given
+            ac = parse_json_arg(ac, "attention_config")
         backend = ac.get("backend") if isinstance(ac, dict) else getattr(ac, "backend", None)
     backend = getattr(backend, "name", backend)
+    sizes = {}
+    for dest in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
+        v = getattr(ns, dest, None)
+        # 0 is a value, not "unset": vLLM refuses it, and so does attnplan (serve.py names the flag).
+        sizes[dest] = 1 if v is None else _int_or_none(v, dest)
+    max_len = _int_or_none(getattr(ns, "max_model_len", None), "max_model_len")
     return ServeLine(
         model=str(model),
-        tensor_parallel_size=int(ns.tensor_parallel_size or 1),
-        pipeline_parallel_size=int(getattr(ns, "pipeline_parallel_size", 1) or 1),
-        decode_context_parallel_size=int(getattr(ns, "decode_context_parallel_size", 1) or 1),
+        **sizes,
         dtype=str(getattr(ns, "dtype", "auto") or "auto"),
         kv_cache_dtype=str(getattr(ns, "kv_cache_dtype", "auto") or "auto"),
         block_size=_int_or_none(getattr(ns, "block_size", None), "block_size"),
         attention_backend=None if backend is None else str(backend),
         speculative=spec,
-        max_model_len=_int_or_none(getattr(ns, "max_model_len", None), "max_model_len"),
+        max_model_len=None if max_len == -1 else max_len,  # -1: vLLM's "auto", the model's own length
         hf_overrides=parse_json_arg(getattr(ns, "hf_overrides", None), "hf_overrides"),
         trust_remote_code=bool(getattr(ns, "trust_remote_code", False)),
         revision=getattr(ns, "revision", None),
@@ -219,3 +276,148 @@ def speculative_tokens(spec: dict[str, Any]) -> int:
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise InvalidInputError("speculative_config", f"num_speculative_tokens must be a non-negative integer, got {n!r}")
     return n
+
+
+# -- vLLM's flag table, cached ------------------------------------------------------------------
+TABLE_FORMAT = 1
+
+
+def cache_dir() -> Path:
+    """Where attnplan keeps what it derives once per installed version (vLLM's flag table)."""
+    if os.environ.get("ATTNPLAN_CACHE_DIR"):
+        return Path(os.environ["ATTNPLAN_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "attnplan"
+
+
+def _versions() -> Optional[tuple[str, str]]:
+    import importlib.metadata as md
+
+    from attnplan._version import __version__
+
+    try:
+        return md.version("vllm"), __version__
+    except md.PackageNotFoundError:
+        return None
+
+
+def table_path() -> Optional[Path]:
+    v = _versions()
+    if v is None:
+        return None
+    safe = re.sub(r"[^A-Za-z0-9._+-]", "_", f"vllm-{v[0]}-attnplan-{v[1]}")
+    return cache_dir() / f"{safe}-flags.json"
+
+
+def flag_table() -> Optional[dict[str, Any]]:
+    """The cached flag table of the installed vLLM, or None (missing, stale, unreadable)."""
+    p, v = table_path(), _versions()
+    if p is None or v is None:
+        return None
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT or [data.get("vllm"), data.get("attnplan")] != list(v):
+        return None
+    return data if isinstance(data.get("actions"), list) else None
+
+
+def _jsonable(v: Any) -> Any:
+    try:
+        json.dumps(v)
+        return v
+    except (TypeError, ValueError):
+        return None
+
+
+def extract_flag_table(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """The flags of vLLM's parser as data: option strings, dest, kind, arity, choices, value type."""
+    actions = []
+    for a in parser._actions:
+        kind = {argparse._StoreAction: "store", argparse._StoreTrueAction: "store_true",
+                argparse._StoreFalseAction: "store_false", argparse._StoreConstAction: "store_const",
+                argparse._AppendAction: "append", argparse._CountAction: "count",
+                argparse._HelpAction: "help"}.get(type(a))
+        # Every spelling the parser answers to, hidden ones too (EnableDisableAction keeps
+        # --no-enable-x registered but out of option_strings).
+        opts = [o for o, act in parser._option_string_actions.items() if act is a] if a.option_strings else []
+        entry: dict[str, Any] = {"options": opts, "dest": a.dest,
+                                 "nargs": a.nargs if isinstance(a.nargs, (int, str)) or a.nargs is None else None,
+                                 "default": _jsonable(a.default), "const": _jsonable(a.const)}
+        if isinstance(a, argparse.BooleanOptionalAction):
+            # vLLM's EnableDisableAction pairs --enable-x with --disable-x (negative_option_strings).
+            neg = getattr(a, "negative_option_strings", None)
+            neg = set(neg) if neg is not None else {o for o in a.option_strings if o.startswith("--no-")}
+            kind, entry["negative"] = "bool", sorted(neg)
+        if kind is None:
+            kind = "store"  # vLLM's own actions (LoRA modules, a deprecated log flag) take values
+        entry["kind"] = kind
+        tname = getattr(a.type, "__name__", None)
+        entry["type"] = tname if tname in _TYPES else None
+        if a.choices is not None and all(isinstance(c, str) for c in a.choices):
+            entry["choices"] = list(a.choices)
+        actions.append(entry)
+    v = _versions() or ("?", "?")
+    return {"format": TABLE_FORMAT, "vllm": v[0], "attnplan": v[1], "allow_abbrev": bool(parser.allow_abbrev),
+            "actions": actions}
+
+
+def _save_flag_table(parser: argparse.ArgumentParser) -> None:
+    p = table_path()
+    if p is None:
+        return
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(extract_flag_table(parser)), encoding="utf-8")
+        os.replace(tmp, p)
+    except OSError:
+        pass  # a read-only home: the real parser every time, slower but right
+
+
+class _BoolAction(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str, negative: tuple[str, ...] = (), **kw: Any):
+        super().__init__(option_strings, dest, nargs=0, **kw)
+        self.negative = set(negative)
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
+        setattr(namespace, self.dest, option_string not in self.negative)
+
+
+def _table_parser(table: dict[str, Any]) -> argparse.ArgumentParser:
+    p = _OneLine(prog="vllm serve", add_help=False, allow_abbrev=bool(table.get("allow_abbrev", True)))
+    for e in table["actions"]:
+        kind, opts = e["kind"], e["options"]
+        if kind == "help":
+            continue
+        kw: dict[str, Any] = {"dest": e["dest"], "default": e.get("default")}
+        if kind == "bool":
+            p.add_argument(*opts, action=_BoolAction, negative=tuple(e.get("negative", ())), **kw)
+            continue
+        if kind in ("store_true", "store_false", "store_const", "count"):
+            if kind == "store_const":
+                kw["const"] = e.get("const")
+            p.add_argument(*opts, action=kind, **kw)
+            continue
+        if e.get("nargs") is not None:
+            kw["nargs"] = e["nargs"]
+        if e.get("type"):
+            kw["type"] = _TYPES[e["type"]]
+        if e.get("choices") is not None:
+            kw["choices"] = e["choices"]
+        if not opts:  # the positional model tag
+            kw.pop("dest")
+            p.add_argument(e["dest"], action=kind, **kw)
+        else:
+            p.add_argument(*opts, action=kind, **kw)
+    return p
+
+
+_REWRITTEN = re.compile(r"^(--config(=|$)|-O|--[^=]*\.)")
+
+
+def _needs_real_parser(argv: Sequence[str]) -> bool:
+    """Lines using FlexibleArgumentParser's own rewriting (a config file, -O3, dotted JSON keys,
+    underscores in flag names) are left to it."""
+    return any(_REWRITTEN.match(a) or (a.startswith("--") and "_" in a.split("=", 1)[0]) for a in argv)

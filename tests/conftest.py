@@ -1,0 +1,35 @@
+"""Fixtures shared by test modules. ``installed_wheel``: attnplan built into a wheel and installed
+into a fresh venv, once per session (tests/test_wheel.py and tests/test_readme.py both run it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_clean(cmd: list[str], cwd: Path, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """A command with no source tree on its path (PYTHONPATH, VIRTUAL_ENV, ATTNPLAN_RULES dropped)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ATTNPLAN_RULES")}
+    env.update(kw.pop("env", {}) or {})
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(wheel, venv, tmp): ``pip wheel --no-deps .`` installed with its dependencies from the
+    configured indexes into a new venv."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    built = run_clean([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"), str(ROOT)], tmp)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp / "dist").glob("attnplan-*.whl"))
+    venv = tmp / "venv"
+    assert run_clean([sys.executable, "-m", "venv", str(venv)], tmp).returncode == 0
+    pip = run_clean([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], tmp)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    return wheel, venv, tmp
