@@ -80,7 +80,7 @@ async def plan(body: PlanRequest, request: Request,
     except InvalidInputError as exc:  # an unknown device, a bad capability or version
         raise invalid(("body", "node", exc.field), exc) from None
     try:
-        rendered = svc.plan(body.config, node, trace, body.engine)
+        rendered = await svc.plan_async(body.config, node, trace, body.engine)
     except InvalidInputError as exc:  # an engine (or the node's installed vllm) the rules do not cover
         raise invalid(("body", exc.field), exc) from None
     return Response(rendered.body, media_type=JSON)
