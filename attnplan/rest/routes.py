@@ -50,9 +50,10 @@ def not_ready(exc: NotReady) -> HTTPException:
     return HTTPException(503, detail=f"node facts not ready: {exc.reason}", headers={"Retry-After": "1"})
 
 
-def json_body(request: Request) -> None:
+async def json_body(request: Request) -> None:
     """The body is JSON by its content type, whatever FastAPI's own release tolerates (older
-    ones parsed a ``text/plain`` body as JSON, newer ones refuse it with a 422)."""
+    ones parsed a ``text/plain`` body as JSON, newer ones refuse it with a 422). ``async``: a
+    plain ``def`` dependency costs a round trip through the thread pool on every plan."""
     ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if ctype != JSON and not (ctype.startswith("application/") and ctype.endswith("+json")):
         raise HTTPException(415, f"the body must be JSON sent as 'content-type: {JSON}'; got {ctype or 'none'!r}")
