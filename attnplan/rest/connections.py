@@ -10,7 +10,8 @@ after the headers, and a request whose body is still coming is not done (issue 2
 clients sending ``Content-Length: 60000`` then a byte every 2 s held 1,000 connections and
 starved ``/healthz`` for 30 s).
 
-``guarded_protocol`` is uvicorn's h11 protocol with these additions:
+``guarded_protocol`` is uvicorn's HTTP protocol (httptools' where installed, else h11's; the
+guard reads only uvicorn's request cycle, common to both) with these additions:
 
 - a **header deadline**: a connection waiting for request headers (just accepted, or idle
   between keep-alive requests) is closed ``header_timeout`` seconds after it started waiting,
@@ -36,7 +37,6 @@ import logging
 from collections import OrderedDict
 from typing import Any, Optional
 
-import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger("attnplan.api")
@@ -90,19 +90,37 @@ def nofile_cap(wanted: int) -> int:
         return wanted
 
 
-def _raw_response(status: int, reason: str, detail: str) -> tuple[h11.Response, bytes]:
+def _raw_response(status: int, reason: str, detail: str) -> bytes:
     body = json.dumps({"detail": detail}, separators=(",", ":")).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-               (b"connection", b"close")]
-    return h11.Response(status_code=status, headers=headers, reason=reason.encode()), body
+    return (f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n"
+            f"connection: close\r\n\r\n").encode() + body
+
+
+def http_protocol_base(wanted: str = "auto") -> type:
+    """uvicorn's httptools protocol (``auto`` when httptools is installed, or ``httptools``),
+    else its h11 one. ``ATTNPLAN_HTTP`` chooses for ``serve``."""
+    if wanted in ("auto", "httptools"):
+        try:
+            from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+            return HttpToolsProtocol
+        except ImportError:
+            if wanted == "httptools":
+                from attnplan.policy import InvalidInputError
+
+                raise InvalidInputError("ATTNPLAN_HTTP", "httptools is not installed (pip install httptools), "
+                                                         "or use auto or h11") from None
+    return H11Protocol
 
 
 def guarded_protocol(max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT_S,
-                     body_timeout: float = BODY_TIMEOUT_S, request_timeout: float = REQUEST_TIMEOUT_S) -> type:
+                     body_timeout: float = BODY_TIMEOUT_S, request_timeout: float = REQUEST_TIMEOUT_S,
+                     http: str = "auto") -> type:
     """A uvicorn ``http`` protocol class (``uvicorn.Config(http=...)``) with its own ``Guard``."""
     guard = Guard(max_connections, header_timeout, body_timeout, request_timeout)
+    base: Any = http_protocol_base(http)
 
-    class GuardedH11Protocol(H11Protocol):
+    class GuardedProtocol(base):  # type: ignore[misc, valid-type]
         attnplan_guard = guard
 
         def __init__(self, *args: Any, **kwargs: Any):
@@ -146,13 +164,13 @@ def guarded_protocol(max_connections: int = MAX_CONNECTIONS, header_timeout: flo
             """No request in progress, and the next one's headers not complete."""
             if not self._live():
                 return False
-            return self.conn.their_state is h11.IDLE and (self.cycle is None or self.cycle.response_complete)
+            return self.cycle is None or self.cycle.response_complete
 
         def _receiving(self) -> bool:
             """Headers complete, body not yet, nothing answered: the server waits on the client."""
             if not self._live() or self.cycle is None or self.cycle.response_started:
                 return False
-            return self.conn.their_state is h11.SEND_BODY
+            return bool(self.cycle.more_body)
 
         def _track(self) -> None:
             if self._waiting():
@@ -218,12 +236,9 @@ def guarded_protocol(max_connections: int = MAX_CONNECTIONS, header_timeout: flo
         def _answer_and_close(self, status: int, reason: str, detail: str) -> None:
             """Answer for the app (which is then told the client is gone) and close."""
             cycle = self.cycle
-            try:
-                response, body = _raw_response(status, reason, detail)
-                self.transport.write(self.conn.send(response) + self.conn.send(h11.Data(data=body))
-                                     + self.conn.send(h11.EndOfMessage()))
-            except h11.LocalProtocolError:
-                pass  # h11 cannot frame one now: just close
+            # Written raw (not through h11's state machine or httptools'): the connection is
+            # closed right after, so no parser state needs to follow it.
+            self.transport.write(_raw_response(status, reason, detail))
             if cycle is not None:
                 # The app's receive() returns http.disconnect and its send() is dropped from now on.
                 cycle.response_started = cycle.response_complete = cycle.disconnected = True
@@ -249,7 +264,8 @@ def guarded_protocol(max_connections: int = MAX_CONNECTIONS, header_timeout: flo
                         return True
             return False
 
-    return GuardedH11Protocol
+    GuardedProtocol.__name__ = GuardedProtocol.__qualname__ = f"Guarded{base.__name__}"
+    return GuardedProtocol
 
 
 def _cancel(timer: Optional[asyncio.TimerHandle]) -> None:

@@ -39,6 +39,14 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def http_impl() -> str:
+    """``ATTNPLAN_HTTP``: ``auto`` (httptools when installed, else h11), ``h11`` or ``httptools``."""
+    import os
+
+    wanted = os.environ.get("ATTNPLAN_HTTP", "auto").strip().lower()
+    return wanted if wanted in ("h11", "httptools") else "auto"
+
+
 def event_loop() -> str:
     """uvloop where installed (``ATTNPLAN_LOOP=asyncio`` opts out), else asyncio's own loop."""
     import importlib.util
@@ -55,7 +63,8 @@ def config(app: Any, *, log_level: str = "info", access_log: bool = True, max_co
            request_timeout: float = REQUEST_TIMEOUT_S) -> uvicorn.Config:
     # One worker: the node's facts and the answer caches live in this process. The cap stays
     # under the descriptor limit, so accept() never fails with EMFILE.
-    protocol = guarded_protocol(nofile_cap(max_connections), header_timeout, body_timeout, request_timeout)
+    protocol = guarded_protocol(nofile_cap(max_connections), header_timeout, body_timeout, request_timeout,
+                                http=http_impl())
     cfg = uvicorn.Config(app, log_level=log_level, access_log=access_log, server_header=False, http=protocol,
                          proxy_headers=False, timeout_graceful_shutdown=5, timeout_keep_alive=5, loop=event_loop())
     logs.install()  # after uvicorn.Config, which (re)configures logging
