@@ -109,7 +109,9 @@ async def node(request: Request, refresh: bool = Query(False, description="re-pr
 async def rules(request: Request) -> Response:
     svc = service(request)
     rs = svc.rules()
-    return Response(svc.once("rules", lambda: dumps(rules_json(rs))), media_type=JSON)
+    # Built once, in a worker thread: rendering every rule takes tens of ms, too long for the loop.
+    body = await anyio.to_thread.run_sync(svc.once, "rules", lambda: dumps(rules_json(rs)))
+    return Response(body, media_type=JSON)
 
 
 @router.get("/v1/matrix", response_class=JSONResponse, summary="Capability matrix derived from the rules",
