@@ -121,6 +121,12 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time: what the server spent, whatever else the machine ran."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def wire(port: int, body: dict, trace: bool) -> bytes:
     data = json.dumps(body).encode()
     path = "/v1/plan" + ("" if trace else "?trace=false")
@@ -247,9 +253,17 @@ def main() -> None:
         t0 = time.perf_counter()
         expected = expected_answers(bodies, server_node, args.trace)
         derive_s = time.perf_counter() - t0
-        stats, elapsed = asyncio.run(load(port, args.clients, args.seconds, args.warmup, args.trace,
-                                          lambda: rss.__setitem__("warm", rss_kib(proc.pid)), bodies, expected))
+        cpu: dict[str, float] = {}
+
+        def warm() -> None:
+            rss["warm"] = rss_kib(proc.pid)
+            cpu["warm"] = cpu_seconds(proc.pid)
+
+        stats, elapsed = asyncio.run(load(port, args.clients, args.seconds, args.warmup, args.trace, warm,
+                                          bodies, expected))
+        cpu["end"] = cpu_seconds(proc.pid)  # (includes the ~ms of finishing the last requests)
         rss["end"] = rss_kib(proc.pid)
+        load1 = os.getloadavg()[0]
         with urllib.request.urlopen(url + "/metrics", timeout=5) as r:  # noqa: S310 - loopback
             served = sum(float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
                          if line.startswith("attnplan_plans_total{"))
@@ -273,6 +287,10 @@ def main() -> None:
         "rss_warm_mib": rss["warm"] / 1024, "rss_end_mib": rss["end"] / 1024,
         "server_plans_counted": served, "mean_response_bytes": stats.bytes / max(n, 1),
         "server_cpus": sorted(server_cpus), "generator_cpus": sorted(gen_cpus),
+        "server_cpu_s": cpu["end"] - cpu["warm"],
+        "server_cpu_ms_per_plan": (cpu["end"] - cpu["warm"]) * 1e3 / max(n, 1),
+        "plans_per_server_cpu_s": n / max(cpu["end"] - cpu["warm"], 1e-9),
+        "load1_at_end": load1,
         "mix": args.mix, "bodies": len(bodies), "loop": args.loop, "expectations_derived_s": derive_s,
         "statuses": {s: sum(1 for e in expected if e["status"] == s) for s in ("ok", "rejected")},
     }
@@ -329,6 +347,8 @@ def render(r: dict, args: argparse.Namespace, command: str, pin: bool, cpus: lis
         f"| p99 latency | {r['p99_ms']:.2f} ms | {'<= 25 ms' if r['mix'] == 'light' else ''} | "
         f"{ok(r['p99_ms'] <= 25) if r['mix'] == 'light' else ''} |",
         f"| max latency | {r['max_ms']:.2f} ms | | |",
+        f"| server CPU per plan | {r['server_cpu_ms_per_plan']:.3f} ms ({r['plans_per_server_cpu_s']:,.0f} plans per "
+        f"server CPU-second; {r['server_cpu_s']:.1f} s of CPU in {r['seconds']:.1f} s) | | |",
         f"| errors | {r['errors']}{' ' + json.dumps(r['error_kinds']) if r['errors'] else ''} | 0 | {ok(r['errors'] == 0)} |",
         f"| server RSS | {r['rss_ready_mib']:.1f} MiB ready, {r['rss_warm_mib']:.1f} MiB after warm-up, "
         f"{r['rss_end_mib']:.1f} MiB at end | growth <= 10 MB | {ok(growth_warm <= 10)} "
@@ -336,6 +356,8 @@ def render(r: dict, args: argparse.Namespace, command: str, pin: bool, cpus: lis
         "",
         "Latency is measured by the client (request written to answer read in full), so it includes",
         "queueing behind the other clients' requests on the one server core. " + stack(),
+        f"Load average (1 min) at the end: {r['load1_at_end']:.2f} on {os.cpu_count()} CPUs: plans/s and latency",
+        "depend on what else runs; CPU per plan is the server's own cost.",
         "",
     ]
     return "\n".join(lines)
