@@ -765,7 +765,10 @@ def _(ctx: Ctx) -> tuple[bool, str]:
                 time.sleep(0.2)
             # The survivors of the eviction get 408 once their body deadline passes.
             held[-1].settimeout(ctx.http)
-            late = held[-1].recv(4096)
+            try:
+                late = held[-1].recv(4096)
+            except OSError as exc:  # evicted (reset) instead of timed out: also closed, but say so
+                late = f"reset ({type(exc).__name__})".encode()
         finally:
             for s in held:
                 s.close()
