@@ -60,8 +60,9 @@ class Guard:
         self.body_timeout = body_timeout
         self.request_timeout = request_timeout
         self.open: set[Any] = set()  # live connections (evicted ones leave at once)
-        self.waiting: "OrderedDict[Any, None]" = OrderedDict()  # waiting for headers, oldest first
-        self.receiving: "OrderedDict[Any, None]" = OrderedDict()  # headers done, body incomplete, oldest first
+        # connection -> when it started waiting on its client, oldest first
+        self.waiting: "OrderedDict[Any, float]" = OrderedDict()  # for request headers
+        self.receiving: "OrderedDict[Any, float]" = OrderedDict()  # headers done, for the body
         self.evicted = 0
         self.refused = 0
         self.timed_out = 0       # header deadline
@@ -175,7 +176,7 @@ def guarded_protocol(max_connections: int = MAX_CONNECTIONS, header_timeout: flo
         def _track(self) -> None:
             if self._waiting():
                 if self not in guard.waiting:
-                    guard.waiting[self] = None
+                    guard.waiting[self] = self.loop.time()
                 if self._header_timer is None:
                     self._header_timer = self.loop.call_later(guard.header_timeout, self._deadline)
             else:
@@ -183,7 +184,7 @@ def guarded_protocol(max_connections: int = MAX_CONNECTIONS, header_timeout: flo
                 self._header_timer = _cancel(self._header_timer)
             if self._receiving():
                 if self not in guard.receiving:
-                    guard.receiving[self] = None
+                    guard.receiving[self] = self.loop.time()
                 if self._body_timer is None:
                     self._body_timer = self.loop.call_later(guard.body_timeout, self._body_deadline)
             else:
@@ -253,16 +254,22 @@ def guarded_protocol(max_connections: int = MAX_CONNECTIONS, header_timeout: flo
                 self.transport.abort()  # nothing is owed to a client that never sent a request
 
         def _make_room(self) -> bool:
-            """Evict the oldest connection waiting on its client (headers, then body); False
-            when every connection is being served."""
-            for queue, still in ((guard.waiting, "_waiting"), (guard.receiving, "_receiving")):
-                while queue:
-                    victim, _ = queue.popitem(last=False)
-                    if getattr(victim, still)():
-                        guard.evicted += 1
-                        victim._drop()
-                        return True
-            return False
+            """Evict the connection that has waited longest on its client, for headers or for a
+            body; False when every connection is being served. Oldest of both, not headers
+            first: a health probe just accepted (its request not read yet) is the youngest
+            waiter, and must not be what a flood of reconnecting dripping bodies evicts."""
+            queues = ((guard.waiting, "_waiting"), (guard.receiving, "_receiving"))
+            for queue, still in queues:  # drop entries that no longer wait
+                while queue and not getattr(next(iter(queue)), still)():
+                    queue.popitem(last=False)
+            heads = [(next(iter(q.items()))[1], i) for i, (q, _) in enumerate(queues) if q]
+            if not heads:
+                return False
+            _, which = min(heads)
+            victim, _ = queues[which][0].popitem(last=False)
+            guard.evicted += 1
+            victim._drop()
+            return True
 
     GuardedProtocol.__name__ = GuardedProtocol.__qualname__ = f"Guarded{base.__name__}"
     return GuardedProtocol
