@@ -6,6 +6,11 @@ file, a rule pack) goes through here, so none can hang the process (a FIFO), exh
 segfaults, ``json`` raises RecursionError) or expand an alias bomb. Duplicate mapping keys are
 refused: YAML and JSON both keep the last one silently, so a rule with two ``require:`` keys
 would quietly lose one.
+
+Aliases are bounded by what they *expand to*, not by how many there are: 31 anchors each naming
+the previous one twice are 62 aliases but 2^31 nodes once a validator walks the tree (issue 24
+#2). Keys that Python cannot hash (``{[a, b]: 1}``, ``? [a]``) and integers longer than any
+real value (Python refuses to parse more than 4,300 digits) are refusals naming the line.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from attnplan.policy.errors import InvalidInputError
 MAX_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_ALIASES = 64
+# Nodes (scalars, sequences, mappings) of the document with every alias expanded: the shipped
+# packs hold ~6,000; a 1 MiB pack written out longhand cannot exceed ~500,000.
+MAX_NODES = 500_000
+MAX_INT_DIGITS = 64  # no count, size or version field of ours comes near; Python stops at 4,300
 
 
 def read_bounded(path: Union[str, Path], *, what: str, max_bytes: int = MAX_BYTES) -> str:
@@ -117,44 +126,97 @@ def parse_json(text: str, *, what: str, name: str, max_depth: int = MAX_DEPTH) -
         raise InvalidInputError(what, f"{name}: nested too deeply") from None
 
 
+def _expanded_nodes(events: Any, yaml: Any, what: str, name: str, max_depth: int, max_aliases: int,
+                    max_nodes: int) -> None:
+    """Walk the parser's events (nothing composed yet) counting nodes as the aliases would
+    expand them; refuse past ``max_nodes``, ``max_aliases`` or ``max_depth``."""
+    sizes: dict[str, int] = {}           # anchor -> expanded size of its node
+    stack: list[list[Any]] = []          # open collections: [anchor, expanded size so far]
+    total = aliases = 0
+
+    def count(n: int) -> None:
+        nonlocal total
+        total += n
+        if total > max_nodes:
+            raise InvalidInputError(what, f"{name}: expands to more than {max_nodes} YAML nodes "
+                                          f"(each alias repeats the node it names)")
+
+    for event in events:
+        if isinstance(event, yaml.AliasEvent):
+            aliases += 1
+            if aliases > max_aliases:
+                raise InvalidInputError(what, f"{name}: more than {max_aliases} YAML aliases")
+            n = sizes.get(event.anchor, 1)
+            count(n)
+            if stack:
+                stack[-1][1] += n
+        elif isinstance(event, yaml.ScalarEvent):
+            count(1)
+            if event.anchor:
+                sizes[event.anchor] = 1
+            if stack:
+                stack[-1][1] += 1
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            count(1)
+            stack.append([event.anchor, 1])
+            if len(stack) > max_depth:
+                raise InvalidInputError(what, f"{name}: nested deeper than {max_depth} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            anchor, size = stack.pop()
+            if anchor:
+                sizes[anchor] = size
+            if stack:
+                stack[-1][1] += size
+
+
 def parse_yaml(text: str, *, what: str, name: str, max_depth: int = MAX_DEPTH,
-               max_aliases: int = MAX_ALIASES) -> Any:
-    """Safe YAML with duplicate keys refused and nesting (flow and block) and aliases bounded
-    before the document is composed."""
+               max_aliases: int = MAX_ALIASES, max_nodes: int = MAX_NODES) -> Any:
+    """Safe YAML with duplicate and unhashable keys refused, integers bounded, and nesting (flow
+    and block), aliases and the expanded node count bounded before the document is composed."""
     import yaml  # lazy: only YAML inputs need it
 
     _check_depth(text, what, name, max_depth, quotes=False)
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        aliases = depth = 0
-        for event in yaml.parse(text, Loader=base):
-            if isinstance(event, yaml.AliasEvent):
-                aliases += 1
-                if aliases > max_aliases:
-                    raise InvalidInputError(what, f"{name}: more than {max_aliases} YAML aliases")
-            elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                depth += 1
-                if depth > max_depth:
-                    raise InvalidInputError(what, f"{name}: nested deeper than {max_depth} levels")
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                depth -= 1
+        _expanded_nodes(yaml.parse(text, Loader=base), yaml, what, name, max_depth, max_aliases, max_nodes)
 
         class _Loader(base):  # type: ignore[misc, valid-type]
             pass
+
+        def at(node: Any) -> str:
+            return f"{name}: line {node.start_mark.line + 1}"
 
         def mapping(loader: Any, node: Any, deep: bool = False) -> dict[Any, Any]:
             loader.flatten_mapping(node)
             out: dict[Any, Any] = {}
             for key_node, value_node in node.value:
-                key = loader.construct_object(key_node, deep=deep)
+                key = loader.construct_object(key_node, deep=True)
+                try:
+                    hash(key)
+                except TypeError:
+                    raise InvalidInputError(what, f"{at(key_node)}: a mapping key must be a plain value, "
+                                                  f"not a {type(key).__name__}") from None
                 if key in out:
-                    mark = key_node.start_mark
-                    raise InvalidInputError(what, f"{name}: duplicate key {key!r} at line {mark.line + 1}")
+                    raise InvalidInputError(what, f"{name}: duplicate key {key!r} at line {key_node.start_mark.line + 1}")
                 out[key] = loader.construct_object(value_node, deep=deep)
             return out
 
+        def integer(loader: Any, node: Any) -> int:
+            digits = sum(ch.isdigit() for ch in str(node.value))
+            if digits > MAX_INT_DIGITS:
+                raise InvalidInputError(what, f"{at(node)}: an integer of {digits} digits (at most "
+                                              f"{MAX_INT_DIGITS})")
+            return base.construct_yaml_int(loader, node)
+
+        def unsupported(loader: Any, node: Any) -> Any:
+            raise InvalidInputError(what, f"{at(node)}: YAML sets ({node.tag}) are not accepted")
+
         _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+        _Loader.add_constructor("tag:yaml.org,2002:int", integer)
+        _Loader.add_constructor("tag:yaml.org,2002:set", unsupported)
         return yaml.load(text, Loader=_Loader)
+    except InvalidInputError:
+        raise
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -162,3 +224,5 @@ def parse_yaml(text: str, *, what: str, name: str, max_depth: int = MAX_DEPTH,
         raise InvalidInputError(what, f"{name}: not valid YAML{where}: {problem}") from None
     except RecursionError:
         raise InvalidInputError(what, f"{name}: nested too deeply") from None
+    except (TypeError, ValueError, OverflowError) as exc:  # a constructor's refusal the checks above missed
+        raise InvalidInputError(what, f"{name}: not valid YAML: {str(exc).splitlines()[0][:200]}") from None

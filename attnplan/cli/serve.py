@@ -21,7 +21,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "status page at /. Binding a non-loopback address needs a bearer token of at least 16\n"
             "characters (--token or ATTNPLAN_TOKEN; the variable keeps it out of `ps`) unless --insecure\n"
             "is given. Connections that send no complete request headers within --header-timeout\n"
-            "seconds are closed; at --max-connections the oldest idle one makes room. /docs is off\n"
+            "seconds are closed, a body not complete within --body-timeout is answered 408 and a request\n"
+            "not answered within --request-timeout 503; at --max-connections the oldest connection\n"
+            "waiting on its client makes room. /docs is off\n"
             "unless --docs names local Swagger UI assets (no CDN on the status page's origin)."),
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -35,6 +37,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="open connections at most (default 1000, lowered to fit the descriptor limit)")
     p.add_argument("--header-timeout", type=float, default=None, metavar="SECONDS",
                    help="close a connection whose request headers are not complete by then (default 5)")
+    p.add_argument("--body-timeout", type=float, default=None, metavar="SECONDS",
+                   help="answer 408 and close when a request body is not complete by then (default 10)")
+    p.add_argument("--request-timeout", type=float, default=None, metavar="SECONDS",
+                   help="answer 503 and close when a request is not answered by then (default 30)")
     p.add_argument("--docs", metavar="DIR", default=None,
                    help="serve Swagger UI at /docs from DIR (swagger-ui-bundle.js and swagger-ui.css, e.g. the "
                         "swagger-ui-dist npm package); off by default")
@@ -46,7 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from attnplan.rest.connections import HEADER_TIMEOUT_S, MAX_CONNECTIONS
+    from attnplan.rest.connections import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_CONNECTIONS, REQUEST_TIMEOUT_S
     from attnplan.rest.security import check_token, is_loopback, resolve_token
 
     if not 0 <= args.port <= 65535:
@@ -57,6 +63,12 @@ def run(args: argparse.Namespace) -> int:
     header_timeout = HEADER_TIMEOUT_S if args.header_timeout is None else args.header_timeout
     if not 0.1 <= header_timeout <= 600:  # NaN fails this too
         raise InvalidInputError("header_timeout", f"{header_timeout} is out of range (0.1-600 seconds)")
+    timeouts = {}
+    for name, default in (("body_timeout", BODY_TIMEOUT_S), ("request_timeout", REQUEST_TIMEOUT_S)):
+        value = default if getattr(args, name) is None else getattr(args, name)
+        if not 0.1 <= value <= 3600:  # NaN fails this too
+            raise InvalidInputError(name, f"{value} is out of range (0.1-3600 seconds)")
+        timeouts[name] = value
     token = resolve_token(args.token, os.environ)  # stripped; whitespace only is refused
     if not is_loopback(args.host) and token is None and not args.insecure:
         raise InvalidInputError("host", f"{args.host} is not a loopback address: give --token or ATTNPLAN_TOKEN "
@@ -84,6 +96,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"attnplan: service started in {time.perf_counter() - t0:.2f} s (imports, rules, presets read)",
               file=sys.stderr, flush=True)
     serve(app, args.host, args.port, log_level=args.log_level, access_log=args.access_log,
-          max_connections=max_connections, header_timeout=header_timeout,
+          max_connections=max_connections, header_timeout=header_timeout, **timeouts,
           banner=f"{where}; bearer token {'required' if token else 'not required'}")
     return 0

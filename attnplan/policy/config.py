@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
 QueryDType = Literal["fp16", "bf16", "fp32", "fp8_e4m3"]
 KVCacheDType = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
@@ -64,11 +64,13 @@ class AttentionConfig(BaseModel):
     kv_cache_dtype: KVCacheDType = Field("auto", description="KV cache dtype (auto = dtype)")
     page_size: Optional[StrictInt] = Field(None, ge=1, le=_MAX_PAGE, description="tokens per KV page (default: chosen by the plan)")
     sliding_window: Optional[StrictInt] = Field(None, ge=1, le=_MAX_WINDOW, description="sliding-window size in tokens")
-    logits_soft_cap: Optional[float] = Field(None, gt=0, le=1e6, description="logits soft-cap (Gemma-2: 50.0)")
+    # Floats are strict too (issue 24): "128" and true are not numbers; JSON integers are.
+    logits_soft_cap: Optional[StrictFloat] = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+                                                   description="logits soft-cap (Gemma-2: 50.0)")
     sinks: StrictBool = Field(False, description="attention sinks (GPT-OSS)")
     # Set from the model's own attention code (plan_model: Gemma's query_pre_attn_scalar^-0.5,
     # DeepSeek's YaRN mscale^2); None is the default head_dim^-0.5. No CLI flag: it comes from the model.
-    sm_scale: Optional[float] = Field(None, gt=0, le=1e6, allow_inf_nan=False,
+    sm_scale: Optional[StrictFloat] = Field(None, gt=0, le=1e6, allow_inf_nan=False,
                                       description="softmax scale (default: qk head_dim^-0.5)")
     attention_chunk_size: Optional[StrictInt] = Field(
         None, ge=1, le=_MAX_WINDOW, description="chunked local attention: tokens per chunk (Llama-4)")

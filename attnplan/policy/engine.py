@@ -23,17 +23,10 @@ PHASES = ("prefill", "decode")
 
 
 def _packs_in(packs_dir: Path) -> list[Path]:
-    """The packs of a directory; a missing or empty one is an error naming it (fail closed)."""
-    from attnplan.rules import pack_files
+    """The packs of a directory; a missing, empty or oversized one is an error naming it (fail closed)."""
+    from .rulepack import pack_paths_in
 
-    from .errors import RulePackError
-
-    if not packs_dir.is_dir():
-        raise RulePackError(str(packs_dir), "no such rule pack directory")
-    found = pack_files(packs_dir)
-    if not found:
-        raise RulePackError(str(packs_dir), "no rule packs (*.yaml) in this directory: refusing to plan with no rules")
-    return found
+    return pack_paths_in(packs_dir)
 
 
 @functools.lru_cache(maxsize=8)

@@ -46,9 +46,12 @@ def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> Engin
     modelled; ``"vllm==X"``: that release; ``"flashinfer"``: kernel truth alone.
     Raises InvalidInputError naming the covered engines for anything else."""
     raw = (str(engine) if engine else rs.default_engine).strip().lower()  # an engine request object names itself
-    name, _, version = raw.partition("==")
-    name = name.strip()
+    name, sep, version = raw.partition("==")
+    name, version = name.strip(), version.strip()
     allowed = engine_names(rs)
+    if sep and not version:  # "vllm==" names no release: never read it as "the default vllm"
+        raise InvalidInputError("engine", f"{engine!r} names no version after '==' (e.g. vllm==0.33.0, or just vllm)",
+                                allowed)
     if name not in rs.engines:
         raise InvalidInputError("engine", f"unknown engine {engine!r}", allowed)
     spec = rs.engines[name]

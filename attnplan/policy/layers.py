@@ -32,6 +32,12 @@ _IGNORED = (
     "final_logit_softcapping", "attn_temperature_tuning", "max_position_embeddings", "q_lora_rank",
     "mlp_only_layers", "first_k_dense_replace", "intermediate_size", "vocab_size",
 )
+# Far past any published model (DeepSeek-V3: 61 layers): a larger count is a typo or an attack,
+# and per-layer lists of 10^7 entries took minutes and gigabytes (issue 24 #6).
+MAX_LAYERS = 100_000
+# Sizes (heads, head dims, windows, state dims) past this are not real and would overflow the
+# float arithmetic of the scale and the state sizes.
+MAX_SIZE = 1 << 40
 
 
 class RecurrentState(BaseModel):
@@ -128,17 +134,41 @@ def _pos_int(d: Mapping[str, Any], key: str, default: Any = None, *, required: b
             raise ModelConfigError("config.json", f"missing {key}")
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-        raise ModelConfigError("config.json", f"{key} must be a positive integer, got {v!r}")
+        raise ModelConfigError("config.json", f"{key} must be a positive integer, got {_show(v)}")
+    if v > MAX_SIZE:
+        raise ModelConfigError("config.json", f"{key} is {_show(v)}, larger than any real model's (at most {MAX_SIZE})")
     return v
+
+
+def _show(v: Any) -> str:
+    """A value for an error message, cut short (a list of a million entries or a 4,000-digit
+    integer must not become the message; ``repr`` of a huge int raises past 4,300 digits)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 200:
+        return f"an integer of about {int(v.bit_length() * 0.30103)} digits"
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _finite(v: Any) -> Optional[float]:
+    """``v`` as a finite float, or None when it is not a real number (bools, strings, lists, NaN,
+    an integer past the float range)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
 
 
 def _pos_num(d: Mapping[str, Any], key: str) -> Optional[float]:
     v = d.get(key)
     if v is None:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
-        raise ModelConfigError("config.json", f"{key} must be a positive number, got {v!r}")
-    return float(v)
+    f = _finite(v)
+    if f is None or not f > 0:
+        raise ModelConfigError("config.json", f"{key} must be a positive number, got {_show(v)}")
+    return f
 
 
 def _every(n: int, interval: int, key: str) -> list[bool]:
@@ -172,7 +202,8 @@ def _kinds(c: Mapping[str, Any], mt: str, n: int, notes: list[str]) -> tuple[lis
         if not isinstance(lt, list) or len(lt) != n:
             got = len(lt) if isinstance(lt, list) else type(lt).__name__
             raise ModelConfigError("config.json", f"layer_types has {got} entries but num_hidden_layers is {n}")
-        bad = sorted({str(t) for t in lt if t not in _LAYER_TYPES})
+        bad = sorted({_show(t) if not isinstance(t, str) else t for t in lt
+                      if not isinstance(t, str) or t not in _LAYER_TYPES})
         if bad:
             raise ModelConfigError("config.json", f"unknown layer type {bad[0]!r} in layer_types "
                                    f"(known: {', '.join(_LAYER_TYPES)})")
@@ -241,6 +272,9 @@ def read_layers(hf: Mapping[str, Any]) -> ModelLayers:
     c = text_config(hf)
     mt = str(c.get("model_type") or "")
     n = _pos_int(c, "num_hidden_layers", required=True)
+    if n > MAX_LAYERS:
+        raise ModelConfigError("config.json", f"num_hidden_layers is {_show(n)}: more than {MAX_LAYERS} layers is "
+                                              "not a real model (fix num_hidden_layers)")
     heads = _pos_int(c, "num_attention_heads", required=True)
     kv = _kv_heads(c, mt, heads)
     notes: list[str] = []
@@ -267,31 +301,35 @@ def read_layers(hf: Mapping[str, Any]) -> ModelLayers:
     chunk = _pos_int(c, "attention_chunk_size") if "chunked_local" in kinds else None
     state = _recurrent(c, mt, kinds)
 
-    per_layer: list[LayerGroup] = []
+    # Layers differ only by kind and RoPE: group the indices by those two, then build one
+    # LayerGroup per group (one model per group, never one per layer).
+    members: dict[tuple[str, Optional[bool]], list[int]] = {}
     for i, kind in enumerate(kinds):
+        members.setdefault((kind, rope[i] if kind in ATTENTION_KINDS else None), []).append(i)
+    out_list: list[LayerGroup] = []
+    for (kind, has_rope), idx in members.items():
         if kind in ATTENTION_KINDS:
-            per_layer.append(LayerGroup(
-                kind=kind, layers=(i,), head_dim_qk=hq, head_dim_vo=hv, num_qo_heads=heads, num_kv_heads=kv,
+            out_list.append(LayerGroup(
+                kind=kind, layers=tuple(idx), head_dim_qk=hq, head_dim_vo=hv, num_qo_heads=heads, num_kv_heads=kv,
                 sliding_window=window if kind == "sliding" else None,
                 chunk_size=chunk if kind == "chunked_local" else None,
                 sm_scale=scale, scale_source=scale_src, logits_soft_cap=cap, sinks=mt == "gpt_oss",
-                rope=rope[i], mla=mla, source=source))
+                rope=has_rope, mla=mla, source=source))
         else:
-            per_layer.append(LayerGroup(kind=kind, layers=(i,), recurrent=state, source=source))  # no RoPE: not attention
+            out_list.append(LayerGroup(kind=kind, layers=tuple(idx), recurrent=state, source=source))  # no RoPE: not attention
     if falcon_h1:
         # falcon_h1.py FalconH1ParallelHybrid: attention and a Mamba-2 mixer side by side in every layer.
-        per_layer += [LayerGroup(kind="mamba", layers=(i,), recurrent=state,
-                                 source="vllm falcon_h1.py FalconH1ParallelHybrid (Mamba-2 beside attention)")
-                      for i in range(n)]
+        mamba = LayerGroup(kind="mamba", layers=tuple(range(n)), recurrent=state,
+                           source="vllm falcon_h1.py FalconH1ParallelHybrid (Mamba-2 beside attention)")
+        same = [g for g in out_list if g.key() == mamba.key()]
+        if same:  # (cannot happen today: falcon_h1 layer_types name no mamba layers; kept exact)
+            out_list[out_list.index(same[0])] = same[0].model_copy(
+                update={"layers": tuple(sorted(set(same[0].layers) | set(range(n))))})
+        else:
+            out_list.append(mamba)
         notes.append("falcon_h1: every layer runs attention and a Mamba-2 mixer in parallel "
                      "(vLLM names layer i's Mamba mixer num_hidden_layers + i)")
-    groups: dict[str, list[int]] = {}
-    proto: dict[str, LayerGroup] = {}
-    for g in per_layer:
-        k = g.key()
-        groups.setdefault(k, []).extend(g.layers)
-        proto.setdefault(k, g)
-    out = tuple(proto[k].model_copy(update={"layers": tuple(sorted(v))}) for k, v in groups.items())
+    out = tuple(out_list)
     ignored = [k for k in _IGNORED if k in c and c[k] not in (None, [], {})
                and not (k == "rope_scaling" and "yarn_get_mscale" in scale_src)]
     if "quantization_config" in hf and "quantization_config" not in ignored:
@@ -368,8 +406,12 @@ def _scale(c: Mapping[str, Any], mt: str, qk: int, mla: bool, notes: list[str]) 
             factor = _pos_num(rp, "factor")
             if factor is None:
                 raise ModelConfigError("config.json", f"rope_scaling type {rtype!r} needs factor")
-            all_dim = rp.get("mscale_all_dim") or 0.0
-            m = yarn_get_mscale(factor, float(all_dim))
+            raw_dim = rp.get("mscale_all_dim") or 0.0
+            all_dim = _finite(raw_dim)
+            if all_dim is None or all_dim < 0:
+                raise ModelConfigError("config.json", f"rope_scaling.mscale_all_dim must be a number >= 0, "
+                                                      f"got {_show(raw_dim)}")
+            m = yarn_get_mscale(factor, all_dim)
             return s * m * m, (f"qk_head_dim^-0.5 * mscale^2, mscale = 0.1*{float(all_dim):g}*ln({factor:g})+1 = {m:.6f} "
                                "(vllm deepseek_v2.py yarn_get_mscale)")
         return s, "qk_head_dim^-0.5 (vllm deepseek_v2.py)"
@@ -387,8 +429,18 @@ def _recurrent(c: Mapping[str, Any], mt: str, kinds: list[str]) -> Optional[Recu
                               source="vllm mamba_utils.py gated_delta_net_state_shape")
     if mt == "falcon_h1":
         # falcon_h1.py get_mamba_state_shape_from_config -> mamba2_state_shape.
-        d_ssm = c.get("mamba_d_ssm")
-        inter = _pos_int(c, "mamba_d_ssm") if d_ssm is not None else int(_pos_num(c, "mamba_expand") * _pos_int(c, "hidden_size", required=True))  # type: ignore[operator]
+        if c.get("mamba_d_ssm") is not None:
+            inter = _pos_int(c, "mamba_d_ssm")
+        else:
+            expand = _pos_num(c, "mamba_expand")
+            if expand is None:
+                raise ModelConfigError("config.json", "falcon_h1 needs mamba_d_ssm or mamba_expand "
+                                                      "(the Mamba-2 mixer's inner size)")
+            inner = expand * _pos_int(c, "hidden_size", required=True)
+            if not inner <= MAX_SIZE:
+                raise ModelConfigError("config.json", f"mamba_expand {_show(c.get('mamba_expand'))} times hidden_size "
+                                                      f"is larger than any real model's (at most {MAX_SIZE})")
+            inter = int(inner)
         ng, nh = _pos_int(c, "mamba_n_groups", 1), _pos_int(c, "mamba_n_heads", required=True)
         dh, ds, conv = _pos_int(c, "mamba_d_head", required=True), _pos_int(c, "mamba_d_state", required=True), _pos_int(c, "mamba_d_conv", 4)
         return RecurrentState(mixer="mamba2", shapes=((conv - 1, inter + 2 * ng * ds), (nh, dh, ds)),

@@ -23,6 +23,11 @@ Scope = Literal["candidate", "pair"]
 Layer = Literal["kernel", "engine"]
 EngineName = str  # an engine layer named in backends.yaml ``engines:`` (vllm, sglang, flashinfer)
 RULE_ID = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+)*$")
+# Limits on what a rules directory may hold, checked before any pack is parsed (issue 24 #13:
+# 40 packs of ~1 MB, 430k rules, ran past 150 s). The shipped packs are ~40 KB in all.
+MAX_PACK_BYTES = 1024 * 1024
+MAX_DIR_BYTES = 2 * 1024 * 1024
+MAX_PACKS = 256
 
 
 class CheckSpec(BaseModel):
@@ -298,7 +303,7 @@ def _load_yaml(path: Path) -> Any:
     from .errors import InvalidInputError
 
     try:
-        text = read_bounded(path, what="rules", max_bytes=1024 * 1024)
+        text = read_bounded(path, what="rules", max_bytes=MAX_PACK_BYTES)
         return parse_yaml(text, what="rules", name=path.name), text
     except InvalidInputError as exc:
         msg = str(exc).removeprefix("rules: ").removeprefix(f"{path.name}: ").removeprefix(str(path)).lstrip(": ")
@@ -324,11 +329,52 @@ def _rule_at(data: Any, exc: ValidationError) -> str | None:
     return None
 
 
+def pack_paths_in(packs_dir: Path) -> list[Path]:
+    """The packs (``*.yaml``) of a directory, or ``RulePackError`` naming it: missing, unreadable
+    (a path too long for the OS included), empty, or over the count and total-size limits."""
+    import os
+    import stat
+
+    from attnplan.rules import pack_files
+
+    shown = str(packs_dir) if len(str(packs_dir)) <= 200 else str(packs_dir)[:200] + "..."
+    try:
+        if not stat.S_ISDIR(os.stat(packs_dir).st_mode):
+            raise RulePackError(shown, "not a directory: give the directory holding the rule packs")
+        found = pack_files(packs_dir)
+    except FileNotFoundError:
+        raise RulePackError(shown, "no such rule pack directory") from None
+    except OSError as exc:
+        raise RulePackError(shown, f"cannot read the rule pack directory: {(exc.strerror or str(exc)).lower()}") from None
+    if not found:
+        raise RulePackError(shown, "no rule packs (*.yaml) in this directory: refusing to plan with no rules")
+    _check_totals(found, shown)
+    return found
+
+
+def _check_totals(paths: list[Path], where: str) -> None:
+    import os
+
+    if len(paths) > MAX_PACKS:
+        raise RulePackError(where, f"{len(paths)} rule packs, over the limit of {MAX_PACKS}")
+    total = 0
+    for p in paths:
+        try:
+            total += os.stat(p).st_size
+        except OSError:
+            continue  # read_bounded names the file when it is read
+        if total > MAX_DIR_BYTES:
+            raise RulePackError(where, f"the rule packs hold over {MAX_DIR_BYTES} bytes in all (the limit; "
+                                       f"each pack at most {MAX_PACK_BYTES})")
+
+
 def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
     """Load and compile; all or nothing. No packs, or a pack without rules, is an error: an empty
-    rule set would accept everything (fail open)."""
+    rule set would accept everything (fail open). The packs' count and total size are bounded
+    before any is parsed."""
     if not pack_paths:
         raise RulePackError("rule packs", "no rule packs (*.yaml) given: refusing to plan with no rules")
+    _check_totals(list(pack_paths), "rule packs")
     catalog_data, catalog_text = _load_yaml(backends_path)
     try:
         catalog = BackendCatalogSpec.model_validate(catalog_data)
@@ -360,10 +406,14 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
                     raise RulePackError(str(backends_path), f"force.{kind}.{name} names unknown backend {b!r}")
 
     digest = hashlib.sha256(catalog_text.encode())
+    read = 0
     rules: list[Rule] = []
     seen: dict[str, str] = {}
     for path in sorted(pack_paths):
         data, text = _load_yaml(path)
+        read += len(text)
+        if read > MAX_DIR_BYTES:  # grown since they were measured
+            raise RulePackError(str(path), f"the rule packs hold over {MAX_DIR_BYTES} bytes in all (the limit)")
         digest.update(path.name.encode() + b"\0" + text.encode())
         try:
             pack = PackSpec.model_validate(data)

@@ -92,6 +92,8 @@ def incoherence(a: PlanAnswer) -> Optional[str]:
     """What makes a schema-valid answer unusable, or None."""
     if a.status == "ok" and a.plan is None:
         return "status ok without a plan"
+    if a.status == "ok" and a.violations:  # a pass that names broken rules is no pass (issue 24 #12)
+        return f"status ok with {len(a.violations)} violated rule(s)"
     if a.status == "rejected" and not a.violations:
         return "status rejected without any violated rule"
     if a.status == "rejected" and a.plan is not None:

@@ -27,6 +27,7 @@ from attnplan.policy import InvalidInputError
 from attnplan.safeio import read_bounded
 
 from .answers import BadAnswer, parse_answer
+from .transport import ACCEPT_ENCODING, BodyError, read_body
 from .model import NamedConfig, Outcome
 
 DEFAULT_PORT = 8000
@@ -217,15 +218,10 @@ async def _post_plan(client: Any, host: Host, nc: NamedConfig, opts: HttpOptions
         try:
             async with client.stream("POST", url, json=payload, params={"trace": "false"}) as resp:
                 state["stage"] = f"HTTP {resp.status_code} headers received, body incomplete"
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.aiter_bytes():
-                    size += len(chunk)
-                    if size > opts.max_answer_bytes:
-                        raise NodeFailure("error", f"answer larger than {opts.max_answer_bytes} bytes")
-                    chunks.append(chunk)
-                    state["stage"] = f"HTTP {resp.status_code}, {size} bytes received, body incomplete"
-                body = b"".join(chunks)
+                try:  # bounded after decoding, inflated off the event loop (transport.py)
+                    body = await read_body(resp, opts.max_answer_bytes, state)
+                except BodyError as exc:
+                    raise NodeFailure("error", str(exc)) from None
                 status = resp.status_code
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             if attempt < opts.retries:
@@ -295,7 +291,7 @@ async def query_hosts(hosts: Sequence[Host], configs: Sequence[NamedConfig], opt
     still has every finished node)."""
     httpx = _httpx()
     _cache_missing_sniffio()
-    headers = {"Accept": "application/json", "User-Agent": "attnplan-preflight"}
+    headers = {"Accept": "application/json", "User-Agent": "attnplan-preflight", "Accept-Encoding": ACCEPT_ENCODING}
     if opts.token:
         headers["Authorization"] = f"Bearer {opts.token}"
     timeout = httpx.Timeout(opts.timeout, connect=min(opts.connect_timeout, opts.timeout))

@@ -29,7 +29,7 @@ from .model_routes import router as model_router
 from .routes import router, static_routes
 from .docs import docs_routes
 from .readiness import REFRESH_INTERVAL_S
-from .security import MAX_BODY_BYTES, OPEN_PATHS, OPEN_PREFIXES, BearerAuth, BodyLimit, NoTokenInURL
+from .security import MAX_BODY_BYTES, OPEN_PATHS, OPEN_PREFIXES, BearerAuth, BodyLimit, CloseOnError, NoTokenInURL
 from .service import Service
 
 log = logging.getLogger("attnplan.api")
@@ -161,6 +161,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     # it is one of ours. (Recent FastAPI keeps included routers whole in app.routes.)
     paths = {getattr(r, "path", None) for r in (*app.routes, *router.routes, *static.routes)}
     app.add_middleware(MetricsMiddleware, metrics=metrics, known_paths=frozenset(p for p in paths if p))
+    app.add_middleware(CloseOnError)  # outermost: every refusal, whoever makes it, closes the connection
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

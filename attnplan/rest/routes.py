@@ -50,9 +50,10 @@ def not_ready(exc: NotReady) -> HTTPException:
     return HTTPException(503, detail=f"node facts not ready: {exc.reason}", headers={"Retry-After": "1"})
 
 
-def json_body(request: Request) -> None:
+async def json_body(request: Request) -> None:
     """The body is JSON by its content type, whatever FastAPI's own release tolerates (older
-    ones parsed a ``text/plain`` body as JSON, newer ones refuse it with a 422)."""
+    ones parsed a ``text/plain`` body as JSON, newer ones refuse it with a 422). ``async``: a
+    plain ``def`` dependency costs a round trip through the thread pool on every plan."""
     ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
     if ctype != JSON and not (ctype.startswith("application/") and ctype.endswith("+json")):
         raise HTTPException(415, f"the body must be JSON sent as 'content-type: {JSON}'; got {ctype or 'none'!r}")
@@ -84,7 +85,7 @@ async def plan(body: PlanRequest, request: Request,
     except InvalidInputError as exc:  # an unknown device, a bad capability or version
         raise invalid(("body", "node", exc.field), exc) from None
     try:
-        rendered = svc.plan(body.config, node, trace, body.engine)
+        rendered = await svc.plan_async(body.config, node, trace, body.engine)
     except InvalidInputError as exc:  # an engine (or the node's installed vllm) the rules do not cover
         raise invalid(("body", exc.field), exc) from None
     return Response(rendered.body, media_type=JSON)
@@ -112,7 +113,9 @@ async def node(request: Request, refresh: bool = Query(False, description="re-pr
 async def rules(request: Request) -> Response:
     svc = service(request)
     rs = svc.rules()
-    return Response(svc.once("rules", lambda: dumps(rules_json(rs))), media_type=JSON)
+    # Built once, in a worker thread: rendering every rule takes tens of ms, too long for the loop.
+    body = await anyio.to_thread.run_sync(svc.once, "rules", lambda: dumps(rules_json(rs)))
+    return Response(body, media_type=JSON)
 
 
 @router.get("/v1/matrix", response_class=JSONResponse, summary="Capability matrix derived from the rules",

@@ -21,6 +21,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from attnplan.policy import InvalidInputError
 
 MAX_BODY_BYTES = 64 * 1024
+# Answers after which the connection is closed: the client sent something we refuse (bad framing,
+# no token, too large, not JSON, invalid) and may still be sending it; keeping the connection
+# would let an unauthenticated client hold it (issue 24 #1).
+CLOSE_STATUSES = frozenset({400, 401, 403, 405, 408, 411, 413, 415, 422, 431})
 MIN_TOKEN_CHARS = 16  # for a non-loopback bind; `openssl rand -hex 32` gives 64
 URL_TOKEN_PARAMS = frozenset({"token", "access_token", "bearer", "api_key", "apikey"})
 
@@ -172,3 +176,25 @@ class BodyLimit:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+class CloseOnError:
+    """``connection: close`` on every answer in ``CLOSE_STATUSES`` (uvicorn then closes the
+    connection once the answer is sent, whether or not the request body was read)."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def closing(message: dict) -> None:
+            if message["type"] == "http.response.start" and message["status"] in CLOSE_STATUSES:
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"connection" for k, _ in headers):
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await self.app(scope, receive, closing)

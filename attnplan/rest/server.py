@@ -2,7 +2,7 @@
 
 The listening socket is bound here, before uvicorn starts, so that a port in use is one clear
 error and a test can bind port 0 and learn the free port without a race. Every server runs
-``connections.guarded_protocol`` (header deadline, connection cap) and ``logs.install``
+``connections.guarded_protocol`` (header, body and request deadlines, connection cap) and ``logs.install``
 (rate-limited error logs, access lines without query strings).
 """
 
@@ -19,7 +19,7 @@ import uvicorn
 from attnplan.policy import InvalidInputError
 
 from . import logs
-from .connections import HEADER_TIMEOUT_S, MAX_CONNECTIONS, guarded_protocol, nofile_cap
+from .connections import BODY_TIMEOUT_S, HEADER_TIMEOUT_S, MAX_CONNECTIONS, REQUEST_TIMEOUT_S, guarded_protocol, nofile_cap
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -39,22 +39,45 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def http_impl() -> str:
+    """``ATTNPLAN_HTTP``: ``auto`` (httptools when installed, else h11), ``h11`` or ``httptools``."""
+    import os
+
+    wanted = os.environ.get("ATTNPLAN_HTTP", "auto").strip().lower()
+    return wanted if wanted in ("h11", "httptools") else "auto"
+
+
+def event_loop() -> str:
+    """uvloop where installed (``ATTNPLAN_LOOP=asyncio`` opts out), else asyncio's own loop."""
+    import importlib.util
+    import os
+
+    wanted = os.environ.get("ATTNPLAN_LOOP", "auto").strip().lower()
+    if wanted == "asyncio" or (wanted == "auto" and importlib.util.find_spec("uvloop") is None):
+        return "asyncio"
+    return "uvloop"
+
+
 def config(app: Any, *, log_level: str = "info", access_log: bool = True, max_connections: int = MAX_CONNECTIONS,
-           header_timeout: float = HEADER_TIMEOUT_S) -> uvicorn.Config:
+           header_timeout: float = HEADER_TIMEOUT_S, body_timeout: float = BODY_TIMEOUT_S,
+           request_timeout: float = REQUEST_TIMEOUT_S) -> uvicorn.Config:
     # One worker: the node's facts and the answer caches live in this process. The cap stays
     # under the descriptor limit, so accept() never fails with EMFILE.
-    protocol = guarded_protocol(nofile_cap(max_connections), header_timeout)
+    protocol = guarded_protocol(nofile_cap(max_connections), header_timeout, body_timeout, request_timeout,
+                                http=http_impl())
     cfg = uvicorn.Config(app, log_level=log_level, access_log=access_log, server_header=False, http=protocol,
-                         proxy_headers=False, timeout_graceful_shutdown=5, timeout_keep_alive=5)
+                         proxy_headers=False, timeout_graceful_shutdown=5, timeout_keep_alive=5, loop=event_loop())
     logs.install()  # after uvicorn.Config, which (re)configures logging
     return cfg
 
 
 def serve(app: Any, host: str, port: int, *, log_level: str = "info", access_log: bool = True,
-          banner: str = "", max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT_S) -> None:
+          banner: str = "", max_connections: int = MAX_CONNECTIONS, header_timeout: float = HEADER_TIMEOUT_S,
+          body_timeout: float = BODY_TIMEOUT_S, request_timeout: float = REQUEST_TIMEOUT_S) -> None:
     sock = bind(host, port)
     server = uvicorn.Server(config(app, log_level=log_level, access_log=access_log, max_connections=max_connections,
-                                   header_timeout=header_timeout))  # configures logging
+                                   header_timeout=header_timeout, body_timeout=body_timeout,
+                                   request_timeout=request_timeout))  # configures logging
     # uvicorn names no address when handed a socket: say where we listen, and on what terms.
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     logging.getLogger("uvicorn.error").info("attnplan listening on http://%s:%d%s", shown, sock.getsockname()[1],
@@ -71,12 +94,14 @@ class BackgroundServer:
 
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *, log_level: str = "warning",
                  access_log: bool = False, max_connections: int = MAX_CONNECTIONS,
-                 header_timeout: float = HEADER_TIMEOUT_S):
+                 header_timeout: float = HEADER_TIMEOUT_S, body_timeout: float = BODY_TIMEOUT_S,
+                 request_timeout: float = REQUEST_TIMEOUT_S):
         self.sock = bind(host, port)
         self.host, self.port = self.sock.getsockname()[:2]
         self.url = f"http://{host}:{self.port}"
         self.config = config(app, log_level=log_level, access_log=access_log, max_connections=max_connections,
-                             header_timeout=header_timeout)
+                             header_timeout=header_timeout, body_timeout=body_timeout,
+                             request_timeout=request_timeout)
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True,
                                        name=f"uvicorn-{self.port}")

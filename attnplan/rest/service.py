@@ -1,7 +1,11 @@
 """What the routes share: the node, the metrics and the caches of rendered answers.
 
 Answers are immutable functions of (config, node), so their JSON is rendered once and the bytes
-kept: ``PlanAnswer.to_json`` plus ``json.dumps`` cost ~270 us, a cache hit ~5 us.
+kept: ``PlanAnswer.to_json`` plus ``json.dumps`` cost ~270 us, a cache hit ~5 us. A miss is
+computed in a worker thread (``plan``, called through ``PLAN_THREADS``-bounded
+``anyio.to_thread``): a cold rejection with suggestions took 230 ms, and on the event loop it
+stalled every other request, ``/healthz`` included (issue 24). Few threads, because the work holds
+the GIL: more would only take turns with the event loop.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -24,6 +29,7 @@ from .models import NodeSpec
 from .readiness import NodeService
 
 ANSWER_CACHE_SIZE = 256  # ~10-20 KiB of JSON each
+PLAN_THREADS = 2  # worker threads computing uncached answers (the GIL makes more pointless)
 # The version of the /v1/plan answer schema; preflight counts only answers that name the one
 # it reads (attnplan.preflight.answers.ANSWER_SCHEMA_VERSION).
 
@@ -55,6 +61,36 @@ def declared_node(spec: NodeSpec) -> NodeFacts:
                           cubins=spec.cubins)
 
 
+class AnswerCache:
+    """A thread-safe LRU of rendered answers that can be *looked up* without computing (the
+    event loop answers hits itself and sends only misses to a thread)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._data: "OrderedDict[Any, Rendered]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Optional[Rendered]:
+        try:
+            with self._lock:
+                found = self._data.get(key)
+                if found is not None:
+                    self._data.move_to_end(key)
+                return found
+        except TypeError:  # a fact value that cannot be hashed: never cached
+            return None
+
+    def put(self, key: Any, value: Rendered) -> None:
+        try:
+            with self._lock:
+                self._data[key] = value
+                self._data.move_to_end(key)
+                while len(self._data) > self.size:
+                    self._data.popitem(last=False)
+        except TypeError:
+            pass
+
+
 class Service:
     def __init__(self, *, metrics: Metrics, nodes: NodeService, examples_dir: Optional[Path],
                  ruleset: Optional[RuleSet], rules_error: Optional[str] = None):
@@ -65,7 +101,8 @@ class Service:
         self.metrics = metrics
         self.nodes = nodes
         self.examples_dir = examples_dir
-        self.answer = functools.lru_cache(maxsize=ANSWER_CACHE_SIZE)(render_answer)
+        self.answers = AnswerCache(ANSWER_CACHE_SIZE)
+        self._limiter: Any = None
         self.declared = functools.lru_cache(maxsize=128)(declared_node)
         self.node_body = functools.lru_cache(maxsize=8)(lambda node: dumps({"node": node_json(node),
                                                                              "fingerprint": node.fingerprint()}))
@@ -82,15 +119,38 @@ class Service:
             raise HTTPException(503, detail=f"rule packs not loaded: {self.rules_error}", headers={"Retry-After": "30"})
         return self.ruleset
 
+    def cached(self, config: AttentionConfig, node: NodeFacts, trace: bool, engine: Optional[str] = None
+               ) -> Optional[Rendered]:
+        """The rendered answer when it is cached (counted as served), else None: cheap enough
+        for the event loop."""
+        rendered = self.answers.get((config, node, trace, self.rules(), engine))
+        if rendered is not None:
+            self.metrics.plans.labels(rendered.status, rendered.prefill, rendered.decode).inc()
+        return rendered
+
     def plan(self, config: AttentionConfig, node: NodeFacts, trace: bool, engine: Optional[str] = None) -> Rendered:
-        """Raises InvalidInputError (field ``engine``) for an engine the rules do not cover."""
+        """The answer, computed when not cached (call it off the event loop: ``plan_async``).
+        Raises InvalidInputError (field ``engine``) for an engine the rules do not cover."""
         rs = self.rules()
-        try:
-            rendered = self.answer(config, node, trace, rs, engine)
-        except TypeError:  # a fact value that cannot be hashed: render without the cache
+        key = (config, node, trace, rs, engine)
+        rendered = self.answers.get(key)
+        if rendered is None:
             rendered = render_answer(config, node, trace, rs, engine)
+            self.answers.put(key, rendered)
         self.metrics.plans.labels(rendered.status, rendered.prefill, rendered.decode).inc()
         return rendered
+
+    async def plan_async(self, config: AttentionConfig, node: NodeFacts, trace: bool,
+                         engine: Optional[str] = None) -> Rendered:
+        """A cache hit on the event loop; a miss in one of ``PLAN_THREADS`` worker threads."""
+        rendered = self.cached(config, node, trace, engine)
+        if rendered is not None:
+            return rendered
+        import anyio
+
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(PLAN_THREADS)
+        return await anyio.to_thread.run_sync(self.plan, config, node, trace, engine, limiter=self._limiter)
 
     def once(self, key: str, build: Callable[[], bytes]) -> bytes:
         """Bytes that never change while the process runs (rules, matrix): built on first use."""
