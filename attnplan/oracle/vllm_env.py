@@ -1,7 +1,8 @@
 """vLLM 0.33.0's own selection code, run on a CPU for any CUDA capability.
 
 What is patched, and nothing else:
-- ``vllm._C_stable_libtorch`` and ``vllm.vllm_flash_attn._vllm_fa{2,3}_C`` are empty modules: the
+- ``vllm._C_stable_libtorch``, ``vllm._flashmla_C``, ``vllm._flashmla_extension_C`` and
+  ``vllm.vllm_flash_attn._vllm_fa{2,3}_C`` are empty modules: the
   compiled extensions need libcuda. The real CUDA wheel ships both FA2 and FA3 extensions, so the
   pure-Python version logic in ``vllm_flash_attn/flash_attn_interface.py`` then decides FA2/FA3/FA4
   support per capability exactly as on a GPU.
@@ -29,7 +30,8 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
-_STUBS = ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn._vllm_fa2_C", "vllm.vllm_flash_attn._vllm_fa3_C")
+_STUBS = ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn._vllm_fa2_C", "vllm.vllm_flash_attn._vllm_fa3_C",
+          "vllm._flashmla_C", "vllm._flashmla_extension_C")
 
 
 def _install() -> dict[str, Any]:

@@ -70,6 +70,22 @@ class EngineRef(BaseModel):
     version: Optional[str] = None
 
 
+class EngineBackend(BaseModel):
+    """The serving engine's own attention-backend choice for this node and config when none is asked
+    for, in the engine's vocabulary (vLLM: FLASH_ATTN, FLASHINFER, FLASHINFER_MLA, TRITON_MLA, ...).
+    Generic over engines: any engine layer with selection data (backends.yaml engines.<name>.engine_backend)
+    fills it; ``None`` on an answer for an engine layer without one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="the engine's backend name, or 'none' when it finds no valid backend")
+    runs_flashinfer: bool = Field(description="whether that backend runs the FlashInfer kernels this plan describes")
+    source: str = Field("", description="the engine code the choice is read from")
+    note: str = Field("", description="one line for the user: what the engine picks and what the plan below is")
+    flashinfer_backend_name: Optional[str] = Field(
+        None, description="the engine's name for its FlashInfer backend (what --attention-backend takes to run this plan)")
+
+
 class Suggestion(BaseModel):
     """A single-field change verified, by re-evaluating every rule, to make the config valid here."""
 
@@ -151,6 +167,9 @@ class KVCachePlan(BaseModel):
     nvfp4_scale_dtype: Optional[str] = None
     nvfp4_block_size: Optional[int] = None
     page_valid_sizes: tuple[int, ...] = ()
+    block_size: Optional[int] = Field(
+        None, description="the engine's KV block (vLLM --block-size) when it differs in kind from the kernel page: "
+                          "page_size is then the largest kernel page dividing it")
 
 
 class BatchMetadata(BaseModel):
@@ -209,6 +228,8 @@ class PlanAnswer(BaseModel):
     suggestions: tuple[Suggestion, ...] = ()
     fallbacks: tuple[Fallback, ...] = ()
     engine: EngineRef = EngineRef()
+    engine_backend: Optional[EngineBackend] = Field(
+        None, description="what the engine selects for this node and config when no backend is asked for")
     notes: tuple[str, ...] = ()
     trace: tuple[TraceEntry, ...] = ()
     rules_revision: str = ""

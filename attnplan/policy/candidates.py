@@ -91,6 +91,7 @@ class CandidateResult:
     violations: list[Violation] = field(default_factory=list)
     pages: tuple[int, ...] = ()
     trace: list[TraceEntry] = field(default_factory=list)
+    query_dtype: Optional[str] = None   # the query dtype this phase runs with (engine_rows.query_dtype)
 
     @property
     def ok(self) -> bool:
@@ -98,11 +99,16 @@ class CandidateResult:
 
 
 def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, backend: str,
-                  pages: tuple[int, ...], with_trace: bool) -> CandidateResult:
-    """The candidate-scope checks over one (phase, backend); page-reading checks keep the sizes that pass."""
+                  pages: tuple[int, ...], with_trace: bool, engine_spec: Any = None) -> CandidateResult:
+    """The candidate-scope checks over one (phase, backend); page-reading checks keep the sizes that pass.
+    ``engine_spec``: the engine layer's data, which decides the phase's query dtype (``phase.query_dtype``)."""
+    from . import engine_rows
+
     ctx = dict(base)
     ctx["phase"], ctx["backend"] = phase, backend
-    res = CandidateResult(phase, backend)
+    q = engine_rows.query_dtype(engine_spec, ctx) if engine_spec is not None else ctx["config.dtype"]
+    ctx["phase.query_dtype"] = q
+    res = CandidateResult(phase, backend, query_dtype=q)
     page_checks: list[Check] = []
     for check in checks:
         if check.scope != "candidate" or not check.applies_to(backend, phase):
@@ -155,4 +161,4 @@ def evaluate_candidate(config: AttentionConfig, node: NodeFacts, phase: str, bac
     if pages is None:
         pages = (config.page_size,) if config.page_size is not None else page_domain(rs)
     return run_candidate(active_checks(rs, ref, node.flashinfer_version.value), base_context(config, node),
-                         phase, backend, pages, trace)
+                         phase, backend, pages, trace, rs.engines.get(ref.name))

@@ -148,6 +148,13 @@ class EngineSpec(BaseModel):
     covers: Optional[str] = None        # packaging specifier of the versions the data models
     versions: list[str] = []            # the modelled releases, newest last
     selection: Selection
+    # Issue 21 (attnplan/policy/engine_rows.py reads these): backend names that select with the engine's
+    # own order, how a requested page maps to the kernel page, the query dtype per phase, and the
+    # engine's own backend choice (rows of conditions, compiled when first used).
+    auto_names: list[str] = []
+    kernel_page: Literal["exact", "largest_divisor"] = "exact"
+    query_dtype: list[dict[str, Any]] = []
+    engine_backend: Optional[dict[str, Any]] = None
 
 
 class CubinIndexSpec(BaseModel):
