@@ -94,7 +94,11 @@ def _standard(case: Any, vc: Any) -> dict[str, Any]:
     pre_trtllm = vfi.use_trtllm_attention(qo, kv, 1024, 4096, case.dcp, cache_dtype, q_pre, is_prefill=True,
                                           force_use_trtllm=prefill_force, has_sinks=case.sinks, has_spec=False)
     hd = int(case.head_dim)
-    if pre_trtllm or (use_dcp and trtllm_dcp_prefill) or nvfp4_trtllm:
+    if use_dcp:
+        # BatchDCPPrefillWrapper: the trtllm-gen context kernel when use_trtllm_dcp_prefill, else FlashInfer's
+        # native paged prefill with backend="auto" (whatever the cache dtype).
+        prefill = "trtllm-gen" if trtllm_dcp_prefill else env.determine_backend(q_pre, kv_t, hd, hd)
+    elif pre_trtllm or nvfp4_trtllm:
         prefill = "trtllm-gen"
     else:
         prefill = env.determine_backend(q_pre, kv_t, hd, hd)
@@ -109,6 +113,11 @@ def _standard(case: Any, vc: Any) -> dict[str, Any]:
         decode = env.determine_backend(q_dec, kv_t, hd, hd) if {q_dec, kv_t} & set(FP8) else "fa2"
     res = {"accept": "ok", "refused_at": None, "reason": None, "prefill": prefill, "decode": decode,
            "q_prefill": TORCH_NAME[q_pre], "q_decode": TORCH_NAME[q_dec], "kernel_page": page}
+    # build(): "FlashInfer BatchDCPPrefillWrapper does not support attention sinks" (raised on a batch that
+    # does not run trtllm-gen in both phases, i.e. the first prefill).
+    if case.sinks and use_dcp and not (prefill == "trtllm-gen" and decode == "trtllm-gen"):
+        return {**res, "accept": "refused", "refused_at": "first_request", "softcap_dropped": False,
+                "reason": "FlashInfer BatchDCPPrefillWrapper does not support attention sinks"}
     for phase, backend, q in (("prefill", prefill, q_pre), ("decode", decode, q_dec)):
         if backend == "fa2" and q in FP8:
             return {**res, "accept": "refused", "refused_at": "first_request", "reason": f"{phase}: {FA2_FP8_QUERY}",
