@@ -105,15 +105,13 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
         # vLLM's --block-size is the KV manager's block: the kernels read pages of the largest kernel
         # size dividing it (v1/worker/utils.py select_common_block_size), so every divisor is a candidate.
         pages = tuple(p for p in sorted(set(page_domain(rs)) | {block}) if block % p == 0)
-        cand_base = {**base, PAGE_SIZE: None}
     else:
         pages = (block,) if block is not None else page_domain(rs)
-        cand_base = base
     selection = selection_for(rs, ref)
     auto = tuple(spec.auto_names)
     results: dict[str, list[CandidateResult]] = {}
     for phase in PHASES:
-        results[phase] = [run_candidate(checks, cand_base, phase, b, pages, trace, spec)
+        results[phase] = [run_candidate(checks, base, phase, b, pages, trace, spec, divides)
                           for b in candidates_for(rs, config, base["node.capability_major"], phase, selection, auto)]
         for r in results[phase]:
             entries.extend(r.trace)
