@@ -109,7 +109,9 @@ def base_context(config: AttentionConfig, node: NodeFacts) -> dict[str, Any]:
         "config.cascade": config.cascade,
         "config.batch_invariant": bi,
         "config.attention_backend": config.attention_backend,
-        "phase.query_dtype": None,
+        # the query dtype a phase runs with: the model dtype unless the engine layer quantizes it
+        # (run_candidate sets it per phase and backend from backends.yaml engines.<name>.query_dtype)
+        "phase.query_dtype": config.dtype,
         "node.capability": cap,
         "node.capability_major": cap // 10 if isinstance(cap, int) else None,
         "node.gpu_count": node.gpu_count.value,
