@@ -133,7 +133,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
                 message=f"no page size suits both prefill {p0.backend} and decode {d0.backend} (one KV cache)"))
         return PlanAnswer(status="rejected", node=node, config=config, plan=None, engine=ref,
                           violations=tuple(violations), notes=tuple(notes), trace=tuple(entries),
-                          rules_revision=rs.revision, engine_backend=engine_backend_for(spec, config, base, ref))
+                          rules_revision=rs.revision, engine_backend=engine_backend_for(spec, config, base, ref, ok=False))
 
     p, d, common = chosen
     if divides:
@@ -163,21 +163,28 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
                       engine_backend=engine_backend_for(spec, config, base, ref))
 
 
-def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any], ref: Any) -> Optional[EngineBackend]:
+def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any], ref: Any,
+                       ok: bool = True) -> Optional[EngineBackend]:
     """The engine's own backend choice when none is asked for (engines.<name>.engine_backend), in the
     engine's vocabulary; None for an engine layer without one (``flashinfer``: the kernels alone)."""
     choice = engine_rows.engine_choice(spec, base, config.is_mla)
     if choice is None:
         return None
     fi_name = choice.pop("flashinfer_name", None)
+    who = " ".join(x for x in (_DISPLAY.get(ref.name, ref.name), ref.version) if x)
+    what = "the plan below" if ok else "the answer below"
     if choice["runs_flashinfer"]:
-        note = f"{ref.name} {ref.version or ''} selects {choice['name']} here without --attention-backend: the plan below is what it runs"
+        note = f"{who} selects {choice['name']} here without --attention-backend: {what} is what it runs"
     elif choice["name"] == "none":
-        note = f"{ref.name} {ref.version or ''} finds no valid attention backend here without --attention-backend"
+        note = f"{who} finds no valid attention backend here without --attention-backend; {what} is for --attention-backend {fi_name}"
     else:
-        note = (f"{ref.name} {ref.version or ''} selects {choice['name']} here (not FlashInfer) without --attention-backend; "
-                f"the plan below is what it runs with --attention-backend {fi_name}")
-    return EngineBackend(**choice, note=" ".join(note.split()), flashinfer_backend_name=fi_name)
+        note = (f"{who} selects {choice['name']} here (not FlashInfer) without --attention-backend; "
+                f"{what} is what it runs with --attention-backend {fi_name}")
+    return EngineBackend(**choice, note=note, flashinfer_backend_name=fi_name)
+
+
+# How an engine's name is written for people (the data and the JSON keep the lower-case id).
+_DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
 
 
 def _choose(results: dict[str, list[CandidateResult]]) -> Any:
