@@ -17,6 +17,11 @@ from gpu_common import TOL, Batch, answer, derived_executor, prebuild, random_le
 pytestmark = pytest.mark.gpu
 
 CFG = dict(head_dim=128, num_qo_heads=16, num_kv_heads=4, kv_cache_dtype="fp8")
+# FA3's fp8 path runs both GEMMs in e4m3: besides the query, the softmax probabilities are rounded to e4m3
+# before P.V, which the float32 reference does not model. Bound: below e4m3's unit roundoff 2^-4 (no worse
+# than one rounding of every operand). Measured on the H100, first run: 2.4e-2 (log under
+# bench/logs/h100-2026-11-24a/). The bf16 tolerance TOL (1e-2) still holds for the 16-bit decode below.
+TOL_FP8 = 2.0 ** -4 * 0.75
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +51,9 @@ def test_fp8_query_prefill_matches_the_reference(fp8_plan, k_scale):
     err_bf16 = rel_err(out, b.reference())
     print(f"fp8-query prefill on {fp8_plan.backends()}, k_scale {k_scale}: rel err {err:.2e} "
           f"(vs a bf16-query reference {err_bf16:.2e})")
-    assert err <= TOL
+    assert err <= TOL_FP8
+    # the kernel computed with the quantized query: the e4m3-rounded reference is the closer one
+    assert err < err_bf16
 
 
 def test_mixed_batch_decode_keeps_its_16bit_query(fp8_plan):
