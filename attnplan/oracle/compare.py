@@ -62,6 +62,7 @@ class Exception_:
     fields: tuple[str, ...]
     match: dict[str, Any]
     source: str = ""
+    example: Optional[dict[str, Any]] = None
 
     def matches(self, case: Any, exp: dict[str, Any], got: dict[str, Any]) -> bool:
         for key, want in self.match.items():
@@ -90,7 +91,8 @@ def load_exceptions(path: Path = EXCEPTIONS_FILE) -> list[Exception_]:
         unknown = set(fields) - set(FIELDS)
         if unknown:
             raise ValueError(f"{path}: exception {raw['id']} names unknown fields {sorted(unknown)}")
-        out.append(Exception_(raw["id"], raw["reason"], fields, dict(raw["match"]), raw.get("source", "")))
+        out.append(Exception_(raw["id"], raw["reason"], fields, dict(raw["match"]), raw.get("source", ""),
+                              raw.get("example")))
     return out
 
 

@@ -31,6 +31,26 @@ def run(configs: int, seed: int, capabilities: tuple[int, ...] = CAPABILITIES) -
     return rows
 
 
+def examples() -> list[dict[str, Any]]:
+    """Each named exception's own example: the fields where vLLM and attnplan differ there (judged with
+    no exceptions), and whether that exception covers every one of them (it must, and there must be one)."""
+    from .cases import Case
+
+    out = []
+    for e in load_exceptions():
+        if e.example is None:
+            out.append({"id": e.id, "differ": [], "covered": False, "why": "no example"})
+            continue
+        case = Case(**e.example)
+        truth = vllm_truth.truth(case)
+        row = judge(case, truth, attnplan_fields(case), [])
+        differ = [f for f, v in row.verdicts.items() if v == "differ"]
+        covered = bool(differ) and all(f in e.fields for f in differ) and e.matches(case, row.exp, row.got)
+        out.append({"id": e.id, "differ": differ, "covered": covered,
+                    "vllm": {f: row.exp.get(f) for f in differ}, "attnplan": {f: row.got.get(f) for f in differ}})
+    return out
+
+
 def summary(rows: list[Row]) -> dict[str, Any]:
     per_field: dict[str, collections.Counter] = {f: collections.Counter() for f in FIELDS}
     per_cap: dict[int, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -82,7 +102,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--capability", action="append", help="limit to these capabilities (e.g. 9.0); repeatable")
     ap.add_argument("--json", action="store_true", help="the figures as JSON")
     ap.add_argument("--show", type=int, default=10, help="disagreements to print (default 10)")
+    ap.add_argument("--examples", action="store_true", help="re-run each named exception's example instead")
     args = ap.parse_args(argv)
+    if args.examples:
+        ex = examples()
+        if args.json:
+            print(json.dumps(ex, indent=2, default=str))
+        else:
+            for e in ex:
+                print(f"{'ok ' if e['covered'] else 'BAD'} {e['id']}: differs on {', '.join(e['differ']) or 'nothing'}"
+                      + (f" (vllm {e['vllm']}, attnplan {e['attnplan']})" if e.get("vllm") else ""))
+        return 0 if all(e["covered"] for e in ex) else 1
     caps = CAPABILITIES
     if args.capability:
         caps = tuple(int(float(c) * 10 + 0.5) for c in args.capability)
