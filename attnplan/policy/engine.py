@@ -172,14 +172,18 @@ def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any],
         return None
     fi_name = choice.pop("flashinfer_name", None)
     who = " ".join(x for x in (_DISPLAY.get(ref.name, ref.name), ref.version) if x)
-    what = "the plan below" if ok else "the answer below"
-    if choice["runs_flashinfer"]:
-        note = f"{who} selects {choice['name']} here without --attention-backend: {what} is what it runs"
-    elif choice["name"] == "none":
-        note = f"{who} finds no valid attention backend here without --attention-backend; {what} is for --attention-backend {fi_name}"
+    if choice["name"] == "none":
+        note = f"{who} finds no valid attention backend here without --attention-backend"
+        if ok:
+            note += f"; the plan below is for --attention-backend {fi_name}"
+    elif not ok:   # a rejection: say what vLLM picks, claim nothing about a plan
+        note = (f"{who} selects {choice['name']} here{'' if choice['runs_flashinfer'] else ' (not FlashInfer)'} "
+                "without --attention-backend")
+    elif choice["runs_flashinfer"]:
+        note = f"{who} selects {choice['name']} here without --attention-backend: the plan below is what it runs"
     else:
         note = (f"{who} selects {choice['name']} here (not FlashInfer) without --attention-backend; "
-                f"{what} is what it runs with --attention-backend {fi_name}")
+                f"the plan below is what it runs with --attention-backend {fi_name}")
     return EngineBackend(**choice, note=note, flashinfer_backend_name=fi_name)
 
 
