@@ -250,9 +250,12 @@ def test_hf_gemma2_softcap():
     c = config_from_hf(gemma2)
     assert c.logits_soft_cap == 50.0
     assert c.head_dim == 256 and c.sliding_window == 4096
-    # and the engine keeps soft-capped models off trtllm-gen (SPEC §3 trtllm.softcap)
-    a = policy.plan_for(c, policy.simulated_node("B200"))
+    # the kernel layer keeps soft-capped models off trtllm-gen (SPEC §3 trtllm.softcap) ...
+    a = policy.plan_for(c, policy.simulated_node("B200"), engine="flashinfer")
     assert a.ok and a.backends() == ("fa2", "fa2")
+    # ... vLLM 0.33 does not: it would drop the soft cap, so its layer refuses (issue 21)
+    v = policy.plan_for(c, policy.simulated_node("B200"))
+    assert not v.ok and "vllm.softcap-dropped" in {x.rule for x in v.violations}
 
 
 def test_hf_softcap_null_ignored():

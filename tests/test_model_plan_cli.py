@@ -250,9 +250,12 @@ def test_public_names():
 
 
 def test_layered_notes_carry_each_groups_fallbacks(capsys):
-    # Gemma-2 caps logits at 50: trtllm-gen (no soft-cap) is skipped in both groups on B200, and the
-    # top level says so once; each fallback names its group.
-    rc, d = plan_json(capsys, "gemma-2-9b", device="B200")
+    # Gemma-2 caps logits at 50: in the kernel layer trtllm-gen (no soft-cap) is skipped in both groups on
+    # B200, and the top level says so once; each fallback names its group. (vLLM 0.33 runs trtllm-gen anyway
+    # and drops the soft cap: its layer refuses, rule vllm.softcap-dropped - issue 21.)
+    rc, v = plan_json(capsys, "gemma-2-9b", device="B200")
+    assert rc == 1 and v["status"] == "rejected"
+    rc, d = plan_json(capsys, "gemma-2-9b", "--engine", "flashinfer", device="B200")
     assert rc == 0 and d["plan"] is None and len(d["layer_groups"]) == 2
     assert sum("trtllm.softcap" in n for n in d["notes"]) == 2  # prefill and decode, once each
     assert {f["group"] for f in d["fallbacks"]} == {0, 1} and all(f["skipped"] == "trtllm-gen" for f in d["fallbacks"])

@@ -345,7 +345,8 @@ def test_several_configs_from_yaml(services, capsys, monkeypatch, tmp_path):
     assert [c["name"] for c in data["query"]["configs"]] == ["llama", "gemma", "nvfp4", "kernel"]
     assert [c["engine"] for c in data["query"]["configs"]] == [None, None, None, "flashinfer"]
     h = by_name(data)[services["h100"]]
-    assert [c["status"] for c in h["results"]] == ["ok", "ok", "rejected", "ok"]
+    # gemma: vLLM 0.33 decodes with XQA on 9.0 and drops its soft cap (vllm.softcap-dropped, issue 21)
+    assert [c["status"] for c in h["results"]] == ["ok", "rejected", "rejected", "ok"]
     # the node planned each config for the engine layer asked: XQA decode under vLLM, fa2 for the kernel layer
     assert (h["results"][0]["decode"], h["results"][3]["decode"]) == ("xqa", "fa2")
     assert rc == 1

@@ -151,6 +151,22 @@ def major_of(node: NodeFacts) -> Optional[int]:
     return cap // 10 if cap is not None else None
 
 
+def spec_query(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], backend: Optional[str], engine: str) -> str:
+    """The phase's query dtype (issue 21): vLLM 0.33's FlashInferMetadataBuilder.get_q_data_type; the
+    flashinfer layer keeps the model dtype (fp8_e4m3 for trtllm-gen over nvfp4)."""
+    cap, major, kv = node.capability.value, major_of(node), kv_of(cfg)
+    if engine == "vllm":
+        if cfg.kv_lora_rank is None and kv in ("fp8_e4m3", "fp8_e5m2"):
+            if phase == "decode" and (cap == 90 or major == 12):
+                return cfg.dtype
+            if cap == 90 or major == 10:
+                return kv
+        if kv == "nvfp4" and major == 10:
+            return "fp8_e4m3"
+        return cfg.dtype
+    return "fp8_e4m3" if kv == "nvfp4" and backend == "trtllm-gen" else cfg.dtype
+
+
 def spec_pair(cfg: AttentionConfig, node: NodeFacts, engine: str) -> set[str]:
     cap, major = node.capability.value, major_of(node)
     out = set()
@@ -168,13 +184,23 @@ def spec_pair(cfg: AttentionConfig, node: NodeFacts, engine: str) -> set[str]:
             out.add("vllm.nvfp4")
         if cfg.sinks and not (cap == 90 or major in (10, 12)):
             out.add("vllm.sinks")
+        # vLLM's XQA / trtllm-gen paths pass no soft cap (issue 21)
+        if cfg.logits_soft_cap is not None and not batch_invariant(cfg, node) and vllm_gate(node):
+            if major == 10 or ((cap == 90 or major == 12) and 16 <= qk <= 256 and qk % 16 == 0
+                               and cfg.dcp_world_size == 1 and not (kv_of(cfg) == "nvfp4" and cap == 90)):
+                out.add("vllm.softcap-dropped")
+        mla = cfg.kv_lora_rank is not None
+        if (cfg.attention_backend == "flashinfer" and mla) or (cfg.attention_backend == "flashinfer-mla" and not mla):
+            out.add("vllm.backend-kind")
+        if mla and (major != 10 or cfg.qk_nope_head_dim not in (64, 128, 192)):
+            out.add("vllm.mla-backend")
     return out
 
 
 def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str, engine: str) -> set[str]:
     """Page-independent candidate rules for one backend in one phase."""
     cap, major = node.capability.value, major_of(node)
-    q, kv, mla = cfg.dtype, kv_of(cfg), cfg.kv_lora_rank is not None
+    q, kv, mla = spec_query(cfg, node, phase, backend, engine), kv_of(cfg), cfg.kv_lora_rank is not None
     qk, vo = dims(cfg)
     g = group(cfg)
     trt = backend in TRT_FAMILY
@@ -273,6 +299,9 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         if cfg.sinks and ((phase == "decode" and backend not in ("xqa", "trtllm-gen"))
                           or (phase == "prefill" and major == 10 and backend != "trtllm-gen")):
             v.add("vllm.sinks")
+        if phase == "prefill" and backend == "trtllm-gen" and cfg.dcp_world_size > 1 and not (
+                cfg.kv_cache_dtype in ("auto", "fp16", "bf16") and cfg.sliding_window is None and cfg.logits_soft_cap is None):
+            v.add("vllm.dcp-prefill")
     return v
 
 
@@ -297,8 +326,17 @@ def spec_page_ok(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str
     return ok
 
 
+def spec_pages(cfg: AttentionConfig, engine: str) -> tuple[int, ...]:
+    """The kernel pages tried: vLLM's --block-size runs on the largest kernel page dividing it (issue 21)."""
+    if cfg.page_size is None:
+        return DOMAIN
+    if engine == "vllm":
+        return tuple(p for p in sorted(set(DOMAIN) | {cfg.page_size}) if cfg.page_size % p == 0)
+    return (cfg.page_size,)
+
+
 def spec_valid_pages(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str, engine: str) -> set[int]:
-    pages = (cfg.page_size,) if cfg.page_size is not None else DOMAIN
+    pages = spec_pages(cfg, engine)
     return {p for p in pages if spec_page_ok(cfg, node, backend, phase, p, engine)}
 
 
@@ -310,7 +348,7 @@ FORCE_MLA = {"fa2": ("fa2", "fa2-mla"), "fa2-mla": ("fa2", "fa2-mla"), "fa3": ("
 
 def spec_candidates(cfg: AttentionConfig, node: NodeFacts, phase: str, engine: str) -> list[str]:
     mla = cfg.kv_lora_rank is not None
-    if cfg.attention_backend != "auto":
+    if cfg.attention_backend not in ("auto", "flashinfer", "flashinfer-mla"):
         if mla:
             return [FORCE_MLA[cfg.attention_backend][0 if phase == "prefill" else 1]]
         if cfg.attention_backend == "xqa":
@@ -318,8 +356,9 @@ def spec_candidates(cfg: AttentionConfig, node: NodeFacts, phase: str, engine: s
         return [cfg.attention_backend]
     major = major_of(node)
     if mla:
-        if major == 10:
-            return {"prefill": ["trtllm-ragged", "fa2"], "decode": ["trtllm-gen-mla", "fa2-mla"]}[phase]
+        if major == 10:   # vLLM's FLASHINFER_MLA decodes with trtllm-gen only
+            return {"prefill": ["trtllm-ragged", "fa2"],
+                    "decode": ["trtllm-gen-mla"] if engine == "vllm" else ["trtllm-gen-mla", "fa2-mla"]}[phase]
         if major == 9:
             return {"prefill": ["fa3", "fa2"], "decode": ["fa3-mla", "fa2-mla"]}[phase]
         return ["fa2"] if phase == "prefill" else ["fa2-mla"]
@@ -343,13 +382,15 @@ def spec_expect(cfg: AttentionConfig, node: NodeFacts, engine: str) -> Optional[
         for d in ok["decode"]:
             common = spec_valid_pages(cfg, node, p, "prefill", engine) & spec_valid_pages(cfg, node, d, "decode", engine)
             if common:
-                return p, d, cfg.page_size if cfg.page_size is not None else min(common)
+                if cfg.page_size is None:
+                    return p, d, min(common)
+                return p, d, max(common) if engine == "vllm" else cfg.page_size
     return None
 
 
 # -- the rule data, re-checked with a context built here ---------------------------------
 def fact_context(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], backend: Optional[str],
-                 page: Optional[int]) -> dict[str, Any]:
+                 page: Optional[int], engine: str = "vllm") -> dict[str, Any]:
     cap = node.capability.value
     qk, vo = dims(cfg)
     ctx: dict[str, Any] = {
@@ -361,6 +402,8 @@ def fact_context(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], ba
         "config.is_mla": cfg.kv_lora_rank is not None,
         "config.batch_invariant": batch_invariant(cfg, node),
         "node.capability": cap, "node.capability_major": cap // 10 if cap is not None else None,
+        "config.attention_backend": cfg.attention_backend,
+        "phase.query_dtype": spec_query(cfg, node, phase, backend, engine) if phase is not None else None,
     }
     for f in ("num_qo_heads", "dtype", "kv_cache_dtype", "sliding_window", "logits_soft_cap", "sinks",
               "num_speculative_tokens", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
@@ -387,7 +430,7 @@ def recheck_with_rule_data(cfg: AttentionConfig, node: NodeFacts, prefill: str, 
                        if (check.backends is None or b in check.backends)
                        and (check.phases is None or ph in check.phases)]
         for ph, b in targets:
-            ctx = fact_context(cfg, node, ph, b, page)
+            ctx = fact_context(cfg, node, ph, b, page, name)
             if check.when is not None and not check.when.test(ctx):
                 continue
             if not check.require.test(ctx):
@@ -526,8 +569,12 @@ def test_layout_and_page_size(cfg, node, engine):
         assert page == min(x for x in DOMAIN if spec_page_ok(cfg, node, p, "prefill", x, e)
                            and spec_page_ok(cfg, node, d, "decode", x, e))
         assert any("page_size" in n for n in a.notes)
+    elif e == "vllm":   # the block runs on the largest kernel page dividing it (select_common_block_size)
+        assert cfg.page_size % page == 0 and plan.kv_cache.block_size == cfg.page_size
+        assert page == max(x for x in spec_pages(cfg, e) if spec_page_ok(cfg, node, p, "prefill", x, e)
+                           and spec_page_ok(cfg, node, d, "decode", x, e))
     else:
-        assert page == cfg.page_size
+        assert page == cfg.page_size and plan.kv_cache.block_size is None
     mla = cfg.kv_lora_rank is not None
     for ph, phase in ((plan.prefill, "prefill"), (plan.decode, "decode")):
         kernels = [m for m in ph.modules if m.params["kernel"] != "merge_state"]

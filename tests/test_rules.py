@@ -283,6 +283,9 @@ def test_page_size_native_any_in_flashinfer_but_vllm_takes_16_32_64(page):
     k = run(cfg(page_size=page), simulated_node("A100"), FI)
     assert k.ok and k.plan.kv_cache.page_size == page
     a = run(cfg(page_size=page), simulated_node("A100"))
+    if page % 16 == 0:   # issue 21: a multiple of a kernel page is a valid vLLM block, run on kernel pages of 64
+        assert a.ok and (a.plan.kv_cache.block_size, a.plan.kv_cache.page_size) == (page, 64)
+        return
     assert a.status == "rejected"
     found = viols(a, "vllm.page-size", "decode", "fa2")     # the list check, and "over 64 needs trtllm-gen decode"
     assert found and all(v.layer == "engine" for v in found)
@@ -299,25 +302,27 @@ def test_page_size_trtllm_accepts_128():
     assert_passes(a, "page-size", "prefill", TRT)
 
 
-def test_page_size_128_forced_fa2_on_b200_rejected():
-    # vLLM asserts pages > 64 only with trtllm-gen decode (FlashInferMetadataBuilder)
+def test_page_size_128_forced_fa2_on_b200_runs_kernel_pages_of_64():
+    # vLLM asserts kernel pages > 64 only with trtllm-gen decode (FlashInferMetadataBuilder); a block of 128
+    # runs fa2 on kernel pages of 64 (issue 21: select_common_block_size)
     a = run(cfg(page_size=128, attention_backend="fa2"), simulated_node("B200"))
-    assert a.status == "rejected"
-    v = the_violation(a, "vllm.page-size", "decode", "fa2")
-    assert obs(v, "config.page_size") == "128"
-    assert run(cfg(page_size=128, attention_backend="fa2"), simulated_node("B200"), FI).ok
+    assert a.ok and (a.plan.kv_cache.block_size, a.plan.kv_cache.page_size) == (128, 64)
+    assert_passes(a, "vllm.page-size", "decode", "fa2")
+    assert run(cfg(page_size=128, attention_backend="fa2"), simulated_node("B200"), FI).plan.kv_cache.page_size == 128
 
 
 def test_page_size_trtllm_large_pages_for_gqa_only():
     gqa = run(cfg(page_size=256), simulated_node("B200"))
     assert gqa.ok and gqa.backends() == (TRT, TRT)
-    a = run(cfg(page_size=256, num_kv_heads=32), simulated_node("B200"))      # MHA: no large pages
+    mha = run(cfg(page_size=256, num_kv_heads=32), simulated_node("B200"))    # MHA: no large kernel pages
+    assert mha.ok and mha.plan.kv_cache.page_size == 64                         # vLLM: block 256 on pages of 64
+    a = run(cfg(page_size=256, num_kv_heads=32, attention_backend=TRT), simulated_node("B200"), FI)
     assert a.status == "rejected"
     v = the_violation(a, "page-size", "prefill", TRT)
     assert obs(v, "config.page_size") == "256"
     assert "128" in v.required
-    # fa2 was the next candidate and is listed too (every candidate, every rule).
-    assert the_violation(a, "vllm.page-size", "prefill", "fa2")
+    # forced: trtllm-gen alone is tried (the kernel layer has no vllm.page-size)
+    assert not viols(a, "vllm.page-size")
 
 
 # -- fa3.arch / fa3.dtype ----------------------------------------------------------------
@@ -369,19 +374,22 @@ def test_fa3_dtype_same_dtype_passes():
 
 @pytest.mark.parametrize("kv,seen", [("fp8", "fp8_e4m3"), ("fp8_e5m2", "fp8_e5m2"), ("fp16", "fp16")])
 def test_fa3_dtype_mixed_precision_rejected_when_forced(kv, seen):
-    a = run(cfg(dtype="bf16", kv_cache_dtype=kv, attention_backend="fa3"), simulated_node("H100"))
+    # the kernel layer: the query stays bf16 (vLLM quantizes it for fp8 KV: test_engine_layers.py)
+    a = run(cfg(dtype="bf16", kv_cache_dtype=kv, attention_backend="fa3"), simulated_node("H100"), FI)
     assert a.status == "rejected"
     v = the_violation(a, "fa3.dtype", "prefill", "fa3")
     assert obs(v) == seen
-    assert "config.dtype" in v.required
+    assert "phase.query_dtype" in v.required
 
 
 def test_fa3_dtype_auto_falls_back_to_fa2_with_note():
+    # vLLM 0.33 quantizes the prefill query to fp8 over an fp8 cache on 9.0, so fa3 runs (issue 21);
+    # the kernel layer keeps a bf16 query, which fa3 refuses over fp8 KV
     a = run(cfg(kv_cache_dtype="fp8"), simulated_node("H100"))
-    assert a.ok
-    assert a.backends() == ("fa2", "xqa")
-    assert run(cfg(kv_cache_dtype="fp8"), simulated_node("H100"), FI).backends() == ("fa2", "fa2")
-    assert any("fa3.dtype" in n and n.startswith("prefill") for n in a.notes), a.notes
+    assert a.ok and a.backends() == ("fa3", "xqa") and a.plan.prefill.query_dtype == "float8_e4m3fn"
+    k = run(cfg(kv_cache_dtype="fp8"), simulated_node("H100"), FI)
+    assert k.backends() == ("fa2", "fa2")
+    assert any("fa3.dtype" in n and n.startswith("prefill") for n in k.notes), k.notes
 
 
 # -- trtllm.family -----------------------------------------------------------------------
@@ -627,9 +635,12 @@ def test_trtllm_kv_dtype_rejects_e5m2():
 
 
 def test_trtllm_kv_dtype_e5m2_auto_runs_native():
-    a = run(cfg(kv_cache_dtype="fp8_e5m2"), simulated_node("B200"))
+    a = run(cfg(kv_cache_dtype="fp8_e5m2"), simulated_node("B200"), FI)
     assert a.ok and a.backends() == ("fa2", "fa2")
     assert any("trtllm.kv-dtype" in n for n in a.notes)
+    # vLLM 0.33 quantizes the query to e5m2 and fa2 refuses an fp8 query (issue 21)
+    v = run(cfg(kv_cache_dtype="fp8_e5m2"), simulated_node("B200"))
+    assert v.status == "rejected" and viols(v, "dtype.query", "prefill", "fa2")
 
 
 # -- trtllm.softcap ----------------------------------------------------------------------
@@ -647,8 +658,10 @@ def test_trtllm_softcap_rejected():
 
 
 def test_trtllm_softcap_auto_runs_native():
-    a = run(cfg(logits_soft_cap=30.0), simulated_node("B300"))
+    a = run(cfg(logits_soft_cap=30.0), simulated_node("B300"), FI)
     assert a.ok and a.backends() == ("fa2", "fa2")
+    # vLLM 0.33 runs trtllm-gen anyway and drops the soft cap: a rejection (issue 21)
+    assert viols(run(cfg(logits_soft_cap=30.0), simulated_node("B300")), "vllm.softcap-dropped")
 
 
 # -- kv.dtype ----------------------------------------------------------------------------
@@ -811,7 +824,11 @@ def test_sinks_off_passes_native():
     ("H100", ("fa3", "fa3-mla")), ("A100", ("fa2", "fa2-mla")), ("RTX PRO 6000", ("fa2", "fa2-mla")),
 ])
 def test_mla_selection(dev, expected):
-    a = run(mla(), simulated_node(dev))
+    # vLLM 0.33 serves FlashInfer MLA on 10.x only (FLASHINFER_MLA; issue 21): elsewhere the kernel layer
+    vllm_serves = dev.startswith("B")
+    if not vllm_serves:
+        assert viols(run(mla(), simulated_node(dev)), "vllm.mla-backend")
+    a = run(mla(), simulated_node(dev), None if vllm_serves else FI)
     assert a.ok, a.violations
     assert a.backends() == expected
     assert a.plan.kv_cache.mla
@@ -823,7 +840,7 @@ def test_mla_trtllm_page_size_unset_is_32():
 
 
 def test_mla_native_page_size_unset_is_16():
-    a = run(mla(), simulated_node("A100"))
+    a = run(mla(), simulated_node("A100"), FI)
     assert a.plan.kv_cache.page_size == 16
 
 
@@ -838,9 +855,9 @@ def test_mla_family_off_10x():
 def test_mla_dims_kv_lora_rank():
     # Native MLA decode runs kv_lora_rank 128, 256 and 512 (128 and 256 measured on the H100 by
     # attnplan verify); other ranks are refused
-    assert run(mla(kv_lora_rank=256), simulated_node("A100")).ok
-    assert run(mla(kv_lora_rank=128), simulated_node("A100")).ok
-    a = run(mla(kv_lora_rank=384), simulated_node("A100"))
+    assert run(mla(kv_lora_rank=256), simulated_node("A100"), FI).ok
+    assert run(mla(kv_lora_rank=128), simulated_node("A100"), FI).ok
+    a = run(mla(kv_lora_rank=384), simulated_node("A100"), FI)
     assert a.status == "rejected"
     v = the_violation(a, "mla.dims", "decode", "fa2-mla")
     assert obs(v) == "384"
@@ -890,7 +907,10 @@ def test_mla_page_size_trtllm_accepts(page):
 
 @pytest.mark.parametrize("page", [16, 128])
 def test_mla_page_size_trtllm_rejects(page):
-    a = run(mla(page_size=page, attention_backend=TRT), simulated_node("B200"))
+    # the kernel layer: pages of 32/64 only (vLLM runs a block of 128 on kernel pages of 64)
+    if page == 128:
+        assert run(mla(page_size=page, attention_backend=TRT), simulated_node("B200")).plan.kv_cache.page_size == 64
+    a = run(mla(page_size=page, attention_backend=TRT), simulated_node("B200"), FI)
     assert a.status == "rejected"
     v = the_violation(a, "mla.page-size", "decode", "trtllm-gen-mla")
     assert obs(v) == str(page)
@@ -899,16 +919,18 @@ def test_mla_page_size_trtllm_rejects(page):
 
 def test_mla_page_size_native_takes_128():
     # measured on the H100 (attnplan verify): the native MLA wrapper reads pages of 128
-    a = run(mla(page_size=128), simulated_node("A100"))
+    a = run(mla(page_size=128), simulated_node("A100"), FI)
     assert a.ok and a.plan.kv_cache.page_size == 128 and a.plan.decode.backend == "fa2-mla"
 
 
 def test_mla_page_size_16_trtllm_ragged_not_chosen():
     # SPEC §3 mla.*: trtllm-ragged needs page 32/64 like trtllm-gen-mla (it reads the same cache),
     # so page 16 on 10.x falls back to native MLA in both phases.
-    a = run(mla(page_size=16), simulated_node("B200"))
+    a = run(mla(page_size=16), simulated_node("B200"), FI)
     assert a.ok
     assert a.backends() == ("fa2", "fa2-mla")
+    # vLLM's FLASHINFER_MLA takes blocks of 32/64 (and their multiples) only, and never decodes natively
+    assert run(mla(page_size=16), simulated_node("B200")).status == "rejected"
     assert a.plan.kv_cache.layout == "NHD"
     forced = run(mla(page_size=16, attention_backend=TRT), simulated_node("B200"))
     v = the_violation(forced, "mla.page-size", "prefill", "trtllm-ragged")
@@ -963,13 +985,13 @@ def test_mla_ragged_dims_rejected_when_forced():
 
 
 def test_mla_prefill_dims_native():
-    ok = run(mla(), simulated_node("A100"))
+    ok = run(mla(), simulated_node("A100"), FI)
     assert_passes(ok, "mla.prefill-dims", "prefill", "fa2")
     # (128, 128) measured on the H100 (attnplan verify), (192, 128) is DeepSeek's
-    assert run(mla(qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=128), simulated_node("A100")).ok
+    assert run(mla(qk_nope_head_dim=64, qk_rope_head_dim=64, v_head_dim=128), simulated_node("A100"), FI).ok
     # (256, 128) on fa2 measured too; vo 256 is refused
-    assert run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=128), simulated_node("A100")).ok
-    a = run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256), simulated_node("A100"))
+    assert run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=128), simulated_node("A100"), FI).ok
+    a = run(mla(qk_nope_head_dim=192, qk_rope_head_dim=64, v_head_dim=256), simulated_node("A100"), FI)
     assert a.status == "rejected"
     v = the_violation(a, "mla.prefill-dims", "prefill", "fa2")
     assert "256" in obs(v)
@@ -1002,7 +1024,7 @@ def test_mla_native_needs_sm80():
 
 def test_mla_fa3_mla_on_hopper():
     # native MLA on 9.x with a 16-bit cache runs fa3 / fa3-mla; fa3-mla needs 9.x (fa3.arch)
-    a = run(mla(), simulated_node("H100"))
+    a = run(mla(), simulated_node("H100"), FI)
     assert_passes(a, "fa3.arch", "decode", "fa3-mla")
     assert_passes(a, "mla.kv-dtype", "decode", "fa3-mla")
 
@@ -1014,8 +1036,8 @@ def test_rejection_lists_every_violated_rule_not_the_first():
     for phase in ("prefill", "decode"):
         rules = {v.rule for v in a.violations if v.phase == phase and v.backend == "fa3"}
         assert {"fa3.arch", "head-size", "kv.dtype", "vllm.head-size", "vllm.nvfp4"} <= rules, rules
-        if phase == "decode":
-            assert "vllm.page-size" in rules                  # pages over 64 only with trtllm-gen decode
+        if phase == "decode":                             # block 128 runs on kernel pages of 64 (issue 21)
+            assert "vllm.page-size" not in rules
         layers = {v.layer for v in a.violations if v.phase == phase}
         assert layers == {"kernel", "engine"}
 
@@ -1069,13 +1091,11 @@ def test_suggestion_batch_invariant_off_from_env():
 
 
 def test_suggestion_page_size_for_forced_native():
-    config, node = cfg(page_size=128, attention_backend="fa2"), simulated_node("B200")
+    config, node = cfg(page_size=8, attention_backend="fa2"), simulated_node("B200")   # no kernel page divides 8
     a = run(config, node)
     got = suggested(a)
     for page in (16, 32, 64):
         assert got[("page_size", page)] == ("fa2", "fa2")
-    assert ("page_size", 256) not in got
-    assert got[("attention_backend", "auto")] == (TRT, TRT)
     assert_verified(config, node, a)
 
 

@@ -290,7 +290,8 @@ def test_seed002_forced_fa2_with_512_needs_jit_auto_runs_trtllm_on_b200():
 @pytest.mark.parametrize("dev", ["B200", "H100", "A100", "RTX PRO 6000"])
 @pytest.mark.parametrize("kv,view", [("fp8", "float8_e4m3fn"), ("fp8_e4m3", "float8_e4m3fn"), ("fp8_e5m2", "float8_e5m2")])
 def test_seed002_fp8_views_are_float8_never_nvfp4(dev, kv, view):
-    a = require_plan(cfg(kv_cache_dtype=kv), simulated_node(dev))
+    # the kernel layer: vLLM 0.33 quantizes the query over fp8 on 9.0/10.x (test_engine_layers.py, issue 21)
+    a = require_plan(cfg(kv_cache_dtype=kv), simulated_node(dev), engine="flashinfer")
     plan = a.plan
     assert plan.kv_cache.storage_dtype == "uint8"
     assert plan.kv_cache.view_dtype == view

@@ -68,7 +68,8 @@ def test_flashinfer_mla_forces_trtllm_gen_mla(capsys):
     rc, out, _err = cli(capsys, "plan", "--device", "B200", "--model", DSV3, "--attention-backend", "FLASHINFER_MLA",
                         "--json", "--no-trace")
     data = json.loads(out)
-    assert data["config"]["attention_backend"] == "trtllm-gen-mla"
+    # vLLM's FLASHINFER_MLA: FlashInfer MLA decode, with vLLM's own MLA prefill choice (issue 21)
+    assert data["config"]["attention_backend"] == "flashinfer-mla"
     if rc == 0:
         assert data["plan"]["decode"]["backend"] == "trtllm-gen-mla"
 

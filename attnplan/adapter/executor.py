@@ -20,9 +20,10 @@ from typing import Any, Callable, Optional
 from attnplan.policy import NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError
 
 from . import kv_cache as kvc
-from .dtypes import is_float8, torch_dtype
+from .dtypes import torch_dtype
 from .metadata import StepInput, StepMetadata, build_step, pinned_int32
 from .params import AttentionParams
+from .query_quant import quantize_query
 from .startup import check_plan
 
 
@@ -99,14 +100,8 @@ class AttentionExecutor:
         kvc.append(cache, step.slots, latent, pages_offsets=_parts(step))
 
     def _query(self, q: Any, phase: str, q_scale: float) -> Any:
-        want = getattr(self.plan, phase).query_dtype
-        if is_float8(want) and q.dtype != torch_dtype(want):
-            # nvfp4 KV on trtllm-gen takes an fp8 query (SPEC §5); q_scale folds back in bmm1.
-            import torch
-
-            limit = torch.finfo(torch_dtype(want)).max
-            return (q.float() / q_scale).clamp(-limit, limit).to(torch_dtype(want))
-        return q
+        # The phase's query dtype (fp8 for vLLM's fa3 prefill / trtllm-gen over fp8 or nvfp4 KV): query_quant.py.
+        return quantize_query(q, getattr(self.plan, phase).query_dtype, q_scale)
 
     def forward(self, step: StepMetadata, q: Any, cache: kvc.PagedKVCache, out: Optional[Any] = None, *,
                 k_scale: float = 1.0, v_scale: float = 1.0, sinks: Optional[Any] = None) -> Any:

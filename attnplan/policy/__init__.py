@@ -13,6 +13,7 @@ Imports neither torch nor flashinfer.
 
 from .answer import (
     BatchMetadata,
+    EngineBackend,
     EngineRef,
     Fallback,
     JitModule,
@@ -72,7 +73,7 @@ __all__ = [
     "local_node", "probe_node", "ProbeIO", "NodeCache", "catalog", "Catalog", "Device",
     "config_from_hf", "fields_from_hf", "read_model_config", "make_config",
     "evaluate", "suggestions_for", "apply_suggestion", "default_ruleset", "load_rules", "page_domain", "RuleSet",
-    "evaluate_candidate", "CandidateResult", "resolve_engine", "engine_names", "EngineRef", "Fallback",
+    "evaluate_candidate", "CandidateResult", "resolve_engine", "engine_names", "EngineRef", "EngineBackend", "Fallback",
     "needs_artifactory_check", "node_json", "explain", "Explanation", "capability_matrix", "matrix_markdown",
     "plan_model", "ModelPlanAnswer", "GroupPlan", "KVCacheGroupsPlan", "KVCacheGroup", "explain_groups",
     "LayerGroup", "ModelLayers", "layer_groups", "read_layers", "compact_layers",

@@ -73,14 +73,20 @@ class EngineRef(BaseModel):
 
 
 class EngineBackend(BaseModel):
-    """The serving engine's own backend pick, in its vocabulary (SPEC §11), and whether it runs FlashInfer."""
+    """The serving engine's own attention-backend choice for this node and config when none is asked
+    for, in the engine's vocabulary (vLLM: FLASH_ATTN, FLASHINFER, FLASHINFER_MLA, TRITON_MLA, ...;
+    SGLang: fa3, trtllm_mha, flashinfer, triton, ...). Generic over engines: vLLM's is read from
+    backends.yaml engines.vllm.engine_backend, SGLang's from its resolver (attnplan/sglang/resolve.py);
+    ``None`` on an answer for an engine layer without one."""
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
-    runs_flashinfer: bool
-    source: str = ""
-    note: str = ""
+    name: str = Field(description="the engine's backend name, or 'none' when it finds no valid backend")
+    runs_flashinfer: bool = Field(description="whether that backend runs the FlashInfer kernels this plan describes")
+    source: str = Field("", description="the engine code the choice is read from")
+    note: str = Field("", description="one line for the user: what the engine picks and what the plan below is")
+    flashinfer_backend_name: Optional[str] = Field(
+        None, description="the engine's name for its FlashInfer backend (what --attention-backend takes to run this plan)")
 
 
 class Coercion(BaseModel):
@@ -176,6 +182,9 @@ class KVCachePlan(BaseModel):
     nvfp4_scale_dtype: Optional[str] = None
     nvfp4_block_size: Optional[int] = None
     page_valid_sizes: tuple[int, ...] = ()
+    block_size: Optional[int] = Field(
+        None, description="the engine's KV block (vLLM --block-size) when it differs in kind from the kernel page: "
+                          "page_size is then the largest kernel page dividing it")
 
 
 class BatchMetadata(BaseModel):
@@ -234,6 +243,8 @@ class PlanAnswer(BaseModel):
     suggestions: tuple[Suggestion, ...] = ()
     fallbacks: tuple[Fallback, ...] = ()
     engine: EngineRef = EngineRef()
+    engine_backend: Optional[EngineBackend] = Field(
+        None, description="what the engine selects for this node and config when no backend is asked for")
     notes: tuple[str, ...] = ()
     trace: tuple[TraceEntry, ...] = ()
     rules_revision: str = ""

@@ -7,12 +7,14 @@ FlashInfer / TRTLLM-gen kernels only, so only the FlashInfer names map; every ot
 refused with one line saying so (never a silent ``auto``).
 
 Decisions (each cites the vLLM code it mirrors):
-- ``FLASHINFER`` -> ``auto``: vLLM's FlashInfer backend itself chooses between FlashInfer's FA2/FA3
-  wrappers and the TRTLLM-gen kernels per phase (v1/attention/backends/flashinfer.py,
-  ``use_trtllm_attention`` in utils/flashinfer.py), so forcing one kernel would misstate it;
-  ``auto`` lets the rules choose among the FlashInfer kernels exactly as vLLM does.
-- ``FLASHINFER_MLA`` -> ``trtllm-gen-mla``: its decode is ``trtllm_batch_decode_with_kv_cache_mla``
-  (v1/attention/backends/mla/flashinfer_mla.py).
+- ``FLASHINFER`` -> ``flashinfer``: vLLM's FlashInfer backend itself chooses between FlashInfer's
+  FA2/FA3 wrappers and the TRTLLM-gen kernels per phase (v1/attention/backends/flashinfer.py,
+  ``use_trtllm_attention`` in utils/flashinfer.py), so it selects with the engine's own order like
+  ``auto`` (backends.yaml ``engines.*.auto_names``) - but it is kept, because vLLM refuses it for an MLA
+  model (``validate_configuration``: "MLA not supported"; rule ``vllm.backend-kind``).
+- ``FLASHINFER_MLA`` -> ``flashinfer-mla``: FlashInfer MLA decode with vLLM's own MLA prefill choice
+  (v1/attention/backends/mla/flashinfer_mla.py; prefill: ``get_mla_prefill_backend_cls``), refused for
+  a standard model.
 - ``TRTLLM_RAGGED`` -> ``trtllm-ragged``: the MLA prefill backend
   (v1/attention/backends/mla/prefill/trtllm_ragged.py); in ``vllm serve`` it is chosen with
   ``--attention-config '{"mla_prefill_backend": "TRTLLM_RAGGED"}'``.
@@ -27,8 +29,8 @@ from .errors import InvalidInputError
 
 # vLLM enum name -> attnplan backend choice.
 VLLM_TO_ATTNPLAN: dict[str, str] = {
-    "FLASHINFER": "auto",
-    "FLASHINFER_MLA": "trtllm-gen-mla",
+    "FLASHINFER": "flashinfer",
+    "FLASHINFER_MLA": "flashinfer-mla",
     "TRTLLM_RAGGED": "trtllm-ragged",
 }
 

@@ -91,6 +91,7 @@ class CandidateResult:
     violations: list[Violation] = field(default_factory=list)
     pages: tuple[int, ...] = ()
     trace: list[TraceEntry] = field(default_factory=list)
+    query_dtype: Optional[str] = None   # the query dtype this phase runs with (engine_rows.query_dtype)
 
     @property
     def ok(self) -> bool:
@@ -98,11 +99,19 @@ class CandidateResult:
 
 
 def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, backend: str,
-                  pages: tuple[int, ...], with_trace: bool) -> CandidateResult:
-    """The candidate-scope checks over one (phase, backend); page-reading checks keep the sizes that pass."""
+                  pages: tuple[int, ...], with_trace: bool, engine_spec: Any = None,
+                  block_divides: bool = False) -> CandidateResult:
+    """The candidate-scope checks over one (phase, backend); page-reading checks keep the sizes that pass.
+    ``engine_spec``: the engine layer's data, which decides the phase's query dtype (``phase.query_dtype``).
+    ``block_divides``: the asked page is an engine block, served by any kernel page in ``pages`` (its
+    divisors): a page check fails only when no such page passes (messages still show the block)."""
+    from . import engine_rows
+
     ctx = dict(base)
     ctx["phase"], ctx["backend"] = phase, backend
-    res = CandidateResult(phase, backend)
+    q = engine_rows.query_dtype(engine_spec, ctx) if engine_spec is not None else ctx["config.dtype"]
+    ctx["phase.query_dtype"] = q
+    res = CandidateResult(phase, backend, query_dtype=q)
     page_checks: list[Check] = []
     for check in checks:
         if check.scope != "candidate" or not check.applies_to(backend, phase):
@@ -132,13 +141,15 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
             if with_trace:
                 res.trace.append(trace_entry(check, ctx, phase, backend, "skip"))
             continue
-        passed = bool(ok_pages) if fixed is None else check.require.test(ctx)
+        passed = bool(ok_pages) if fixed is None or block_divides else check.require.test(ctx)
         if not passed:
             res.violations.append(violation(check, ctx, phase, backend))
         if with_trace:
             entry = trace_entry(check, ctx, phase, backend, "pass" if passed else "fail")
             if fixed is None:
                 entry = dataclasses.replace(entry, inputs={**entry.inputs, PAGE_SIZE: f"unset (valid: {', '.join(map(str, ok_pages)) or 'none'})"})
+            elif block_divides:
+                entry = dataclasses.replace(entry, inputs={**entry.inputs, PAGE_SIZE: f"block {fixed} (kernel pages dividing it that pass: {', '.join(map(str, ok_pages)) or 'none'})"})
             res.trace.append(entry)
     return res
 
@@ -152,7 +163,13 @@ def evaluate_candidate(config: AttentionConfig, node: NodeFacts, phase: str, bac
 
     rs = ruleset or default_ruleset()
     ref = resolve_engine(engine, node, rs)
+    spec = rs.engines.get(ref.name)
+    block = config.page_size
+    divides = block is not None and spec is not None and spec.kernel_page == "largest_divisor"
     if pages is None:
-        pages = (config.page_size,) if config.page_size is not None else page_domain(rs)
+        if divides:
+            pages = tuple(p for p in sorted(set(page_domain(rs)) | {block}) if block % p == 0)  # type: ignore[operator]
+        else:
+            pages = (block,) if block is not None else page_domain(rs)
     return run_candidate(active_checks(rs, ref, node.flashinfer_version.value), base_context(config, node),
-                         phase, backend, pages, trace)
+                         phase, backend, pages, trace, spec, divides)

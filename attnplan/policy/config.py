@@ -15,13 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 QueryDType = Literal["fp16", "bf16", "fp32", "fp8_e4m3"]
 KVCacheDType = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
 Backend = Literal[
-    "auto", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
+    "auto", "flashinfer", "flashinfer-mla", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
 ]
 
 QUERY_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8_e4m3")
 KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4")
 BACKEND_CHOICES: tuple[str, ...] = (
-    "auto", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged",
+    "auto", "flashinfer", "flashinfer-mla", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged",
 )
 
 _DTYPE_ALIASES = {
@@ -108,7 +108,7 @@ class AttentionConfig(BaseModel):
             from .backend_names import backend_choice
 
             s = str(backend_choice(v)).strip().lower().replace("_", "-")
-            return {"flashinfer": "auto", "trtllm": "trtllm-gen", "fa2mla": "fa2-mla"}.get(s, s)
+            return {"trtllm": "trtllm-gen", "fa2mla": "fa2-mla"}.get(s, s)
         return v
 
     @model_validator(mode="after")

@@ -10,7 +10,8 @@ import functools
 from pathlib import Path
 from typing import Any, Optional
 
-from .answer import Fallback, PlanAnswer, TraceEntry, Violation
+from . import engine_rows
+from .answer import EngineBackend, Fallback, PlanAnswer, TraceEntry, Violation
 from .candidates import CandidateResult, page_domain, run_candidate, trace_entry, violation
 from .config import AttentionConfig
 from .engines import active_checks, engine_resolution, resolve_engine, selection_for
@@ -49,10 +50,11 @@ def load_rules(packs_dir: str | Path, backends_file: str | Path | None = None) -
 
 
 def candidates_for(ruleset: RuleSet, config: AttentionConfig, cap_major: Optional[int], phase: str,
-                   selection: dict | None = None) -> list[str]:
-    """The backends tried for a phase, in order (a forced backend alone)."""
+                   selection: dict | None = None, auto_names: tuple[str, ...] = ()) -> list[str]:
+    """The backends tried for a phase, in order (a forced backend alone). ``auto_names``: backend names
+    that select with the engine's own order (vLLM's FLASHINFER: backends.yaml engines.vllm.auto_names)."""
     kind = "mla" if config.is_mla else "standard"
-    if config.attention_backend != "auto":
+    if config.attention_backend != "auto" and config.attention_backend not in auto_names:
         return [ruleset.force[kind][config.attention_backend][phase]]
     for row in (selection or ruleset.selection)[kind][phase]:
         if row.capability_major is None or row.capability_major == cap_major:
@@ -93,12 +95,21 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
         if trace:
             entries.append(trace_entry(check, base, "both", None, "pass" if passed else "fail"))
 
-    pages = (config.page_size,) if config.page_size is not None else page_domain(rs)
+    spec = rs.engines[ref.name]
+    block = config.page_size
+    divides = block is not None and engine_rows.kernel_page_mode(spec) == "largest_divisor"
+    if divides:
+        # vLLM's --block-size is the KV manager's block: the kernels read pages of the largest kernel
+        # size dividing it (v1/worker/utils.py select_common_block_size), so every divisor is a candidate.
+        pages = tuple(p for p in sorted(set(page_domain(rs)) | {block}) if block % p == 0)
+    else:
+        pages = (block,) if block is not None else page_domain(rs)
     selection = res.selection if res is not None else selection_for(rs, ref)
+    auto = tuple(spec.auto_names)
     results: dict[str, list[CandidateResult]] = {}
     for phase in PHASES:
-        results[phase] = [run_candidate(checks, base, phase, b, pages, trace)
-                          for b in candidates_for(rs, config, base["node.capability_major"], phase, selection)]
+        results[phase] = [run_candidate(checks, base, phase, b, pages, trace, spec, divides)
+                          for b in candidates_for(rs, config, base["node.capability_major"], phase, selection, auto)]
         for r in results[phase]:
             entries.extend(r.trace)
 
@@ -119,10 +130,17 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
                 message=f"no page size suits both prefill {p0.backend} and decode {d0.backend} (one KV cache)"))
         return PlanAnswer(status="rejected", node=node, config=config, plan=None, engine=ref,
                           violations=tuple(violations), notes=tuple(notes), trace=tuple(entries),
-                          rules_revision=rs.revision, **extra)
+                          rules_revision=rs.revision,
+                          **(extra or {"engine_backend": engine_backend_for(spec, config, base, ref, ok=False)}))
 
     p, d, common = chosen
-    page = config.page_size if config.page_size is not None else common[0]
+    if divides:
+        page = common[-1]
+        if page != block:
+            notes.append(f"block_size {block}: the kernels read pages of {page}, the largest kernel page dividing it "
+                         "(vLLM v1/worker/utils.py select_common_block_size)")
+    else:
+        page = config.page_size if config.page_size is not None else common[0]
     fallbacks: list[Fallback] = []
     for phase, pick in (("prefill", p), ("decode", d)):
         for r in results[phase]:
@@ -136,9 +154,40 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     if config.page_size is None:
         notes.append(f"page_size {page} chosen: the smallest that prefill {p.backend} and decode {d.backend} both take")
     plan = build_plan(config, p.backend, d.backend, page, common, rs, capability=base["node.capability"],
-                      batch_invariant=bool(base["config.batch_invariant"]))
+                      batch_invariant=bool(base["config.batch_invariant"]),
+                      query_dtypes=(p.query_dtype, d.query_dtype), block_size=block if divides else None)
     return PlanAnswer(status="ok", node=node, config=config, plan=plan, notes=tuple(notes), engine=ref,
-                      fallbacks=tuple(fallbacks), trace=tuple(entries), rules_revision=rs.revision, **extra)
+                      fallbacks=tuple(fallbacks), trace=tuple(entries), rules_revision=rs.revision,
+                      **(extra or {"engine_backend": engine_backend_for(spec, config, base, ref)}))
+
+
+def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any], ref: Any,
+                       ok: bool = True) -> Optional[EngineBackend]:
+    """The engine's own backend choice when none is asked for (engines.<name>.engine_backend), in the
+    engine's vocabulary; None for an engine layer without one (``flashinfer``: the kernels alone).
+    An engine with a resolver (SGLang) names its pick there instead (``extra`` above)."""
+    choice = engine_rows.engine_choice(spec, base, config.is_mla)
+    if choice is None:
+        return None
+    fi_name = choice.pop("flashinfer_name", None)
+    who = " ".join(x for x in (_DISPLAY.get(ref.name, ref.name), ref.version) if x)
+    if choice["name"] == "none":
+        note = f"{who} finds no valid attention backend here without --attention-backend"
+        if ok:
+            note += f"; the plan below is for --attention-backend {fi_name}"
+    elif not ok:   # a rejection: say what vLLM picks, claim nothing about a plan
+        note = (f"{who} selects {choice['name']} here{'' if choice['runs_flashinfer'] else ' (not FlashInfer)'} "
+                "without --attention-backend")
+    elif choice["runs_flashinfer"]:
+        note = f"{who} selects {choice['name']} here without --attention-backend: the plan below is what it runs"
+    else:
+        note = (f"{who} selects {choice['name']} here (not FlashInfer) without --attention-backend; "
+                f"the plan below is what it runs with --attention-backend {fi_name}")
+    return EngineBackend(**choice, note=note, flashinfer_backend_name=fi_name)
+
+
+# How an engine's name is written for people (the data and the JSON keep the lower-case id).
+_DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
 
 
 def _choose(results: dict[str, list[CandidateResult]]) -> Any:

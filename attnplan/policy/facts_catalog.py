@@ -37,6 +37,8 @@ def _major(v: Any) -> str:
 FACTS: dict[str, FactInfo] = {
     "backend": FactInfo("the candidate backend being checked", _plain),
     "phase": FactInfo("prefill or decode", _plain),
+    "phase.query_dtype": FactInfo("the query dtype this phase runs with (the engine's choice: vLLM quantizes it for fp8 KV)", _plain),
+    "config.attention_backend": FactInfo("the backend asked for (auto, or a name such as flashinfer / flashinfer-mla)", _plain),
     "config.head_dim": FactInfo("query/key head size (MLA: qk_nope + qk_rope)", _plain),
     "config.head_dim_vo": FactInfo("value/output head size", _plain),
     "config.num_qo_heads": FactInfo("query heads", _plain),
@@ -106,6 +108,10 @@ def base_context(config: AttentionConfig, node: NodeFacts) -> dict[str, Any]:
         "config.dcp_world_size": config.dcp_world_size,
         "config.cascade": config.cascade,
         "config.batch_invariant": bi,
+        "config.attention_backend": config.attention_backend,
+        # the query dtype a phase runs with: the model dtype unless the engine layer quantizes it
+        # (run_candidate sets it per phase and backend from backends.yaml engines.<name>.query_dtype)
+        "phase.query_dtype": config.dtype,
         "node.capability": cap,
         "node.capability_major": cap // 10 if isinstance(cap, int) else None,
         "node.gpu_count": node.gpu_count.value,

@@ -21,7 +21,7 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .answer import AttentionPlan, EngineRef, Fallback, KVCachePlan, MetadataPlan, PhasePlan, PlanAnswer, Suggestion, Violation, node_json
+from .answer import AttentionPlan, EngineBackend, EngineRef, Fallback, KVCachePlan, MetadataPlan, PhasePlan, PlanAnswer, Suggestion, Violation, node_json
 from .explain import Explanation, explain
 from .api import plan_for
 from .config import AttentionConfig
@@ -108,6 +108,9 @@ class ModelPlanAnswer(BaseModel):
     kv_cache_groups: Optional[KVCacheGroupsPlan] = None
     violations: tuple[Violation, ...] = Field((), description="model-level violations (no block size fits every group)")
     engine: EngineRef = EngineRef()
+    engine_backend: Optional[EngineBackend] = Field(
+        None, description="what the engine selects without --attention-backend, for the first attention layer group "
+                          "(each group's answer carries its own)")
     notes: tuple[str, ...] = ()
     rules_revision: str = ""
 
@@ -323,7 +326,8 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
     return ModelPlanAnswer(
         status=status, model_type=model.model_type, num_layers=model.num_layers, node=n,
         layer_groups=tuple(out), kv_cache_groups=kv, violations=tuple(violations),
-        engine=first.engine if first is not None else EngineRef(), notes=tuple(dict.fromkeys(notes)),
+        engine=first.engine if first is not None else EngineRef(),
+        engine_backend=first.engine_backend if first is not None else None, notes=tuple(dict.fromkeys(notes)),
         rules_revision=first.rules_revision if first is not None else "")
 
 

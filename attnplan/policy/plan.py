@@ -37,7 +37,11 @@ def is_trtllm(ruleset: RuleSet, backend: str) -> bool:
     return ruleset.backends[backend].family == "trtllm-gen"
 
 
-def _query_dtype(config: AttentionConfig, backend: str, ruleset: RuleSet) -> str:
+def _query_dtype(config: AttentionConfig, backend: str, ruleset: RuleSet, decided: str | None = None) -> str:
+    """The phase's query dtype as torch names it. ``decided``: the engine layer's choice for the phase
+    (engine_rows.query_dtype over backends.yaml engines.<name>.query_dtype, in config vocabulary)."""
+    if decided is not None:
+        return TORCH_DTYPE[decided]
     # nvfp4 KV: trtllm-gen's FP4 FMHA takes an fp8_e4m3 query (SPEC §5).
     if config.kv_dtype == "nvfp4" and is_trtllm(ruleset, backend):
         return "float8_e4m3fn"
@@ -64,11 +68,11 @@ def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str
 
 
 def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int,
-                batch_invariant: bool = False) -> PhasePlan:
+                batch_invariant: bool = False, query_dtype: str | None = None) -> PhasePlan:
     spec = ruleset.backends[backend]
     trtllm = spec.family == "trtllm-gen"
     storage, view = kv_dtypes(config)
-    q = _query_dtype(config, backend, ruleset)
+    q = _query_dtype(config, backend, ruleset, query_dtype)
     out = TORCH_DTYPE[config.dtype] if config.dtype in ("fp16", "bf16") else "bfloat16"
     q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
     kernel = spec.kernels[phase]  # type: ignore[index]
@@ -171,7 +175,8 @@ def uses_trtllm_api(ruleset: RuleSet, backend: str) -> bool:
 
 def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: int,
                valid_pages: tuple[int, ...], ruleset: RuleSet, *, capability: int | None = None,
-               batch_invariant: bool = False) -> Plan:
+               batch_invariant: bool = False, query_dtypes: tuple[str | None, str | None] = (None, None),
+               block_size: int | None = None) -> Plan:
     trt_p, trt_d = is_trtllm(ruleset, prefill), is_trtllm(ruleset, decode)
     storage, view = kv_dtypes(config)
     nvfp4 = config.kv_dtype == "nvfp4"
@@ -186,14 +191,14 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
         head_dim_k=hk, head_dim_v=hv, mla=config.is_mla,
         nvfp4_scale_dtype="float8_e4m3fn" if nvfp4 else None,
         nvfp4_block_size=NVFP4_BLOCK if nvfp4 else None,
-        page_valid_sizes=valid_pages,
+        page_valid_sizes=valid_pages, block_size=block_size,
     )
     native_nvfp4 = nvfp4 and any(ruleset.backends[b].family == "native" for b in (prefill, decode))
     return Plan(
         attention=attention_plan(config, page_size=page_size, capability=capability, native_nvfp4=native_nvfp4,
                                  batch_invariant=batch_invariant),
-        prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant),
-        decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant),
+        prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant, query_dtypes[0]),
+        decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant, query_dtypes[1]),
         kv_cache=kv,
         metadata=metadata_needs(config, uses_trtllm_api(ruleset, prefill), uses_trtllm_api(ruleset, decode)),
     )

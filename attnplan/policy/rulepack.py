@@ -176,6 +176,13 @@ class EngineSpec(BaseModel):
     # resolves its flags into per-phase candidates (attnplan.* only), and the tables it reads.
     resolver: Optional[str] = None
     native: Optional[dict[str, Any]] = None
+    # Issue 21 (attnplan/policy/engine_rows.py reads these): backend names that select with the engine's
+    # own order, how a requested page maps to the kernel page, the query dtype per phase, and the
+    # engine's own backend choice (rows of conditions, compiled when first used).
+    auto_names: list[str] = []
+    kernel_page: Literal["exact", "largest_divisor"] = "exact"
+    query_dtype: list[dict[str, Any]] = []
+    engine_backend: Optional[dict[str, Any]] = None
 
 
 class CubinIndexSpec(BaseModel):

@@ -3,6 +3,7 @@ service and the preflight. Renderers read answers; they never decide anything.""
 
 from .groups import compact_layers, render_groups, render_groups_explain
 from .tables import (
+    engine_line,
     node_label,
     paint,
     render_answer,
@@ -13,5 +14,5 @@ from .tables import (
     table,
 )
 
-__all__ = ["render_groups", "render_groups_explain", "compact_layers", "node_label", "paint", "render_answer", "render_explain", "render_node", "render_rules",
+__all__ = ["engine_line", "render_groups", "render_groups_explain", "compact_layers", "node_label", "paint", "render_answer", "render_explain", "render_node", "render_rules",
            "rules_json", "table"]

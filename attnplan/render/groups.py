@@ -20,8 +20,11 @@ def _param(g: GroupPlan) -> str:
 
 
 def render_groups(a: ModelPlanAnswer) -> str:
+    from .tables import engine_line
+
     head = paint("OK", "32;1") if a.ok else paint("REJECTED", "31;1")
-    out = [f"{head}  {a.model_type or 'model'}, {a.num_layers} layers, {len(a.layer_groups)} layer groups  {node_label(a.node)}", ""]
+    line = engine_line(a)
+    out = ([line, ""] if line else []) + [f"{head}  {a.model_type or 'model'}, {a.num_layers} layers, {len(a.layer_groups)} layer groups  {node_label(a.node)}", ""]
     rows = []
     for g in a.layer_groups:
         served = g.status != "not_served"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from attnplan.policy import Explanation, NodeFacts, PlanAnswer, RuleSet
 
@@ -40,8 +40,21 @@ def _engine(a: PlanAnswer) -> str:
     return a.engine.name + (f" {a.engine.version}" if a.engine.version else "")
 
 
+def engine_line(answer: Any) -> Optional[str]:
+    """The first line of every rendered answer that carries the engine's own backend choice (issue 21):
+    what the engine selects without --attention-backend, and what the plan below is. ``answer``: a
+    PlanAnswer or a ModelPlanAnswer (anything with ``engine_backend``)."""
+    eb = getattr(answer, "engine_backend", None)
+    if eb is None or not eb.note:
+        return None
+    return paint(eb.note, "33;1") if not eb.runs_flashinfer else eb.note
+
+
 def render_answer(a: PlanAnswer) -> str:
     out: list[str] = []
+    line = engine_line(a)
+    if line:
+        out += [line, ""]
     if a.ok and a.plan is not None:
         p = a.plan
         out.append(f"{paint('OK', '32;1')}  {node_label(a.node)}  [engine {_engine(a)}]")
@@ -61,7 +74,9 @@ def render_answer(a: PlanAnswer) -> str:
         kv = p.kv_cache
         extra = f", nvfp4 scales {kv.nvfp4_scale_dtype}/{kv.nvfp4_block_size}" if kv.nvfp4_scale_dtype else ""
         out.append("")
-        out.append(f"KV cache: layout {kv.layout}, page_size {kv.page_size}, storage {kv.storage_dtype} viewed as "
+        block = f"block_size {kv.block_size} on kernel pages of {kv.page_size}" if kv.block_size not in (None, kv.page_size) \
+            else f"page_size {kv.page_size}"
+        out.append(f"KV cache: layout {kv.layout}, {block}, storage {kv.storage_dtype} viewed as "
                    f"{kv.view_dtype}, {kv.num_kv_heads} KV heads x {kv.head_dim_k}{' (MLA latent)' if kv.mla else ''}{extra}")
         at = p.attention
         split = at.split_kv + (f" ({at.fixed_split_size} pages)" if at.fixed_split_size else "")

@@ -1,0 +1,126 @@
+"""attnplan's answer for a case, field by field against vLLM's, and the named exceptions.
+
+Fields (issue 21): ``default_backend`` (vLLM's pick without --attention-backend), ``accept`` (does
+vLLM serve the case under the forced FlashInfer backend; a silently dropped soft cap counts as a
+refusal: attnplan answers those with a rejection, rule ``vllm.softcap-dropped``), and where both
+serve it: ``prefill`` / ``decode`` kernel, ``q_prefill`` / ``q_decode`` (query dtype per phase),
+``kernel_page`` (the KV page the kernels see).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+FIELDS = ("default_backend", "accept", "prefill", "decode", "q_prefill", "q_decode", "kernel_page")
+PLAN_FIELDS = FIELDS[2:]
+EXCEPTIONS_FILE = Path(__file__).with_name("exceptions.yaml")
+
+# vLLM's MLA prefill backend names -> the backend an attnplan plan names (None: not a FlashInfer kernel).
+MLA_PREFILL = {"TRTLLM_RAGGED": "trtllm-ragged", "FLASHINFER": "fa2"}
+
+
+def node_for(case: Any) -> Any:
+    from attnplan.policy import simulated_node
+
+    return simulated_node(capability=f"{case.capability // 10}.{case.capability % 10}", cubins=case.artifactory,
+                          batch_invariant=case.batch_invariant)
+
+
+def attnplan_fields(case: Any) -> dict[str, Any]:
+    from attnplan.policy import plan_for
+
+    answer = plan_for(case.attnplan_config(), node_for(case), engine="vllm")
+    eb = getattr(answer, "engine_backend", None)
+    out: dict[str, Any] = {"default_backend": eb.name if eb is not None else None,
+                           "accept": "ok" if answer.ok else "refused",
+                           "rules": sorted({v.rule for v in answer.violations})}
+    p = answer.plan
+    out.update(prefill=p.prefill.backend if p else None, decode=p.decode.backend if p else None,
+               q_prefill=p.prefill.query_dtype if p else None, q_decode=p.decode.query_dtype if p else None,
+               kernel_page=p.kv_cache.page_size if p else None)
+    return out
+
+
+def expected_fields(case: Any, truth: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's outcome in attnplan's vocabulary."""
+    exp = dict(truth)
+    if truth.get("softcap_dropped"):
+        exp["accept"] = "refused"
+    if case.mla and truth["accept"] == "ok":
+        exp["prefill"] = MLA_PREFILL.get(truth["prefill"], truth["prefill"])
+    return exp
+
+
+@dataclass
+class Exception_:
+    id: str
+    reason: str
+    fields: tuple[str, ...]
+    match: dict[str, Any]
+    source: str = ""
+    example: Optional[dict[str, Any]] = None
+
+    def matches(self, case: Any, exp: dict[str, Any], got: dict[str, Any]) -> bool:
+        for key, want in self.match.items():
+            scope, _, name = key.partition(".")
+            value = (case.as_dict() if scope == "case" else exp if scope == "vllm" else got).get(name)
+            if isinstance(want, list):
+                if value not in want:
+                    return False
+            elif isinstance(want, dict) and ("min" in want or "max" in want or "not" in want):
+                if "not" in want and value in (want["not"] if isinstance(want["not"], list) else [want["not"]]):
+                    return False
+                if "min" in want and (value is None or value < want["min"]):
+                    return False
+                if "max" in want and (value is None or value > want["max"]):
+                    return False
+            elif value != want:
+                return False
+        return True
+
+
+def load_exceptions(path: Path = EXCEPTIONS_FILE) -> list[Exception_]:
+    data = yaml.safe_load(path.read_text()) if path.exists() else None
+    out = []
+    for raw in (data or {}).get("exceptions", []):
+        fields = tuple(raw["fields"])
+        unknown = set(fields) - set(FIELDS)
+        if unknown:
+            raise ValueError(f"{path}: exception {raw['id']} names unknown fields {sorted(unknown)}")
+        out.append(Exception_(raw["id"], raw["reason"], fields, dict(raw["match"]), raw.get("source", ""),
+                              raw.get("example")))
+    return out
+
+
+@dataclass
+class Row:
+    case: Any
+    exp: dict[str, Any]
+    got: dict[str, Any]
+    verdicts: dict[str, str] = field(default_factory=dict)   # field -> agree | differ | excepted:<id> | n/a
+    error: Optional[str] = None
+
+
+def judge(case: Any, truth: dict[str, Any], got: dict[str, Any], exceptions: list[Exception_]) -> Row:
+    exp = expected_fields(case, truth)
+    row = Row(case, exp, got)
+    both_ok = exp["accept"] == "ok" and got["accept"] == "ok"
+    for f in FIELDS:
+        if f in PLAN_FIELDS and not both_ok:
+            row.verdicts[f] = "n/a"
+            continue
+        if f in ("q_prefill", "q_decode") and case.mla:
+            row.verdicts[f] = "n/a"   # vLLM's MLA query dtype is not read by the oracle yet
+            continue
+        if exp.get(f) == got.get(f):
+            row.verdicts[f] = "agree"
+            continue
+        hit = next((e for e in exceptions if f in e.fields and e.matches(case, exp, got)), None)
+        row.verdicts[f] = f"excepted:{hit.id}" if hit else "differ"
+    if exp.get("softcap_dropped") and got["accept"] == "refused" and "vllm.softcap-dropped" not in got["rules"]:
+        row.verdicts["accept"] = "differ"   # refused, but not for the reason vLLM would go wrong
+    return row
