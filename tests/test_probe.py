@@ -40,6 +40,10 @@ class Http:
         return self.ok, "HTTP 200" if self.ok else "unreachable: refused"
 
 
+# trtllm-gen's cubins are launched by a JIT-built module (jit.toolchain, issue 22): the tests that
+# expect a trtllm-gen plan on 10.x give the node an nvcc.
+NVCC = lambda p: p if p.endswith("bin/nvcc") else None  # noqa: E731
+
 def make_io(gpu=None, *, env=None, pkgs=None, http=None, nvml_error: Exception | None = None, **kw) -> ProbeIO:
     def nvml():
         if nvml_error is not None:
@@ -145,7 +149,7 @@ def test_flashinfer_and_cubin_package_versions():
 @pytest.mark.parametrize("cap", [100, 103])
 def test_10x_gpu_checks_artifactory_auto(cap):
     http = Http(ok=True)
-    node = probe_node(make_io(GPU[cap], http=http), artifactory_timeout=0.5)
+    node = probe_node(make_io(GPU[cap], http=http, which=NVCC), artifactory_timeout=0.5)
     assert http.calls == [(DEFAULT_ARTIFACTORY, 0.5)]
     assert node.artifactory_reachable.value is True
     assert node.artifactory_reachable.source == Source.measured
@@ -237,7 +241,7 @@ def trtllm_cubin_dir(d: Path, *, missing: bool = False) -> Path:
 
 def test_cubin_dir_with_cubins(tmp_path):
     d = trtllm_cubin_dir(tmp_path / "cubins")
-    node = probe_node(make_io(GPU[100], http=Http(ok=False), env={"FLASHINFER_CUBIN_DIR": str(d)}))
+    node = probe_node(make_io(GPU[100], http=Http(ok=False), env={"FLASHINFER_CUBIN_DIR": str(d)}, which=NVCC))
     assert node.cubin_dir.value == str(d)
     assert node.cubin_dir_has_cubins.value is True
     # the kernel layer runs trtllm-gen from the directory; vLLM 0.33's own gate wants the artifactory
@@ -308,7 +312,7 @@ def test_cubin_dir_unreadable_does_not_crash(tmp_path):
 @pytest.mark.parametrize("raw,on", [("1", True), ("true", True), ("0", False), ("", False), (None, False)])
 def test_batch_invariant_env(raw, on):
     env = {} if raw is None else {"VLLM_BATCH_INVARIANT": raw}
-    node = probe_node(make_io(GPU[100], env=env))
+    node = probe_node(make_io(GPU[100], env=env, which=NVCC))
     assert node.batch_invariant_env.value is on
     assert node.batch_invariant_env.source == Source.measured
     a = policy.plan_for(CFG, node, engine="flashinfer")

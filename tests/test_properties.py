@@ -212,7 +212,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv in ("fp8_e4m3", "nvfp4"))):
             v.add("dtype.query")
     elif backend == "fa3":
-        if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv == "fp8_e4m3")):
+        if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv == "fp8_e4m3" and qk == vo)):
             v.add("dtype.query")
     elif q not in ("fp16", "bf16"):
         v.add("dtype.query")
@@ -225,8 +225,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             v.add("kv.dtype")
         if backend == "fa3" and kv not in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"):
             v.add("kv.dtype")
-        if backend == "fa3" and kv != q:
-            v.add("fa3.dtype")
+    if backend == "fa3" and kv != q:                       # MLA prefill too (issue 22, H100 sweep)
+        v.add("fa3.dtype")
     if backend == "xqa":
         if not (qk == vo and qk % 16 == 0 and (16 <= qk <= 256 or (qk == 512 and cfg.num_speculative_tokens == 0
                                                                       and g is not None and g <= 16))):
@@ -237,8 +237,35 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             v.add("xqa.arch")
         if cfg.dcp_world_size != 1 or cfg.cascade:
             v.add("xqa.no-lse")
-    if (backend == "xqa" or (backend == "fa2" and qk == 512)) and node.jit_toolchain.value is not True:
-        v.add("jit.toolchain")
+    if (backend == "xqa" or (backend == "fa2" and qk == 512) or trt) and node.jit_toolchain.value is not True:
+        v.add("jit.toolchain")                              # trtllm-gen: its launcher is JIT-built (issue 22)
+    # issue 22 (H100 sweep and FlashInfer source): a 16-bit cache is in the query dtype; fa2's CUDA-core
+    # decode cannot read nvfp4 off Blackwell; XQA's GQA-group ceilings; MLA has no window, native MLA
+    # decode no soft cap, trtllm-gen MLA writes bf16, MLA ragged prefill reads 16-bit K/V; the sink
+    # wrapper runs head <= 256 with qk == vo, and 16-bit queries on fa3.
+    if backend in ("fa2", "fa3", "fa2-mla", "fa3-mla", "xqa") and kv in ("fp16", "bf16") and kv != q:
+        v.add("kv.query-dtype")
+    if backend == "fa2" and phase == "decode" and kv == "nvfp4" and major is not None and major <= 9 \
+            and (g is None or g < 4):
+        v.add("kv.nvfp4-decode")
+    if backend == "xqa" and g is not None:
+        bad = g > 64
+        if major == 9 and kv in ("fp16", "bf16"):
+            bad = bad or not (g <= 16 or 25 <= g <= 32 or 57 <= g <= 64)
+        if major == 9 and kv == "fp8_e4m3":
+            bad = bad or not (g <= 16 or g == 32)
+        if major == 9 and cfg.num_speculative_tokens >= 1 and qk > 128:
+            bad = True
+        if major == 12 and qk == 128 and g > 32:
+            bad = True
+        if bad:
+            v.add("xqa.group")
+    if cfg.sliding_window is not None and (backend in MLA_BACKENDS or (mla and backend in ("fa2", "fa3"))):
+        v.add("mla.window")
+    if backend in ("fa2-mla", "fa3-mla") and cfg.logits_soft_cap is not None:
+        v.add("mla.softcap")
+    if backend == "trtllm-gen-mla" and q != "bf16":
+        v.add("mla.trtllm-dtype")
     if backend in ("fa3", "fa3-mla"):
         if major != 9:
             v.add("fa3.arch")
@@ -264,7 +291,9 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         v.add("kv.nvfp4-sm100f")
     # MLA ragged prefill on fa2/fa3 has no sinks (found dangerous by attnplan verify on the H100)
     if cfg.sinks and (backend in MLA_BACKENDS or (backend in ("fa2", "fa3") and kv == "nvfp4")
-                      or (backend in ("fa2", "fa3") and mla and phase == "prefill")):
+                      or (backend in ("fa2", "fa3") and mla and phase == "prefill")
+                      or (backend in ("fa2", "fa3") and not mla and not (qk <= 256 and qk == vo))
+                      or (backend == "fa3" and q not in ("fp16", "bf16"))):
         v.add("sinks")
     if (backend in MLA_BACKENDS and not mla) or (backend in ("trtllm-gen", "xqa") and mla):
         v.add("mla.backend")
@@ -279,7 +308,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             (backend == "trtllm-gen-mla" and latent not in ((512, 64), (256, 64), (512, 0))):
         v.add("mla.dims")
     if (backend in ("trtllm-gen-mla", "trtllm-ragged") and kv not in ("fp16", "bf16", "fp8_e4m3")) or \
-            (backend in ("fa2-mla", "fa3-mla") and kv not in ("fp16", "bf16")):
+            (backend in ("fa2-mla", "fa3-mla") and kv not in ("fp16", "bf16")) or \
+            (backend in ("fa2", "fa3") and mla and phase == "prefill" and kv not in ("fp16", "bf16")):
         v.add("mla.kv-dtype")
     if backend == "trtllm-ragged" and (cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim) not in \
             ((128, 64, 128), (192, 64, 256)):

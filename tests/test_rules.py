@@ -665,11 +665,21 @@ def test_trtllm_softcap_auto_runs_native():
 
 
 # -- kv.dtype ----------------------------------------------------------------------------
-@pytest.mark.parametrize("kv", ["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("kv", ["auto", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2"])
 def test_kv_dtype_native_accepts(kv):
     a = run(cfg(kv_cache_dtype=kv), simulated_node("A100"))
     assert a.ok, a.violations
     assert_passes(a, "kv.dtype", "prefill", "fa2")
+
+
+def test_kv_query_dtype_refuses_a_16_bit_cache_in_the_other_16_bit_type():
+    """kv.query-dtype (issue 22, measured on the H100): fp16 KV under a bf16 model fails at plan
+    or computes wrong on every native backend and XQA misreads it."""
+    a = run(cfg(kv_cache_dtype="fp16"), simulated_node("A100"))
+    assert not a.ok
+    assert {v.rule for v in a.violations} == {"kv.query-dtype"}
+    b = run(cfg(dtype="fp16", kv_cache_dtype="fp16"), simulated_node("A100"))
+    assert b.ok, b.violations
 
 
 def test_kv_dtype_fa2_reads_nvfp4_kernel_truth():

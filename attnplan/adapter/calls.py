@@ -10,6 +10,8 @@ Importing this module imports neither torch nor flashinfer (tests check the tabl
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataclasses import dataclass
 
 
@@ -60,3 +62,19 @@ def host_planned(phase_plan: object) -> bool:
 def needs_finite_page_tail(plan: object) -> bool:
     """Whether some phase's kernel needs the unused slots of last pages finite (``CallSpec``)."""
     return any(spec(getattr(plan, p).call).finite_page_tail for p in ("prefill", "decode"))
+
+
+def workspace_layout(phases: Any) -> dict[str, Any]:
+    """Who shares the wrappers' workspace and who gets zeroed memory of its own, per phase plan.
+
+    FlashInfer's wrappers (planned on the host) take one float workspace between them: they run one
+    after another on one stream. A device-tensor call whose plan says ``zero_workspace`` (TRTLLM-gen,
+    XQA: flashinfer/decode.py keeps their semaphores in the first MiBs and needs them zero) gets a
+    zeroed buffer no wrapper ever writes. Returns {"roles": {phase: "shared" | "private"}, "shared":
+    bytes, "private": bytes} for the given {phase: PhasePlan}; pure, so the CPU tests hold it.
+    """
+    roles = {ph: ("private" if pp.zero_workspace and not spec(pp.call).wrapper else "shared")
+             for ph, pp in phases.items()}
+    shared = max((pp.workspace_bytes for ph, pp in phases.items() if roles[ph] == "shared"), default=0)
+    private = max((pp.workspace_bytes for ph, pp in phases.items() if roles[ph] == "private"), default=0)
+    return {"roles": roles, "shared": shared, "private": private}

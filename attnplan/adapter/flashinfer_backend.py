@@ -25,7 +25,7 @@ from flashinfer.mla import MLAPlanMetadata
 from attnplan.policy import Plan
 
 from . import trtllm
-from .calls import spec
+from .calls import spec, workspace_layout
 from .dtypes import NVFP4, torch_dtype
 from .merge import fold_heads
 from .metadata import PhaseBatch, StepMetadata
@@ -39,13 +39,11 @@ class FlashInferBackend:
         self.plan = plan
         self.params = params
         self.device = torch.device(device)
-        phases = (plan.prefill, plan.decode)
-        shared = max((p.workspace_bytes for p in phases if not p.zero_workspace or spec(p.call).wrapper), default=0)
-        private = max((p.workspace_bytes for p in phases if p.zero_workspace and not spec(p.call).wrapper), default=0)
+        layout = workspace_layout({"prefill": plan.prefill, "decode": plan.decode})
         # Zeroed, not empty: FA2 decode wants a zero first use; semaphores start at zero.
-        self.workspace = torch.zeros(max(shared, 1), dtype=torch.uint8, device=self.device)
-        self.device_workspace = (torch.zeros(private, dtype=torch.uint8, device=self.device) if private
-                                 else self.workspace)
+        self.workspace = torch.zeros(max(layout["shared"], 1), dtype=torch.uint8, device=self.device)
+        self.device_workspace = (torch.zeros(layout["private"], dtype=torch.uint8, device=self.device)
+                                 if layout["private"] else self.workspace)
         self.q_dtype = {p: torch_dtype(getattr(plan, p).query_dtype) for p in ("prefill", "decode")}
         self.o_dtype = torch_dtype(plan.decode.output_dtype)
         self.kv_view = plan.kv_cache.view_dtype

@@ -25,6 +25,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            "Exit 0: no rule dangerous; 1: some rule dangerous (or a config it accepts hangs);\n"
                            "2: bad input or no GPU."))
     p.add_argument("--quick", action="store_true", help="one probe per side of each boundary")
+    p.add_argument("--sweep", action="store_true",
+                   help="a covering sweep over what the packs accept here (every pair of factor values), not boundaries")
+    p.add_argument("--seed", type=int, default=0, help="the sweep's seed (same rules, node and seed: same probes)")
+    p.add_argument("--target", action="append", metavar="LABEL",
+                   help="sweep only this backend or target (e.g. xqa, fa2/decode+sinks; repeatable)")
+    p.add_argument("--calibrate", metavar="FILE.yaml",
+                   help="with --sweep: also run each kernel's plainest probe re-seeded, write the measured spreads "
+                        "here and judge the sweep by them")
+    p.add_argument("--tolerances", metavar="FILE.yaml", help="judge by this spread table (default: the shipped one)")
+    p.add_argument("--results-log", metavar="FILE.jsonl", help="append each probe's result here as it finishes")
+    p.add_argument("--resume", metavar="FILE.jsonl", action="append",
+                   help="take results from a --results-log of an earlier (partial) run; run only the rest")
+    p.add_argument("--offline", action="store_true",
+                   help="no GPU: build the report from --resume results only (probes without one are 'not run'); "
+                        "with --device naming the GPU they ran on")
+    p.add_argument("--rejudge", metavar="REPORT.json",
+                   help="judge a report's results again by --tolerances (no GPU) and rewrite --report")
     p.add_argument("--rule", action="append", metavar="ID", help="only this rule (repeatable)")
     p.add_argument("--out", metavar="DIR", help="write probes.jsonl, report.json and report.md here")
     p.add_argument("--report", metavar="FILE.md", help="write the markdown report here and its JSON beside it")
@@ -67,23 +84,44 @@ def run(args: argparse.Namespace) -> int:
 
     if args.provenance:
         return _print_provenance(args.provenance)
+    if args.tolerances:
+        from attnplan.verify import tolerance
+
+        tolerance.use(args.tolerances)
+    if args.rejudge:
+        return _rejudge(args)
     if args.jobs < 1:
         raise InvalidInputError("--jobs", "must be at least 1")
     rs = ruleset_from_args(args)
     declared = node_from_args(args)
-    if declared is not None and not args.list:
+    if declared is not None and not (args.list or args.offline):
         raise InvalidInputError("--device/--capability", "a declared node can only be listed (--list): probes run on this GPU")
-    gpu = None if (args.list and declared is not None) else _gpu()
+    if args.offline and (declared is None or not args.resume):
+        raise InvalidInputError("--offline", "needs --device (the GPU the results came from) and --resume FILE")
+    gpu = None if ((args.list or args.offline) and declared is not None) else _gpu()
+    if args.offline:
+        gpu = str(declared.gpu_name.value or "declared")
     if gpu is None and not args.list:
         print("attnplan: error: verify needs a CUDA GPU and none was found (use --list to see the probes)", file=sys.stderr)
         return 2
     node = declared if declared is not None else local_node()
     if node.capability.value is None:
         raise InvalidInputError("device", "the GPU's compute capability is unknown: nothing to verify against")
-    try:
-        gen = generate(rs, node, only=args.rule, quick=args.quick)
-    except KeyError as exc:
-        raise InvalidInputError("--rule", f"no rule {exc.args[0]!r}") from None
+    sw = None
+    if args.sweep:
+        from attnplan.verify import Generated
+        from attnplan.verify.sweep import calibration_probes, sweep
+
+        sw = sweep(rs, node, seed=args.seed, only=args.target)
+        if args.target and not sw.coverage:
+            raise InvalidInputError("--target", f"no sweep target {args.target}")
+        calib = calibration_probes(sw.probes) if args.calibrate else []
+        gen = Generated(calib + sw.probes, [], [])
+    else:
+        try:
+            gen = generate(rs, node, only=args.rule, quick=args.quick)
+        except KeyError as exc:
+            raise InvalidInputError("--rule", f"no rule {exc.args[0]!r}") from None
     if args.list:
         for p in gen.probes:
             print(json.dumps({"id": p.id, "backend": p.backend, "phase": p.phase, "call": p.call, "config": p.config,
@@ -96,15 +134,104 @@ def run(args: argparse.Namespace) -> int:
     build_jobs = args.build_jobs or max(2, 2 * (os.cpu_count() or 8) // args.jobs)
     env = dict(os.environ, MAX_JOBS=str(build_jobs))   # FlashInfer's ninja reads MAX_JOBS
     log(f"{args.jobs} probe process(es) at a time, MAX_JOBS={build_jobs} for each build")
-    results = run_probes(gen.probes, subprocess_runner(env=env), jobs=args.jobs, build_timeout=args.build_timeout,
-                         probe_timeout=args.probe_timeout, deadline=args.deadline, progress=log)
+    done = _resumed(args.resume, gen.probes)
+    if done:
+        log(f"resumed: {len(done)} result(s) from {', '.join(args.resume)}")
+    sink = _results_log(args.results_log)
+    todo = [] if args.offline else [p for p in gen.probes if p.id not in done]
+    results = run_probes(todo, subprocess_runner(env=env), jobs=args.jobs, build_timeout=args.build_timeout,
+                         probe_timeout=args.probe_timeout, deadline=args.deadline, progress=log, on_result=sink)
+    results.update(done)
     report = build_report(gen, results, device=_device_label(gpu or ""), capability=node.capability_str,
                           flashinfer=node.flashinfer_version.value, torch=node.torch_version.value,
                           rules_revision=rs.revision, quick=args.quick)
+    if sw is not None:
+        report = _finish_sweep(report, sw, rs, args)
     _emit(report, args.out)
     if args.report:
         log(f"report: {args.report} and {write_report(report, args.report)}")
     print(summary_table(report), file=sys.stderr)
+    return exit_code(report)
+
+
+def _resumed(paths: Optional[list[str]], probes: list[Any]) -> dict[str, dict[str, Any]]:
+    """Results of an earlier run by probe id, matched on the probe's content digest (the part of
+    its id after the dash), so a regenerated sweep takes them whatever its numbering. Probes that
+    were only skipped for time are run again."""
+    if not paths:
+        return {}
+    from attnplan.safeio import read_bounded
+
+    by_digest = {p.id.split("-", 1)[-1]: p.id for p in probes}
+    out: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for line in read_bounded(path, what="--resume").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            pid = by_digest.get(str(rec.get("digest")))
+            if pid and rec.get("outcome") not in (None, "skipped", "build-timeout"):
+                out[pid] = {k: v for k, v in rec.items() if k != "digest"}
+    return out
+
+
+def _results_log(path: Optional[str]) -> Any:
+    if not path:
+        return lambda p, r: None
+    import threading
+
+    lock = threading.Lock()
+
+    def write(probe: Any, res: dict[str, Any]) -> None:
+        with lock, open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"digest": probe.id.split("-", 1)[-1], "id": probe.id, **res}, default=str) + "\n")
+    return write
+
+
+def _finish_sweep(report: dict[str, Any], sw: Any, rs: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """Calibrate (when asked), judge every result by the spread table, add the sweep's findings."""
+    from attnplan.verify import tolerance
+    from attnplan.verify.report import rejudge
+    from attnplan.verify.sweep import findings
+
+    data = tolerance.table()
+    if args.calibrate:
+        import yaml
+
+        measured = [(p["kernel_key"], p["rel_err"]) for p in report["probes"]
+                    if p["boundaries"][0]["rule"] == "calibration" and p.get("rel_err") is not None
+                    and not p.get("nonfinite") and p.get("outcome") in ("ok", "wrong")]
+        data = tolerance.calibrate(measured, data, device=report["device"], flashinfer=str(report["flashinfer"]),
+                                   date=report["date"])
+        Path(args.calibrate).write_text(_TABLE_HEAD + yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    report = rejudge(report, data)
+    report["sweep"] = {"seed": sw.seed, "coverage": sw.summary(), **findings(report, rs)}
+    return report
+
+
+_TABLE_HEAD = """# attnplan verify: per kernel, the spread of a correct kernel against the float32 reference over the
+# same dequantized cache (max |out - ref| / max |ref|), measured by `attnplan verify --sweep --calibrate`
+# (each kernel's plainest sweep probe, re-seeded); threshold = factor x spread (attnplan/verify/tolerance.py).
+"""
+
+
+def _rejudge(args: argparse.Namespace) -> int:
+    from attnplan.safeio import parse_json, read_bounded
+    from attnplan.verify import tolerance
+    from attnplan.verify.report import rejudge, summary_table, write_report
+    from attnplan.verify.sweep import findings
+
+    if not args.report:
+        raise InvalidInputError("--report", "--rejudge needs --report FILE.md to write the judged report to")
+    report = parse_json(read_bounded(args.rejudge, what="--rejudge"), what="--rejudge", name=args.rejudge)
+    report = rejudge(report, tolerance.table())
+    if report.get("sweep"):
+        report["sweep"].update(findings(report, ruleset_from_args(args)))
+    write_report(report, args.report)
+    print(summary_table(report), file=sys.stderr)
+    from attnplan.verify import exit_code
+
     return exit_code(report)
 
 

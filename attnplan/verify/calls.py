@@ -61,7 +61,14 @@ def _dt(torch: Any, name: str) -> Any:
     return getattr(torch, name)
 
 
+def kv_lens_for(spec: dict[str, Any]) -> list[int]:
+    """Each request's KV length: the probe's batch shape (sweep), else three requests."""
+    return [int(n) for n in spec.get("kv_lens") or KV_LENS]
+
+
 def q_lens_for(spec: dict[str, Any]) -> list[int]:
+    if spec.get("q_lens"):
+        return [int(n) for n in spec["q_lens"]]
     return list(PREFILL_Q) if spec["phase"] == "prefill" else [int(spec["q_len"])] * len(KV_LENS)
 
 
@@ -88,7 +95,7 @@ def _random_kv(torch: Any, shape: tuple, view: str, device: Any) -> tuple[Any, O
 def make_inputs(spec: dict[str, Any], torch: Any, device: Any) -> Inputs:
     hq, hk = int(spec["num_qo_heads"]), int(spec["num_kv_heads"])
     d, dv = int(spec["head_dim_qk"]), int(spec["head_dim_vo"])
-    q_lens, kv_lens = q_lens_for(spec), list(KV_LENS)
+    q_lens, kv_lens = q_lens_for(spec), kv_lens_for(spec)
     qdt, view = _dt(torch, spec["query_dtype"]), spec["kv_view_dtype"]
     # Sinks near log(sum of a request's exp(logits)) (~6 for ~300 keys of unit-variance logits),
     # so they take a large share of the softmax and a kernel that drops them is visibly wrong.
@@ -306,9 +313,11 @@ def reference(spec: dict[str, Any], inp: Inputs) -> Any:
 
     from attnplan.adapter.reference import attention_ref
 
+    qdt = getattr(torch, spec["quantize_query"]) if spec.get("quantize_query") else None
     outs, start = [], 0
     for r, (tq, k, v) in enumerate(zip(inp.q_lens, inp.keys, inp.values)):
-        q = inp.q[start:start + tq].float()
+        q = inp.q[start:start + tq]
+        q = (q.to(qdt) if qdt is not None else q).float()     # where the kernel quantizes Q, so does the reference
         o, _ = attention_ref(q, k, v, sm_scale=spec["sm_scale"], causal=True, window_left=spec["window_left"],
                              soft_cap=spec["logits_soft_cap"], sinks=inp.sinks)
         outs.append(o)

@@ -29,6 +29,7 @@ from attnplan.policy import Check, Rule, RuleSet
 
 from .domains import (CONFIG_FIELD, FIXED_BY_PROBE, dynamic_values, leaves, named_values, static_domains,
                       why_unprobeable)
+from . import tolerance as tol
 from .select import is_kernel_rule, kernel_rules, unrunnable_reason
 
 STANDARD_BASE: dict[str, Any] = dict(head_dim=128, num_qo_heads=8, num_kv_heads=2, dtype="bf16",
@@ -36,23 +37,8 @@ STANDARD_BASE: dict[str, Any] = dict(head_dim=128, num_qo_heads=8, num_kv_heads=
 MLA_BASE: dict[str, Any] = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
                                 v_head_dim=128, dtype="bf16", kv_cache_dtype="auto", page_size=16)
 
-# Relative error (max |out - ref| / max |ref|) a correct kernel stays under, by what it reads.
-# 16-bit: one bf16 rounding of the output is 2^-8 = 3.9e-3, so 1e-2 leaves 2.5x headroom for
-# fp32 accumulation order. fp8 (e4m3, 3 mantissa bits): kernels may quantize q or P to fp8
-# as well (XQA does), one e4m3 rounding is 2^-4 = 6.25e-2 -> 6e-2. nvfp4: the reference reads
-# the same dequantized values, but a kernel may requantize P; 2e-1 still fails a wrong block
-# scale or nibble order, which give errors of order 1.
-TOLERANCE = {"16-bit": 1e-2, "fp8": 6e-2, "nvfp4": 2e-1}
 MAX_PER_SIDE = 6          # probes per (check, backend, phase, side) in a full run
 MAX_PAIRS = 3000          # two-fact mutations tried per check and target
-
-
-def tolerance(config: AttentionConfig) -> tuple[float, str]:
-    if config.kv_dtype == "nvfp4":
-        return TOLERANCE["nvfp4"], "nvfp4"
-    if config.kv_dtype.startswith("fp8") or config.dtype.startswith("fp8"):
-        return TOLERANCE["fp8"], "fp8"
-    return TOLERANCE["16-bit"], "16-bit"
 
 
 @dataclass(frozen=True)
@@ -316,7 +302,29 @@ def _no_base_reason(rules: list[Rule], ruleset: RuleSet, node: NodeFacts, t: Tar
 def _module_key(ruleset: RuleSet, t: Target, cfg: dict[str, Any]) -> str:
     config = AttentionConfig.model_validate(cfg)
     pp = phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16))
-    return "|".join([pp.call, pp.flashinfer_backend, f"tc={bool(pp.use_tensor_cores)}", *(m.name for m in pp.modules)])
+    return jit_identity(config, pp)
+
+
+def jit_identity(config: AttentionConfig, pp: Any) -> str:
+    """What FlashInfer compiles one JIT module for (its URI's parameters), so probes that share a
+    module build it once: flashinfer/jit/attention/modules.py get_batch_prefill_uri /
+    get_batch_decode_uri (dtypes, head dims, use_swa, use_logits_cap) - the paged and ragged
+    prefill, tensor-core decode and speculative decode share the prefill module;
+    get_batch_mla_uri (dtypes, ckv, kpe); flashinfer/jit/xqa.py gen_xqa_module (dtypes, page
+    size, head dim, GQA group, sliding window, q_seq_len)."""
+    flags = f"swa={config.sliding_window is not None}:cap={config.logits_soft_cap is not None}"
+    dt = f"{pp.query_dtype}:{pp.kv_view_dtype}:{pp.output_dtype}"
+    hd = f"{config.qk_head_dim}x{config.vo_head_dim}"
+    if pp.call == "xqa_decode":
+        return (f"xqa:{dt}:p={config.page_size}:hd={hd}:g={config.group_size}:swa={config.sliding_window is not None}"
+                f":q={pp.q_len_per_req}")
+    if pp.call == "mla_paged_decode":
+        return f"mla:{pp.flashinfer_backend}:{dt}:ckv={config.kv_lora_rank}:kpe={config.qk_rope_head_dim}"
+    if pp.call == "sink":
+        return f"sink:{pp.flashinfer_backend}:{dt}:{hd}:{flags}"
+    if pp.call == "paged_decode" and not pp.use_tensor_cores:
+        return f"decode:{dt}:{hd}:{flags}"
+    return f"prefill:{pp.flashinfer_backend}:{dt}:{hd}:{flags}"
 
 
 def _pick(check: Check, rule: Rule, rules: list[Rule], node: NodeFacts, t: Target, base: dict[str, Any],
@@ -370,10 +378,18 @@ def _add(probes: dict[str, Probe], ruleset: RuleSet, node: NodeFacts, t: Target,
     if digest in probes:
         probes[digest].boundaries.append(why)
         return
-    config = AttentionConfig.model_validate(cand.cfg)
+    spec, module, skip = make_spec(ruleset, node, t, cand.cfg, digest)
+    probes[digest] = Probe(id=digest, backend=t.backend, phase=t.phase, call=spec["call"], config=cand.cfg,
+                           refused_by=cand.refused, boundaries=[why], spec=spec, module=module, skip=skip)
+
+
+def make_spec(ruleset: RuleSet, node: NodeFacts, t: Target, cfg: dict[str, Any], digest: str, *,
+              q_lens: Optional[list[int]] = None, kv_lens: Optional[list[int]] = None) -> tuple[dict[str, Any], str, Optional[str]]:
+    """(what the child process runs, the JIT module key, why it cannot run here or None) for one
+    config on (backend, phase): every field is the plan's own (phase_plan, attention_plan)."""
+    config = AttentionConfig.model_validate(cfg)
     pp = phase_plan(config, t.phase, t.backend, ruleset, int(config.page_size or 16))
     skip = unrunnable_reason(pp.call, node.capability.value)
-    tol, tol_kind = tolerance(config)
     att = attention_plan(config)
     spec = dict(
         call=pp.call, backend=t.backend, flashinfer_backend=pp.flashinfer_backend, phase=t.phase,
@@ -383,12 +399,16 @@ def _add(probes: dict[str, Probe], ruleset: RuleSet, node: NodeFacts, t: Target,
         num_kv_heads=config.kv_heads, page_size=int(config.page_size or 16), mla=config.is_mla,
         kv_lora_rank=config.kv_lora_rank, qk_rope_head_dim=config.qk_rope_head_dim,
         sm_scale=att.sm_scale, window_left=att.window_left, logits_soft_cap=att.logits_soft_cap or None,
-        sinks=config.sinks, tolerance=tol, tolerance_kind=tol_kind, seed=int(digest, 16) % (2 ** 31),
+        sinks=config.sinks, seed=int(digest, 16) % (2 ** 31),
     )
-    module = _module_key(ruleset, t, cand.cfg)
-    probes[digest] = Probe(id=digest, backend=t.backend, phase=t.phase, call=pp.call, config=cand.cfg,
-                           refused_by=cand.refused, boundaries=[why], spec=spec, module=module, skip=skip)
+    if q_lens is not None:
+        spec.update(q_lens=list(q_lens), kv_lens=list(kv_lens or ()))
+    spec["quantize_query"] = tol.query_quantized_to(spec)
+    spec["kernel_key"] = tol.kernel_key(spec)
+    spec["tolerance"] = tol.tolerance(spec["kernel_key"], pp.output_dtype)
+    spec["tolerance_kind"] = "5x spread of " + spec["kernel_key"]
+    return spec, _module_key(ruleset, t, cfg), skip
 
 
 __all__ = ["Probe", "Boundary", "Gap", "Generated", "Target", "generate", "targets", "refusals", "mutate",
-           "base_for", "tolerance", "TOLERANCE", "FIXED_BY_PROBE"]
+           "base_for", "make_spec", "FIXED_BY_PROBE"]

@@ -19,7 +19,8 @@ import datetime as _dt
 import json
 from typing import Any, Iterator
 
-from .generate import TOLERANCE, Generated, Probe
+from . import tolerance as tol
+from .generate import Generated, Probe
 
 SCHEMA = "attnplan-verify/1"
 ORDER = ("dangerous", "hang", "stale", "consistent", "source-only", "untested")
@@ -62,7 +63,9 @@ def build_report(gen: Generated, results: dict[str, dict[str, Any]], *, device: 
             "id": p.id, "backend": p.backend, "phase": p.phase, "call": p.call, "config": p.config,
             "refused_by": list(p.refused_by),
             "boundaries": [{"rule": b.rule, "check": b.check, "side": b.side, "changed": b.changed} for b in p.boundaries],
-            "module": p.module, **{k: res.get(k) for k in ("outcome", "rel_err", "tolerance", "error", "seconds")},
+            "module": p.module, "kernel_key": p.spec.get("kernel_key"), "sweep_target": p.spec.get("sweep_target"),
+            "shape": {"q_lens": p.spec.get("q_lens"), "kv_lens": p.spec.get("kv_lens")} if p.spec.get("kv_lens") else None,
+            **{k: res.get(k) for k in ("outcome", "rel_err", "tolerance", "nonfinite", "error", "seconds")},
             "verdicts": {r: probe_verdict(p.side_for(r), res["outcome"]) for r in rules},
         })
     rules_out = []
@@ -77,13 +80,15 @@ def build_report(gen: Generated, results: dict[str, dict[str, Any]], *, device: 
                      for g in gaps],
         })
     return {"schema": SCHEMA, "device": device, "capability": capability, "flashinfer": flashinfer, "torch": torch,
-            "date": date, "rules_revision": rules_revision, "quick": quick, "tolerances": TOLERANCE,
+            "date": date, "rules_revision": rules_revision, "quick": quick, "tolerances": {"factor": tol.table()["factor"], "floor": tol.table()["floor"],
+                                                                       "spreads": tol.table().get("spreads") or {}},
             "rules": rules_out, "probes": probes_out}
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """1 when a rule is dangerous or a config it accepts hangs, else 0."""
-    return 1 if any(r["verdict"] in ("dangerous", "hang") for r in report["rules"]) else 0
+    """1 when a rule is dangerous or a config it accepts hangs (a sweep probe included), else 0."""
+    sweep_bad = any(p["verdicts"].get("sweep") in ("dangerous", "hang") for p in report["probes"])
+    return 1 if sweep_bad or any(r["verdict"] in ("dangerous", "hang") for r in report["rules"]) else 0
 
 
 def provenance(report: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -116,6 +121,34 @@ def summary_table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _tolerance_line(t: dict[str, Any]) -> str:
+    if "factor" not in t:                 # reports before issue 22: one threshold per KV dtype class
+        return ", ".join(f"{k} {v:g}" for k, v in t.items())
+    return (f"{t['factor']:g} x each kernel's measured spread (attnplan/rules/verify_tolerances.yaml; "
+            f"{len(t.get('spreads') or {})} kernels calibrated), at least {t['factor']:g} x half an ulp of the output")
+
+
+def rejudge(report: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """The report with every ok/wrong outcome judged again against a tolerance table (no GPU:
+    the relative errors are in the report). Errors, hangs and non-finite outputs stay as they are."""
+    out = dict(report, tolerances={"factor": data["factor"], "floor": data["floor"], "spreads": data.get("spreads") or {}})
+    probes = []
+    for p in report["probes"]:
+        p = dict(p)
+        if p.get("outcome") in ("ok", "wrong") and p.get("rel_err") is not None and not p.get("nonfinite") \
+                and p.get("kernel_key") and not str(p.get("error") or "").startswith("output shape"):
+            out_dtype = "float16" if ":q=float16:" in p["kernel_key"] else "bfloat16"
+            t = tol.tolerance(p["kernel_key"], out_dtype, data)
+            ok = p["rel_err"] <= t
+            p.update(tolerance=t, outcome="ok" if ok else "wrong",
+                     error=None if ok else f"relative error {p['rel_err']:.3g} > {t:.3g}")
+            p["verdicts"] = {r: probe_verdict("refuse" if r in p["refused_by"] else "accept", p["outcome"])
+                             for r in p["verdicts"]}
+        probes.append(p)
+    out["probes"] = probes
+    return out
+
+
 def markdown(report: dict[str, Any]) -> str:
     probes = {p["id"]: p for p in report["probes"]}
     lines = [
@@ -125,12 +158,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"{', --quick' if report['quick'] else ''}; torch {report.get('torch')}). Each probe ran directly through "
         "FlashInfer in its own process, against a float32 reference, with fresh random inputs and a NaN-poisoned "
         "output; tolerances (max |out - ref| / max |ref|): "
-        + ", ".join(f"{k} {v:g}" for k, v in report["tolerances"].items()) + ". The machine-readable report is the "
+        + _tolerance_line(report["tolerances"]) + ". The machine-readable report is the "
         "JSON file beside this one.",
         "",
         summary_table(report),
         "",
     ]
+    lines += sweep_markdown(report)
     for r in sorted(report["rules"], key=lambda r: (ORDER.index(r["verdict"]), r["id"])):
         lines += [f"## `{r['id']}`: {r['verdict']}", ""]
         if r["probes"]:
@@ -149,6 +183,42 @@ def markdown(report: dict[str, Any]) -> str:
         if reasons:
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def sweep_markdown(report: dict[str, Any]) -> list[str]:
+    sw = report.get("sweep")
+    if not sw:
+        return []
+    probes = {p["id"]: p for p in report["probes"]}
+    ran = [p for p in probes.values() if p["verdicts"].get("sweep") and p["outcome"] not in ("skipped", None)]
+    lines = ["## Covering sweep over what the packs accept", "",
+             f"Seed {sw['seed']}: {len([p for p in probes.values() if 'sweep' in p['verdicts']])} probes, {len(ran)} run; "
+             f"{len(sw['dangerous'])} dangerous. Every pair of factor values that some accepted config holds is held by "
+             "an accepted probe; pairs no accepted config holds are refused by the packs and not run.", "",
+             "| backend/phase | call | probes | pairs covered / all | refused pairs | not run here |", "|---|---|---|---|---|---|"]
+    run = sw.get("pairs_run") or {}
+    lines[-2] = "| backend/phase | call | probes | pairs covered / all | pairs held by probes that ran | refused pairs | not run here |"
+    lines[-1] = "|---|---|---|---|---|---|---|"
+    for c in sw["coverage"]:
+        lines.append(f"| {c['target']} | {c['call']} | {c['rows']} | {c['pairs_covered']}/{c['pairs_total']} | "
+                     f"{run.get(c['target'], 0)} | {c['pairs_refused']} | {c['skip'] or ''} |")
+    lines.append("")
+    if sw["dangerous"]:
+        lines += ["### Dangerous sweep probes", "", "| probe | backend/phase | call | config | shape | result |", "|---|---|---|---|---|---|"]
+        for pid in sw["dangerous"]:
+            p = probes[pid]
+            lines.append(f"| {pid} | {p['backend']}/{p['phase']} | {p['call']} | {_fmt_changed(p['boundaries'][0]['changed'])} "
+                         f"| {p.get('shape')} | {_fmt_result(p)} |")
+        lines.append("")
+        lines += ["### Rules that must change", ""]
+        for r in sw["rules_to_change"]:
+            lines.append(f"- `{r['rule']}`: " + "; ".join(r["because"]))
+        for s in sw["suspects"]:
+            vals = ", ".join(f"{v['factor']}={v['value']} ({v['failing']})" for v in s["values_only_in_failures"][:8])
+            lines.append(f"- {s['backend']}/{s['phase']} {s['call']}: {s['failing']} failing, {s['passing']} passing; "
+                         f"values only failures hold: {vals or 'none (a pair or the shape)'}")
+        lines.append("")
+    return lines
 
 
 def write_report(report: dict[str, Any], md_path: str) -> str:

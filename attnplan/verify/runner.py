@@ -83,7 +83,8 @@ _BUILD_FAILURE = ("ninja", "nvcc", "compil", "build failed", "static_assert")
 
 def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_timeout: float = 420.0,
                probe_timeout: float = 90.0, deadline: Optional[float] = None,
-               progress: Callable[[str], None] = lambda s: None) -> dict[str, dict[str, Any]]:
+               progress: Callable[[str], None] = lambda s: None,
+               on_result: Callable[[Probe, dict[str, Any]], None] = lambda p, r: None) -> dict[str, dict[str, Any]]:
     """Results by probe id (skipped probes included, with their reason).
 
     The first probe of each JIT module runs under ``build_timeout``; as soon as it finishes, the
@@ -113,6 +114,7 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
 
     def finish(p: Probe, res: dict[str, Any], label: str) -> None:
         results[p.id] = res
+        on_result(p, res)                  # e.g. appended to a file, so a run cut short can resume
         state["done"] += 1
         progress(f"[{state['done']}/{total}] {label:<5} {res.get('seconds', 0.0):6.1f}s {res['outcome']:<7} {p.id} "
                  f"{p.backend}/{p.phase} {p.call}" + (f"  ({p.module})" if label == "build" else ""))

@@ -35,9 +35,48 @@ def executor(**cfg: Any) -> AttentionExecutor:
     return AttentionExecutor(answer(**cfg), device="cuda")
 
 
-def derived_executor(a: Any) -> AttentionExecutor:
-    """An executor over a plan derived in ``derive.py`` (today's live rules would refuse it)."""
-    return AttentionExecutor(a, device="cuda", check=False)
+# Facts the GPU box lacks and a serving node has (issue 22): the cubin artifactory is reachable
+# and the cubin directory holds the trtllm-gen cubins. Declared on top of this machine's probed
+# facts, so vLLM's own plan on the H100 (XQA decode) comes from the packs, not from a hand-made plan.
+DECLARED = {"artifactory_reachable": True, "cubin_dir_has_cubins": True}
+
+
+def probed_node(**declared: Any):
+    """This machine's probed facts with ``DECLARED`` (and ``declared``) set as declared facts."""
+    from attnplan.policy import local_node
+    from attnplan.policy.facts import Fact
+
+    node = local_node()
+    return node.model_copy(update={k: Fact.declared(v, "gpu tests: a serving node has it")
+                                   for k, v in {**DECLARED, **declared}.items()})
+
+
+def real_plan(cfg: dict, engine: str, want: Any, why: str) -> Any:
+    """The rules' own plan for ``cfg`` on the probed node; a test whose path the rules do not plan
+    fails saying so (no hand-derived plan stands in)."""
+    import pytest
+
+    try:
+        a = plan_for(AttentionConfig(**cfg), probed_node(), engine=engine)
+    except ValueError as exc:
+        pytest.fail(f"no real plan for {why}: the config is invalid ({exc})")
+    if not a.ok:
+        pytest.fail(f"no real plan for {why}: " + "; ".join(f"{v.rule}: {v.message}" for v in a.violations))
+    if not want(a):
+        pytest.fail(f"the rules plan another path than {why}: prefill {a.plan.prefill.backend}/{a.plan.prefill.call}, "
+                    f"decode {a.plan.decode.backend}/{a.plan.decode.call}")
+    return a
+
+
+def executor_for(a: Any) -> AttentionExecutor:
+    """An executor over a real plan, checked against this node like any other."""
+    return AttentionExecutor(a, device="cuda", node=probed_node()) if _takes_node() else AttentionExecutor(a, device="cuda")
+
+
+def _takes_node() -> bool:
+    import inspect
+
+    return "node" in inspect.signature(AttentionExecutor.__init__).parameters
 
 
 def prebuild(*answers: Any) -> None:

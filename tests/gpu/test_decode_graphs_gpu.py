@@ -14,8 +14,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-import derive  # noqa: E402
-from gpu_common import TOL, answer, Batch, derived_executor, no_device_sync, random_lens, rel_err  # noqa: E402
+from gpu_common import TOL, answer, Batch, executor_for, no_device_sync, random_lens, real_plan, rel_err  # noqa: E402
 
 from attnplan.adapter import AttentionExecutor, attention_ref  # noqa: E402
 from attnplan.adapter import kv_cache as kvc  # noqa: E402
@@ -31,10 +30,13 @@ MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head
 PLANS = {
     "fa2": lambda: answer(**LLAMA),
     "fa2-spec-q3": lambda: answer(**LLAMA, num_speculative_tokens=2),
-    "fa3": lambda: derive.fa3_decode(derive.base(**LLAMA)),
-    "xqa": lambda: derive.xqa(derive.base(**LLAMA)),
-    "xqa-q3": lambda: derive.xqa(derive.base(**LLAMA, num_speculative_tokens=2)),
-    "sink-fa2": lambda: derive.sinks(derive.base(**GPT_OSS)),
+    "fa3": lambda: real_plan(dict(LLAMA, attention_backend="fa3"), "flashinfer",
+                             lambda a: a.plan.decode.flashinfer_backend == "fa3", "fa3 decode"),
+    "xqa": lambda: real_plan(LLAMA, "vllm", lambda a: a.plan.decode.call == "xqa_decode", "XQA decode"),
+    "xqa-q3": lambda: real_plan(dict(LLAMA, num_speculative_tokens=2), "vllm",
+                                lambda a: a.plan.decode.call == "xqa_decode", "XQA speculative decode (q_len 3)"),
+    "sink-fa2": lambda: real_plan(dict(GPT_OSS, sinks=True), "flashinfer",
+                                  lambda a: a.plan.decode.call == "sink", "the sink wrapper in decode"),
 }
 MLA_PLANS = {"mla-auto": lambda: answer(**MLA), "mla-fa2": lambda: answer(**MLA, attention_backend="fa2")}
 
@@ -51,7 +53,7 @@ def built():
 
 def ex_for(name: str) -> AttentionExecutor:
     a = PLANS[name]()
-    return derived_executor(a)
+    return executor_for(a)
 
 
 @pytest.mark.parametrize("name", list(PLANS))

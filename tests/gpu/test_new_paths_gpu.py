@@ -7,10 +7,11 @@ batch-invariant fa2 with a fixed split. Fresh random inputs each run (seed print
 NaN-poisoned, the cache NaN-poisoned except for XQA (see ``test_xqa_stale_slots_never_reach_the_output``).
 16-bit: rel err <= 1e-2; fp8 and NVFP4 against the dequantized cache, tolerances stated below.
 
-Plans are the rules' own (``plan_for`` on this node, ``--engine vllm`` for XQA, ``flashinfer``
-for kernel truth) wherever they produce the path; else derived in ``derive.py`` (a real plan
-rewritten as the policy writes such a phase: XQA at head 96 or page 128, which the rules refuse
-here because nothing prefills head 96 and vLLM allows page 128 only on 10.x).
+Plans are the rules' own, always (issue 22): ``plan_for`` on this node's probed facts with the
+facts a serving node has and this box lacks declared (artifactory reachable, cubins:
+gpu_common.DECLARED), ``--engine vllm`` for XQA, ``flashinfer`` for kernel truth. A test whose
+path the rules do not plan fails saying so. Paths only kernel truth reaches (XQA at head 96,
+page 128 under vLLM) are verify's: ``attnplan verify --sweep`` runs them through FlashInfer.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-import derive  # noqa: E402
-from gpu_common import TOL, Batch, derived_executor, no_device_sync, random_lens, rel_err  # noqa: E402
+from gpu_common import TOL, Batch, executor_for, no_device_sync, random_lens, real_plan, rel_err  # noqa: E402
 
 from attnplan.adapter import StepInput  # noqa: E402
 from attnplan.adapter.warmup import plan_modules, prebuild  # noqa: E402
@@ -40,76 +40,53 @@ GPT_OSS = dict(head_dim=64, num_qo_heads=64, num_kv_heads=8, sliding_window=128)
 TOL_FP8 = 4e-2
 
 
-# -- the plans: the rules' own where they produce the path here, else derived (derive.py) -------
-def real(cfg: dict, engine: str, ok) -> object:
-    """plan_for(cfg, engine=...) on this node when it is ok and ``ok(answer)``; else None."""
-    from attnplan.policy import AttentionConfig, plan_for
-
-    try:
-        a = plan_for(AttentionConfig(**cfg), engine=engine)
-    except Exception:  # noqa: BLE001 - a config this schema refuses
-        return None
-    return a if a.ok and ok(a) else None
-
-
+# -- the plans: the rules' own, on the probed node with the serving facts declared ------------
 def xqa_plan(hd: int = 128, page: int = 16, kv: str = "auto", spec: int = 0):
     cfg = dict(LLAMA, head_dim=hd, kv_cache_dtype=kv, num_speculative_tokens=spec, page_size=page)
-    a = real(cfg, "vllm", lambda a: a.plan.decode.call == "xqa_decode" and a.plan.kv_cache.page_size == page)
-    if a is not None:
-        return a
-    a = derive.base(**LLAMA, kv_cache_dtype=kv, num_speculative_tokens=spec)
-    if hd != 128:
-        a = derive.head_dim(a, hd)
-    if page != 16:
-        a = derive.page_size(a, page)
-    return derive.xqa(a)
+    return real_plan(cfg, "vllm", lambda a: a.plan.decode.call == "xqa_decode" and a.plan.kv_cache.page_size == page,
+                     f"XQA decode (head {hd}, page {page}, kv {kv}, spec {spec})")
 
 
 def xqa_sinks_plan():
     """gpt-oss on the H100 as vLLM 0.33 runs it: sink-wrapper prefill, XQA decode with sinks."""
-    a = real(dict(GPT_OSS, sinks=True), "vllm", lambda a: a.plan.decode.call == "xqa_decode")
-    return a or derive.xqa(derive.sinks(derive.base(**GPT_OSS, attention_backend="fa2"), phases=("prefill",)))
+    return real_plan(dict(GPT_OSS, sinks=True), "vllm", lambda a: a.plan.decode.call == "xqa_decode",
+                     "XQA decode with sinks and a window")
 
 
 def sink_plan(backend: str):
     """gpt-oss shape; prefill on ``backend`` (fa3: the H100's own choice), decode on fa2, both sink."""
     cfg = dict(GPT_OSS, attention_backend="fa2") if backend == "fa2" else GPT_OSS
-    a = real(dict(cfg, sinks=True), "flashinfer",
-             lambda a: a.plan.prefill.call == a.plan.decode.call == "sink" and a.plan.prefill.flashinfer_backend == backend)
-    a = a or derive.sinks(derive.base(**cfg))
-    assert a.plan.prefill.flashinfer_backend == backend
-    return a
+    return real_plan(dict(cfg, sinks=True), "flashinfer",
+                     lambda a: a.plan.prefill.call == a.plan.decode.call == "sink" and a.plan.prefill.flashinfer_backend == backend,
+                     f"the sink wrapper on {backend}")
 
 
 def nvfp4_plan():
-    cfg = dict(LLAMA, kv_cache_dtype="nvfp4")
-    return (real(cfg, "flashinfer", lambda a: a.plan.prefill.flashinfer_backend == a.plan.decode.flashinfer_backend == "fa2")
-            or derive.nvfp4(derive.base(**LLAMA, attention_backend="fa2")))
+    return real_plan(dict(LLAMA, kv_cache_dtype="nvfp4"), "flashinfer",
+                     lambda a: a.plan.prefill.flashinfer_backend == a.plan.decode.flashinfer_backend == "fa2",
+                     "fa2 over an nvfp4 cache")
 
 
 def hd512_plan():
-    return (real(dict(LLAMA, head_dim=512), "flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa2")
-            or derive.head_dim(derive.base(**dict(LLAMA, head_dim=256), attention_backend="fa2"), 512))
+    return real_plan(dict(LLAMA, head_dim=512), "flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa2",
+                     "fa2 at head 512")
 
 
 def page_plan(page: int):
-    return (real(dict(LLAMA, page_size=page), "flashinfer", lambda a: a.plan.kv_cache.page_size == page)
-            or derive.page_size(derive.base(**LLAMA), page))
+    return real_plan(dict(LLAMA, page_size=page), "flashinfer", lambda a: a.plan.kv_cache.page_size == page,
+                     f"native pages of {page}")
 
 
 def fixed_split_plan():
-    """Batch-invariant fa2 (``--engine flashinfer``; vLLM 0.33 refuses batch invariance). The
-    workspace is raised to vLLM's batch-invariant 2 GiB where the plan asks for less (derive.py)."""
-    a = real(dict(LLAMA, batch_invariant=True), "flashinfer", lambda a: a.plan.attention.split_kv == "fixed")
-    if a is None:
-        return derive.fixed_split(derive.base(**LLAMA, attention_backend="fa2"), 16)
-    if a.plan.prefill.workspace_bytes < derive.BATCH_INVARIANT_WORKSPACE:
-        a = derive.fixed_split(a, a.plan.attention.fixed_split_size)
-    return a
+    """Batch-invariant fa2 (``--engine flashinfer``; vLLM 0.33 refuses batch invariance): the plan's
+    own workspace and split size."""
+    return real_plan(dict(LLAMA, batch_invariant=True), "flashinfer", lambda a: a.plan.attention.split_kv == "fixed",
+                     "batch-invariant fixed-split fa2")
 
 
-XQA_CASES = ([("bfloat16", hd, page, 0) for hd in (64, 96, 128, 256) for page in (16, 128)]
-             + [("fp8", hd, 16, 0) for hd in (64, 96, 128, 256)] + [("fp8", 128, 128, 0)]
+# The XQA paths vLLM 0.33 plans on the H100 (head 96 and page 128 it refuses: vllm.head-size,
+# vllm.page-size; FlashInfer runs them, and attnplan verify --sweep holds that kernel truth).
+XQA_CASES = ([("bfloat16", hd, 16, 0) for hd in (64, 128, 256)] + [("fp8", hd, 16, 0) for hd in (64, 128, 256)]
              + [("bfloat16", 128, 16, s) for s in (1, 2, 3)])
 
 
@@ -181,7 +158,7 @@ def run_err(b: Batch) -> float:
 @pytest.mark.parametrize("case", XQA_CASES, ids=lambda c: f"{c[0]}-hd{c[1]}-page{c[2]}-q{1 + c[3]}")
 def test_xqa_decode(case):
     """XQA reads a last page whole (see the stale-slot test): the cache holds finite garbage."""
-    ex = derived_executor(_xqa_from_case(case))
+    ex = executor_for(_xqa_from_case(case))
     assert ex.plan.decode.call == "xqa_decode"
     b = decode_only(ex, poison="finite")
     out = b.run()
@@ -197,7 +174,7 @@ def test_xqa_decode(case):
 
 
 def test_xqa_sinks_and_window():
-    ex = derived_executor(xqa_sinks_plan())
+    ex = executor_for(xqa_sinks_plan())
     assert ex.params.sinks and ex.params.window_left == 127
     b = decode_only(ex, hi=2000, poison="finite")
     out = b.run()
@@ -215,7 +192,7 @@ def test_xqa_stale_slots_never_reach_the_output():
     an XQA plan's cache is allocated zeroed and appends write only finite values. Unused slots
     and other requests' pages holding large finite garbage (what freed pages hold) do not reach
     the output; the same batch over the allocation as the adapter makes it matches too."""
-    ex = derived_executor(xqa_plan())
+    ex = executor_for(xqa_plan())
     assert not ex.allocate_kv_cache(4).data.any()
     for poison in ("finite", "none"):
         b = decode_only(ex, n=32, hi=700, poison=poison)
@@ -225,7 +202,7 @@ def test_xqa_stale_slots_never_reach_the_output():
 
 
 def test_xqa_step_does_no_device_to_host_sync():
-    ex = derived_executor(xqa_plan())
+    ex = executor_for(xqa_plan())
     b = decode_only(ex, n=8, poison="finite")
     ref = b.reference()
     b.run()
@@ -243,7 +220,7 @@ def test_xqa_decode_graph_captures_the_whole_step():
     the lengths and the block table."""
     from attnplan.adapter import DecodeGraph
 
-    ex = derived_executor(xqa_plan())
+    ex = executor_for(xqa_plan())
     bs = 8
     first = Batch(ex, [1] * bs, random_lens(bs - 1, 2, 1500) + [1500], bs, poison="finite")   # width for 1500
     graph = DecodeGraph(ex, bs, first.table.shape[1], first.cache)
@@ -260,7 +237,7 @@ def test_xqa_decode_graph_captures_the_whole_step():
 # -- attention sinks ------------------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["fa2", "fa3"])
 def test_sink_prefill_and_decode(backend):
-    ex = derived_executor(sink_plan(backend))
+    ex = executor_for(sink_plan(backend))
     assert ex.plan.prefill.call == ex.plan.decode.call == "sink"
     b = mixed(ex)
     err = rel_err(b.run(), b.reference())
@@ -290,7 +267,7 @@ def test_nvfp4_kv_on_fa2_both_phases_with_appends():
     """Both phases on fa2 over packed e2m1 + fp8 block scales (``kv_cache_sf``); history and this
     step's K/V appended by the adapter's torch quantizer (global scale 0.5). Against the float32
     reference over the dequantized cache: rel err <= 1e-2."""
-    ex = derived_executor(nvfp4_plan())
+    ex = executor_for(nvfp4_plan())
     assert ex.plan.kv_cache.view_dtype == "nvfp4" and ex.plan.prefill.flashinfer_backend == "fa2"
     q = [1] * 8 + random_lens(3, 1, 400)
     seq = random_lens(8, 1, 2500) + [q[8], q[9] + 900, q[10] + random_lens(1, 0, 1500)[0]]
@@ -302,7 +279,7 @@ def test_nvfp4_kv_on_fa2_both_phases_with_appends():
 
 # -- head_dim 512, page sizes -------------------------------------------------------------------
 def test_head_dim_512_on_fa2():
-    ex = derived_executor(hd512_plan())
+    ex = executor_for(hd512_plan())
     assert ex.params.head_dim_qk == 512
     err = run_err(mixed(ex))
     print(f"head_dim 512 on fa2 (mixed): rel err {err:.2e}")
@@ -311,7 +288,7 @@ def test_head_dim_512_on_fa2():
 
 @pytest.mark.parametrize("page", [1, 128])
 def test_page_sizes(page):
-    ex = derived_executor(page_plan(page))
+    ex = executor_for(page_plan(page))
     err = run_err(mixed(ex))
     print(f"page size {page}, {ex.answer.backends()}: rel err {err:.2e}")
     assert err <= TOL
@@ -340,8 +317,9 @@ def _subset_out(b: Batch, rows: list[int], nd: int) -> torch.Tensor:
 def test_fixed_split_is_batch_invariant(phase):
     """One request's output, bit for bit, alone and inside batches of 1, 7 and 64 (fa2, fixed
     split); the auto split's behaviour is printed beside it."""
-    ex = derived_executor(fixed_split_plan())
-    auto = derived_executor(derive.base(**LLAMA, attention_backend="fa2"))
+    ex = executor_for(fixed_split_plan())
+    auto = executor_for(real_plan(dict(LLAMA, attention_backend="fa2"), "flashinfer",
+                                  lambda a: a.plan.decode.flashinfer_backend == "fa2", "fa2 with the auto split"))
     n = 64
     q = [1] * n if phase == "decode" else random_lens(n, 1, 64)
     q[0] = 1 if phase == "decode" else 200
@@ -370,7 +348,7 @@ def test_warmup_covers_the_new_modules(which):
     from attnplan.adapter.warmup import _built, _jit_dir
 
     a = WARMUP_PLANS[which]()
-    ex = derived_executor(a)
+    ex = executor_for(a)
     report = ex.warmup()
     print(which, report.summary())
     assert {m.name for m in report.modules} == {m.name for m in (*a.plan.prefill.modules, *a.plan.decode.modules)}
