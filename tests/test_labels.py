@@ -255,8 +255,11 @@ def test_model_labels_are_valid_kubernetes_labels(capsys, tmp_path):
 
 def test_model_labels_feature_file_and_bad_input(capsys, tmp_path):
     out = tmp_path / "attnplan"
-    rc = cli_main(["labels", "--device", "B200", "--model", "gemma-2-9b", "--output", str(out)])
+    # Gemma-2's soft cap: vLLM 0.33 runs it on an A100 (fa2 keeps the cap) and would drop it on a B200.
+    rc = cli_main(["labels", "--device", "A100", "--model", "gemma-2-9b", "--output", str(out)])
     assert rc == 0 and "attnplan.io/model-gemma-2-9b=ok\n" in out.read_text()
+    rc = cli_main(["labels", "--device", "B200", "--model", "gemma-2-9b", "--output", str(out)])
+    assert rc == 0 and "attnplan.io/model-gemma-2-9b=vllm.softcap-dropped\n" in out.read_text()
     capsys.readouterr()
     # two models under one label name: which one would the label describe?
     (tmp_path / "gemma_2_9b.json").write_text((ROOT / "attnplan" / "presets" / "gemma-2-9b.json").read_text())

@@ -322,7 +322,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             v.add("vllm.head-size")
         if (trt or backend == "xqa") and not vllm_gate(node):
             v.add("vllm.trtllm-gate")
-        if backend == "xqa" and not ((cap == 90 or major == 12) and 16 <= qk <= 256 and cfg.dcp_world_size == 1):
+        if backend == "xqa" and not ((cap == 90 or major == 12) and 16 <= qk <= 256 and cfg.dcp_world_size == 1
+                                     and not (kv == "nvfp4" and major in (8, 9))):
             v.add("vllm.xqa")
         if kv == "nvfp4" and major == 10 and backend != "trtllm-gen":
             v.add("vllm.nvfp4")
@@ -397,7 +398,12 @@ def spec_candidates(cfg: AttentionConfig, node: NodeFacts, phase: str, engine: s
     if phase == "prefill":
         return ["fa3", "fa2"] if major == 9 else ["fa2"]
     if major in (9, 12):
-        return ["xqa", "fa2"] if engine == "vllm" else ["fa2", "xqa"]
+        if engine != "vllm":
+            return ["fa2", "xqa"]
+        # vLLM's decode kernel is its own static choice: XQA unless one of its own (vllm.*) rules says no;
+        # a kernel rule refusing that XQA rejects the config, vLLM never falls back to fa2 for it.
+        own = {r for r in spec_candidate(cfg, node, "xqa", "decode", engine) if r.startswith("vllm.")}
+        return ["xqa", "fa2"] if own else ["xqa"]
     return ["fa2"]
 
 

@@ -146,7 +146,8 @@ def test_flashinfer_names_and_unknown_kv_dtypes_are_refused_not_guessed():
     a = policy.plan_for(LLAMA.replace(attention_backend="fa2"), simulated_node("H100"), engine="sglang")
     assert a.status == "rejected" and [v.rule for v in a.violations] == ["sglang.backend-names"]
     b = policy.plan_for(LLAMA.replace(kv_cache_dtype="fp16"), simulated_node("H100"), engine="sglang")
-    assert [v.rule for v in b.violations] == ["sglang.kv-names"]
+    # SGLang has no "fp16" KV name; the kernels refuse an fp16 cache under a bf16 model too (kv.query-dtype)
+    assert [v.rule for v in b.violations] == ["sglang.kv-names", "kv.query-dtype", "kv.query-dtype"]
 
 
 def test_suggestions_are_resolved_by_sglangs_rules():

@@ -68,7 +68,11 @@ class Exception_:
         for key, want in self.match.items():
             scope, _, name = key.partition(".")
             value = (case.as_dict() if scope == "case" else exp if scope == "vllm" else got).get(name)
-            if isinstance(want, list):
+            if isinstance(want, dict) and "any_of" in want:
+                # a list-valued outcome (attnplan.rules): at least one of these is in it
+                if not set(value or ()) & set(want["any_of"]):
+                    return False
+            elif isinstance(want, list):
                 if value not in want:
                     return False
             elif isinstance(want, dict) and ("min" in want or "max" in want or "not" in want):

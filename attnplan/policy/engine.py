@@ -56,10 +56,27 @@ def candidates_for(ruleset: RuleSet, config: AttentionConfig, cap_major: Optiona
     kind = "mla" if config.is_mla else "standard"
     if config.attention_backend != "auto" and config.attention_backend not in auto_names:
         return [ruleset.force[kind][config.attention_backend][phase]]
+    row = selection_row(ruleset, config, cap_major, phase, selection)
+    return list(row.candidates) if row is not None else []
+
+
+def selection_row(ruleset: RuleSet, config: AttentionConfig, cap_major: Optional[int], phase: str,
+                  selection: dict | None = None) -> Any:
+    """The selection row that orders this phase's candidates on this capability (None: no candidate)."""
+    kind = "mla" if config.is_mla else "standard"
     for row in (selection or ruleset.selection)[kind][phase]:
         if row.capability_major is None or row.capability_major == cap_major:
-            return list(row.candidates)
-    return []
+            return row
+    return None
+
+
+def _engine_choice(results: list[CandidateResult], layer_of: dict[str, str]) -> list[CandidateResult]:
+    """Where the engine picks the kernel itself, the candidates up to the first one no engine rule refuses:
+    the engine runs that one whatever the kernel rules say of it (its kernel violations reject the config)."""
+    for i, r in enumerate(results):
+        if not any(layer_of.get(v.rule) == "engine" for v in r.violations):
+            return results[: i + 1]
+    return results
 
 
 def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None = None, *,
@@ -110,6 +127,9 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     for phase in PHASES:
         results[phase] = [run_candidate(checks, base, phase, b, pages, trace, spec, divides)
                           for b in candidates_for(rs, config, base["node.capability_major"], phase, selection, auto)]
+        row = selection_row(rs, config, base["node.capability_major"], phase, selection)
+        if row is not None and row.engine_decides and config.attention_backend in ("auto", *auto):
+            results[phase] = _engine_choice(results[phase], _layers(rs))
         for r in results[phase]:
             entries.extend(r.trace)
 
@@ -188,6 +208,11 @@ def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any],
 
 # How an engine's name is written for people (the data and the JSON keep the lower-case id).
 _DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
+
+
+@functools.lru_cache(maxsize=8)
+def _layers(rs: RuleSet) -> dict[str, str]:
+    return {r.id: r.layer for r in rs.rules}
 
 
 def _choose(results: dict[str, list[CandidateResult]]) -> Any:

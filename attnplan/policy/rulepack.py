@@ -158,6 +158,10 @@ class SelectionRow(BaseModel):
     capability_major: Optional[int] = None
     candidates: list[str] = Field(min_length=1)
     note: str = ""
+    # The engine itself picks the kernel (vLLM's static decode-kernel choice): the first candidate its
+    # engine-layer rules allow is what it runs, so a kernel rule refusing that one is a failure of the
+    # config, not a fallback to the next candidate the engine would never take.
+    engine_decides: bool = False
 
 
 Selection = dict[Literal["standard", "mla"], dict[Phase, list[SelectionRow]]]
