@@ -248,6 +248,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     if backend == "fa2" and phase == "decode" and kv == "nvfp4" and major is not None and major <= 9 \
             and (g is None or g < 4):
         v.add("kv.nvfp4-decode")
+    if backend == "xqa" and g is None:
+        v.add("xqa.group")   # an unknown group (heads not divisible) never satisfies "at most 64": fail closed
     if backend == "xqa" and g is not None:
         bad = g > 64
         if major == 9 and kv in ("fp16", "bf16"):

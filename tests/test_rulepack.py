@@ -412,7 +412,7 @@ def test_every_shipped_rule_says_its_layer_range_and_provenance():
 
 
 def test_catalog_engine_selection_must_name_known_backends(tmp_path):
-    text = BACKENDS_FILE.read_text().replace("candidates: [xqa, fa2]}", "candidates: [xqb, fa2]}", 1)
+    text = BACKENDS_FILE.read_text().replace("candidates: [xqa, fa2]", "candidates: [xqb, fa2]", 1)
     cat = write(tmp_path, "backends.yaml", text)
     with pytest.raises(RulePackError) as info:
         load_ruleset(pack_files(PACKS_DIR), cat)

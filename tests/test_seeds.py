@@ -187,15 +187,25 @@ def test_seed001_h100_native(dcp, cascade):
     assert_indptr(a.plan)
 
 
-@pytest.mark.parametrize("dcp,cascade", [(1, False), (2, False), (1, True)])
+@pytest.mark.parametrize("dcp,cascade", [(1, False), (2, False)])
 def test_seed001_h100_vllm_xqa_decode_reads_block_tables(dcp, cascade):
-    """Under vLLM 0.33 the H100 decodes with XQA (trtllm API: block tables + seq_lens) unless a merge
-    by LSE is needed (DCP, cascade), which XQA cannot give."""
+    """Under vLLM 0.33 the H100 decodes with XQA (trtllm API: block tables + seq_lens) unless vLLM's
+    own gate sends DCP to native decode (XQA returns no LSE to merge)."""
     a = require_plan(cfg(dcp_world_size=dcp, cascade=cascade), simulated_node("H100"))
     xqa = dcp == 1 and not cascade
     assert a.backends() == ("fa3", "xqa" if xqa else "fa2")
     assert meta_tuple(a.plan) == expected_meta(False, xqa, dcp, cascade)
     assert_indptr(a.plan)
+
+
+def test_seed001_h100_vllm_cascade_cannot_merge_xqa_decode():
+    """vLLM's 9.0 decode kernel is its own static choice (XQA): no vLLM gate looks at cascade, so a cascade
+    merge by LSE meets an XQA that returns none - a rejection under xqa.no-lse, never an fa2 vLLM would not
+    run; the FlashInfer layer alone falls back to fa2."""
+    a = plan_for(cfg(cascade=True), simulated_node("H100"))
+    assert a.status == "rejected" and {v.rule for v in a.violations} == {"xqa.no-lse"}
+    b = require_plan(cfg(cascade=True), simulated_node("H100"), engine="flashinfer")
+    assert b.backends()[1] == "fa2"
 
 
 _MIXED_PACK = """
