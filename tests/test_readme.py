@@ -224,3 +224,17 @@ def test_bash_block_runs(b, hf_empty):
 ])
 def test_matcher(expected, actual, ok):
     assert matches(expected, actual, "0.2.0") is ok
+
+
+def test_rules_table_is_the_loaded_rules():
+    """README's rules table is printed from the rule data (scripts/readme_rules_table.py), not kept by hand."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_rules_table", ROOT / "scripts" / "readme_rules_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    text = README.read_text(encoding="utf-8")
+    assert mod.replace(text) == text, "README's rules table is stale: python scripts/readme_rules_table.py --write"
+    from attnplan.policy import default_ruleset
+
+    assert all(f"| `{r.id}` |" in text for r in default_ruleset().rules)
