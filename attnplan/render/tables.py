@@ -113,6 +113,10 @@ def render_answer(a: PlanAnswer) -> str:
     return "\n".join(out)
 
 
+# Whose engine rules an explanation evaluates (SGLang's are applied by its resolver, in its pipeline order).
+_ENGINE_RULES = {"vllm": "vLLM", "sglang": "SGLang's, applied by its resolver", "flashinfer": "none"}
+
+
 def render_explain(e: Explanation) -> str:
     verdict = {"pass": "pass", "fail": paint("FAIL", "31"), "skip": "n/a"}
     cols = [c for c in e.columns if any((r, c[0], c[1]) in e.cells for r in e.rules)]
@@ -126,7 +130,7 @@ def render_explain(e: Explanation) -> str:
     eng = e.answer.engine
     out = [render_answer(e.answer).splitlines()[0],
            f"engine layer: {eng.name}{' ' + eng.version if eng.version else ''} (kernel rules: FlashInfer; engine rules: "
-           f"{'vLLM' if eng.name == 'vllm' else 'none'})", "", table(headers, rows), "", "facts each rule read:"]
+           f"{_ENGINE_RULES.get(eng.name, eng.name)})", "", table(headers, rows), "", "facts each rule read:"]
     seen: set[str] = set()
     for r in e.rules:
         for ph, b in cols:
@@ -152,6 +156,8 @@ def render_node(node: NodeFacts) -> str:
 
 
 def _versions(r: Any) -> str:
+    if r.layer == "engine" and getattr(r, "engine", None) not in (None, "vllm"):
+        return f"{r.engine} {r.versions}" if r.versions else r.engine   # a second engine's own range (SGLang)
     return f"vllm {r.vllm}" if r.vllm else f"flashinfer {r.flashinfer}" if r.flashinfer else "-"
 
 

@@ -430,8 +430,8 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
     runs = all(eb.runs_flashinfer for eb in phases.values())
     engine_backend = EngineBackend(
         name=name, runs_flashinfer=runs, source="sglang/srt/arg_groups/pipeline.py run_resolution_pipeline",
-        note=("SGLang runs the FlashInfer plan below" if runs else
-              "SGLang's own pick runs kernels that are not FlashInfer's in "
+        note=(f"SGLang {ref.version} selects {name} here: the FlashInfer plan below is what it runs" if runs else
+              f"SGLang {ref.version} selects {name} here, which runs kernels that are not FlashInfer's in "
               + " and ".join(ph for ph, eb in phases.items() if not eb.runs_flashinfer)
               + "; the FlashInfer plan there is what SGLang runs with --attention-backend flashinfer"))
     cfg = config.replace(page_size=r.page_size)
