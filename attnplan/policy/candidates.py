@@ -57,7 +57,7 @@ def trace_entry(check: Check, ctx: dict[str, Any], phase: str, backend: Optional
                       layer=check.rule.layer)
 
 
-def _reads_page(check: Check) -> bool:
+def reads_page(check: Check) -> bool:
     return PAGE_SIZE in check.require.reads or (check.when is not None and PAGE_SIZE in check.when.reads)
 
 
@@ -116,7 +116,7 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
     for check in checks:
         if check.scope != "candidate" or not check.applies_to(backend, phase):
             continue
-        if _reads_page(check):
+        if reads_page(check):
             page_checks.append(check)
             continue
         if check.when is not None and not check.when.test(ctx):

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 from . import engine_rows
 from .answer import EngineBackend, Fallback, PlanAnswer, TraceEntry, Violation
-from .candidates import CandidateResult, page_domain, run_candidate, trace_entry, violation
+from .candidates import CandidateResult, reads_page, page_domain, run_candidate, trace_entry, violation
 from .config import AttentionConfig
 from .engines import active_checks, engine_resolution, resolve_engine, selection_for
 from .facts import NodeFacts
@@ -70,11 +70,12 @@ def selection_row(ruleset: RuleSet, config: AttentionConfig, cap_major: Optional
     return None
 
 
-def _engine_choice(results: list[CandidateResult], layer_of: dict[str, str]) -> list[CandidateResult]:
-    """Where the engine picks the kernel itself, the candidates up to the first one no engine rule refuses:
-    the engine runs that one whatever the kernel rules say of it (its kernel violations reject the config)."""
+def _engine_choice(results: list[CandidateResult], gates: frozenset[str]) -> list[CandidateResult]:
+    """Where the engine picks the kernel itself, the candidates up to the first one none of its own gates
+    (``gates``) refuses: the engine runs that one whatever the kernel rules say of it (its kernel
+    violations reject the config)."""
     for i, r in enumerate(results):
-        if not any(layer_of.get(v.rule) == "engine" for v in r.violations):
+        if not any(v.rule in gates for v in r.violations):
             return results[: i + 1]
     return results
 
@@ -129,7 +130,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
                           for b in candidates_for(rs, config, base["node.capability_major"], phase, selection, auto)]
         row = selection_row(rs, config, base["node.capability_major"], phase, selection)
         if row is not None and row.engine_decides and config.attention_backend in ("auto", *auto):
-            results[phase] = _engine_choice(results[phase], _layers(rs))
+            results[phase] = _engine_choice(results[phase], _engine_gates(rs))
         for r in results[phase]:
             entries.extend(r.trace)
 
@@ -211,8 +212,10 @@ _DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
 
 
 @functools.lru_cache(maxsize=8)
-def _layers(rs: RuleSet) -> dict[str, str]:
-    return {r.id: r.layer for r in rs.rules}
+def _engine_gates(rs: RuleSet) -> frozenset[str]:
+    """The engine-layer rules that steer its kernel choice: not the page-size ones, which judge the one
+    KV cache both phases share (a page the engine refuses rejects the config, whichever kernel runs)."""
+    return frozenset(r.id for r in rs.rules if r.layer == "engine" and not any(reads_page(c) for c in r.checks))
 
 
 def _choose(results: dict[str, list[CandidateResult]]) -> Any:
