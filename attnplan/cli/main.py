@@ -58,7 +58,6 @@ environment:
   ATTNPLAN_VLLM_DEVICE=NAME     the vLLM plugin checks against a catalog device instead of this GPU
   ATTNPLAN_DECODE_METADATA=torch  the adapter builds decode metadata with torch ops, not one Triton launch
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
-  ATTNPLAN_SGLANG_PARSER=subset read `sglang launch_server` lines with attnplan's flag subset
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)
 """

@@ -9,8 +9,6 @@ The flag names, defaults and backend choices are SGLang 0.5.23's (arg_groups/fie
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
@@ -63,15 +61,6 @@ class LaunchLine:
 class _OneLine(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         raise InvalidInputError("sglang launch_server", message)
-
-
-def sglang_available() -> bool:
-    if os.environ.get("ATTNPLAN_SGLANG_PARSER", "").lower() == "subset":
-        return False
-    try:
-        return importlib.util.find_spec("sglang") is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _strip(argv: Sequence[str]) -> list[str]:
