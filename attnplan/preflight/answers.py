@@ -28,8 +28,8 @@ class BadAnswer(Exception):
     """Why an answer does not count (the node's ``error`` row says it)."""
 
 
-def parse_answer(body: bytes, nc: NamedConfig, *, require_version: bool = True) -> PlanAnswer:
-    """The answer in ``body`` (bytes of a 200 response) for ``nc``, or ``BadAnswer``."""
+def answer_object(body: bytes) -> dict:
+    """The JSON object a node answered (bytes of a 200 response), read with safeio's limits, or ``BadAnswer``."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -40,6 +40,12 @@ def parse_answer(body: bytes, nc: NamedConfig, *, require_version: bool = True) 
         raise BadAnswer("malformed JSON: " + str(exc).replace("answer: answer: ", "", 1)[:160]) from None
     if not isinstance(data, dict):
         raise BadAnswer(f"schema-invalid answer: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def parse_answer(body: bytes, nc: NamedConfig, *, require_version: bool = True) -> PlanAnswer:
+    """The answer in ``body`` (bytes of a 200 response) for ``nc``, or ``BadAnswer``."""
+    data = answer_object(body)
     if require_version:
         version = data.get("schema_version")
         if version is None:

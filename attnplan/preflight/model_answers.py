@@ -215,21 +215,11 @@ def parse_model_answer(body: bytes, nc: NamedConfig) -> ModelAnswer:
 
 
 def _parse_model_answer(body: bytes, nc: NamedConfig) -> ModelAnswer:
-    from attnplan.policy import ANSWER_SCHEMA_VERSION, AttnplanError
-    from attnplan.safeio import parse_json
+    from attnplan.policy import ANSWER_SCHEMA_VERSION
 
-    from .answers import MAX_ANSWER_DEPTH
+    from .answers import answer_object
 
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise BadAnswer(f"malformed JSON: not UTF-8 (byte {exc.start})") from None
-    try:
-        data = parse_json(text, what="answer", name="answer", max_depth=MAX_ANSWER_DEPTH)
-    except AttnplanError as exc:
-        raise BadAnswer("malformed JSON: " + str(exc).replace("answer: answer: ", "", 1)[:160]) from None
-    if not isinstance(data, dict):
-        raise BadAnswer(f"schema-invalid answer: expected a JSON object, got {type(data).__name__}")
+    data = answer_object(body)
     version = data.get("schema_version")
     if version != ANSWER_SCHEMA_VERSION:
         raise BadAnswer(f"schema-invalid answer: schema_version {str(version)[:20]!r}, "
