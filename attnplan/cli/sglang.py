@@ -11,10 +11,10 @@ FlashInfer plan; 1: SGLang refuses (the phase and rule are named) or the FlashIn
 from __future__ import annotations
 
 import argparse
-import sys
 
 from attnplan.policy import InvalidInputError, local_node
 
+from . import verbosity
 from .main import emit_json
 from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 from .vllm import split_own
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     node = node_from_args(own)
     la = plan_launch(line, node if node is not None else local_node(), ruleset_from_args(own))
     for note in la.notes:
-        print(f"attnplan: note: {note}", file=sys.stderr)
+        verbosity.note(note)   # -q silences notes, as for vllm serve
     if own.json:
         emit_json(launch_json(la, trace=not own.no_trace))
     else:
