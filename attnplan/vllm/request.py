@@ -30,11 +30,11 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from attnplan.policy import (InvalidInputError, ModelConfigError, NodeFacts, RuleSet, backend_choice, node_json,
+from attnplan.policy import (InvalidInputError, ModelConfigError, NodeFacts, RuleSet, node_json,
                              plan_model, startup_errors)
 
 from .args import ServeLine, parse_serve_line, speculative_tokens
-from .serve import ServeAnswer, serve_json
+from .serve import ServeAnswer, flag_fields, serve_json
 
 MAX_MODEL_BYTES = 4 << 20  # a config.json file's limit (policy/hfconfig.py MAX_CONFIG_BYTES)
 MAX_LINE_CHARS = 8192
@@ -116,19 +116,10 @@ class ModelRequest(BaseModel):
 
     def line_fields(self) -> dict[str, Any]:
         """The attention fields the serve flags set on every layer group (vllm/serve.py LINE_FIELDS)."""
-        out: dict[str, Any] = dict(self.overrides)
-        if self.dtype.lower() != "auto":
-            out["dtype"] = self.dtype
-        out["kv_cache_dtype"] = self.kv_cache_dtype
-        if self.block_size is not None:
-            out["page_size"] = self.block_size
-        if self.attention_backend is not None:
-            out["attention_backend"] = backend_choice(self.attention_backend)
-        if self.num_speculative_tokens:
-            out["num_speculative_tokens"] = self.num_speculative_tokens
-        if self.decode_context_parallel_size > 1:
-            out["dcp_world_size"] = self.decode_context_parallel_size
-        return out
+        return {**self.overrides, **flag_fields(
+            dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
+            attention_backend=self.attention_backend, num_speculative_tokens=self.num_speculative_tokens,
+            decode_context_parallel_size=self.decode_context_parallel_size)}
 
     def model_label(self) -> str:
         """The model as a reader sees it: the reference, or ``config.json <model_type> sha256:<12>``."""

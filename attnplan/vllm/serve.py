@@ -48,6 +48,26 @@ def plan_with_engine(config: AttentionConfig, node: Optional[NodeFacts], ruleset
 LINE_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "attention_backend", "num_speculative_tokens", "dcp_world_size")
 
 
+def flag_fields(*, dtype: str, kv_cache_dtype: str, block_size: Optional[int], attention_backend: Optional[str],
+                num_speculative_tokens: int, decode_context_parallel_size: int) -> dict[str, Any]:
+    """The attention fields (LINE_FIELDS) that a serve line's flags set on every layer group; one mapping
+    for a pasted line (``ServeLine``) and a whole-model request (``vllm/request.py ModelRequest``)."""
+    out: dict[str, Any] = {}
+    if dtype.lower() != "auto":
+        out["dtype"] = dtype
+    out["kv_cache_dtype"] = kv_cache_dtype
+    if block_size is not None:
+        out["page_size"] = block_size
+    # None: the platform picks the block size at startup; attnplan picks the smallest valid one.
+    if attention_backend is not None:
+        out["attention_backend"] = backend_choice(attention_backend)
+    if num_speculative_tokens:
+        out["num_speculative_tokens"] = num_speculative_tokens
+    if decode_context_parallel_size > 1:
+        out["dcp_world_size"] = decode_context_parallel_size
+    return out
+
+
 def serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str]]:
     """The model's global attention fields with the line's flags applied (before the TP split)."""
     fields, notes, _raw = _serve_fields(line)
@@ -56,20 +76,10 @@ def serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str]]:
 
 def _serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
     info = read_model(line.model, hf_overrides=line.hf_overrides)
-    fields = dict(info.fields)
-    if line.dtype.lower() != "auto":
-        fields["dtype"] = line.dtype
-    fields["kv_cache_dtype"] = line.kv_cache_dtype
-    if line.block_size is not None:
-        fields["page_size"] = line.block_size
-    # None: the platform picks the block size at startup; attnplan picks the smallest valid one.
-    if line.attention_backend is not None:
-        fields["attention_backend"] = backend_choice(line.attention_backend)
-    n = speculative_tokens(line.speculative)
-    if n:
-        fields["num_speculative_tokens"] = n
-    if line.decode_context_parallel_size > 1:
-        fields["dcp_world_size"] = line.decode_context_parallel_size
+    fields = {**info.fields, **flag_fields(
+        dtype=line.dtype, kv_cache_dtype=line.kv_cache_dtype, block_size=line.block_size,
+        attention_backend=line.attention_backend, num_speculative_tokens=speculative_tokens(line.speculative),
+        decode_context_parallel_size=line.decode_context_parallel_size)}
     for k, flag in (("tensor_parallel_size", "--tensor-parallel-size"), ("pipeline_parallel_size", "--pipeline-parallel-size"),
                     ("decode_context_parallel_size", "--decode-context-parallel-size")):
         if getattr(line, k) < 1:
