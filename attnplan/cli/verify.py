@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from attnplan.policy import InvalidInputError
 
@@ -49,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--provenance", metavar="REPORT.json",
                    help="print each rule's `verified:` record from a report (JSON lines; no GPU needed)")
     p.add_argument("--jobs", type=int, default=6, help="probe processes at a time (default 6)")
+    p.add_argument("--isolate", action="store_true",
+                   help="a fresh process for every probe (default: one per JIT module, a fresh one after any "
+                        "probe that errors, crashes or hangs)")
     p.add_argument("--build-timeout", type=float, default=420.0, help="limit for a probe that builds its module (s)")
     p.add_argument("--probe-timeout", type=float, default=90.0, help="limit for every other probe (s)")
     p.add_argument("--deadline", type=float, default=None, help="start no probe after this many seconds")
@@ -139,8 +145,15 @@ def run(args: argparse.Namespace) -> int:
         log(f"resumed: {len(done)} result(s) from {', '.join(args.resume)}")
     sink = _results_log(args.results_log)
     todo = [] if args.offline else [p for p in gen.probes if p.id not in done]
-    results = run_probes(todo, subprocess_runner(env=env), jobs=args.jobs, build_timeout=args.build_timeout,
-                         probe_timeout=args.probe_timeout, deadline=args.deadline, progress=log, on_result=sink)
+    limits = dict(jobs=args.jobs, build_timeout=args.build_timeout, probe_timeout=args.probe_timeout,
+                  deadline=args.deadline, progress=log, on_result=sink)
+    with _children_die_with_us():
+        if args.isolate:
+            results = run_probes(todo, subprocess_runner(env=env), **limits)
+        else:
+            from attnplan.verify.runner import batch_subprocess_runner, run_modules
+
+            results = run_modules(todo, batch_subprocess_runner(env=env), **limits)
     results.update(done)
     report = build_report(gen, results, device=_device_label(gpu or ""), capability=node.capability_str,
                           flashinfer=node.flashinfer_version.value, torch=node.torch_version.value,
@@ -152,6 +165,27 @@ def run(args: argparse.Namespace) -> int:
         log(f"report: {args.report} and {write_report(report, args.report)}")
     print(summary_table(report), file=sys.stderr)
     return exit_code(report)
+
+
+@contextlib.contextmanager
+def _children_die_with_us() -> Iterator[None]:
+    """SIGTERM (a lease's end, ``timeout``) ends the run as Ctrl-C does, and either way every probe
+    process still running (its own session: a JIT build with its ninja and nvcc) is killed, so no
+    build outlives the run. Finished results are already in --results-log."""
+    from attnplan.verify.runner import PROCESSES
+
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, stop) if threading.current_thread() is threading.main_thread() else None
+    try:
+        yield
+    finally:
+        n = PROCESSES.kill_all()
+        if n:
+            print(f"verify: stopped; killed {n} probe process(es)", file=sys.stderr, flush=True)
+        if old is not None:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _resumed(paths: Optional[list[str]], probes: list[Any]) -> dict[str, dict[str, Any]]:

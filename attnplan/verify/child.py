@@ -1,7 +1,8 @@
-"""``python -m attnplan.verify.child``: run one probe (a JSON spec on stdin), print one JSON line.
+"""``python -m attnplan.verify.child [--batch]``: run one probe (a JSON spec on stdin), or one JIT
+module's probes (JSON lines), printing one JSON line per probe.
 
 Runs in its own process so that a crash, a CUDA error that poisons the context, or a hang
-(killed by the parent's time limit) ends this probe only.
+(killed by the parent's time limit) ends that process only (runner.py runs the rest anew).
 """
 
 from __future__ import annotations
@@ -54,7 +55,19 @@ def compare(out: Any, ref: Any, tol: float, seconds: float = 0.0) -> dict[str, A
     return res
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    """One spec on stdin; or with ``--batch``, one spec per line (one JIT module's probes), each
+    answered by a line as it finishes. A batch stops after a probe that errors: a CUDA error
+    leaves the context unusable, so the parent runs the rest in a fresh process."""
+    if "--batch" in (sys.argv[1:] if argv is None else argv):
+        for line in sys.stdin.read().splitlines():
+            if not line.strip():
+                continue
+            res = run_probe(json.loads(line))
+            print(json.dumps(res), flush=True)
+            if res["outcome"] == "error":
+                break
+        return 0
     spec = json.loads(sys.stdin.read())
     print(json.dumps(run_probe(spec)), flush=True)
     return 0

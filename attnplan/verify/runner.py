@@ -171,3 +171,228 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
     for t in threads:
         t.join()
     return results
+
+
+# -- one process per JIT module ------------------------------------------------------------------
+# A probe process spends ~15 s importing torch and FlashInfer and loading its module before a
+# kernel runs for a fraction of a second (bench/logs/h100-2026-11-24b: 14-23 s per probe), so a
+# sweep of 843 probes spent most of its lease starting processes. A module's probes share one
+# process instead; isolation is kept where it matters: a probe that errors, crashes or outlives
+# its limit ends that process, and the module's remaining probes go on in a fresh one.
+Report = Callable[[Probe, dict[str, Any]], None]
+BatchRunner = Callable[[list[Probe], float, float, Report], None]
+BATCH_CHILD = (sys.executable, "-m", "attnplan.verify.child", "--batch")
+
+
+class ProcessTable:
+    """The probe processes alive now, so that a run stopped from outside (SIGTERM at the end of a
+    lease) takes them down with it instead of leaving builds running on the machine."""
+
+    def __init__(self) -> None:
+        self._live: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self.stopping = threading.Event()     # set by kill_all: a process ending now was ended by us
+
+    def add(self, p: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.add(p)
+
+    def discard(self, p: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.discard(p)
+
+    def kill_all(self, grace: float = 3.0) -> int:
+        """SIGTERM first: ninja, stopped so, removes the half-written outputs of the commands it was
+        running (a SIGKILLed link left a truncated .so that the next call loaded: 'symbol lookup
+        error', bench/logs/h100-2026-11-24d); then SIGKILL whatever is left."""
+        self.stopping.set()
+        with self._lock:
+            live = list(self._live)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for p in live:
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    pass
+            if sig == signal.SIGTERM:
+                end = time.monotonic() + grace
+                while time.monotonic() < end and any(p.poll() is None for p in live):
+                    time.sleep(0.1)
+        return len(live)
+
+
+PROCESSES = ProcessTable()
+
+
+def batch_subprocess_runner(command: Sequence[str] = BATCH_CHILD, env: Optional[dict[str, str]] = None,
+                            table: ProcessTable = PROCESSES) -> BatchRunner:
+    """A module's probes in one process running ``command`` (JSON-line specs on stdin, one JSON
+    line out per probe, in order). The first probe's limit is the build limit (it compiles the
+    module), every later one the probe limit, each counted from the previous answer. The child
+    stops after a probe that errors (a CUDA error poisons its context); a crash or a probe past its
+    limit is that probe's result. Either way the rest go on in a fresh process."""
+    import queue
+    import tempfile
+
+    def run(probes: list[Probe], build_timeout: float, probe_timeout: float, report: Report) -> None:
+        todo = list(probes)
+        first = True
+        while todo:
+            with tempfile.TemporaryFile(mode="w+") as errf:
+                p = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf,
+                                     text=True, start_new_session=True, env=env)
+                table.add(p)
+                lines: "queue.Queue[Optional[str]]" = queue.Queue()
+
+                def pump() -> None:
+                    for line in p.stdout:        # type: ignore[union-attr]
+                        lines.put(line)
+                    lines.put(None)
+                threading.Thread(target=pump, daemon=True).start()
+                try:
+                    p.stdin.write("".join(json.dumps(q.spec) + "\n" for q in todo))   # type: ignore[union-attr]
+                    p.stdin.close()                                                  # type: ignore[union-attr]
+                except OSError:
+                    pass
+                t0 = time.monotonic()
+                done = 0
+                try:
+                    while done < len(todo):
+                        probe = todo[done]
+                        limit = build_timeout if first else probe_timeout
+                        res = _next_result(lines, limit)
+                        if (res is None or res == "eof") and table.stopping.is_set():
+                            return           # the run is stopping: killed by us, not the probe's result
+                        if res is None or res == "eof":
+                            if res is None:
+                                os.killpg(p.pid, signal.SIGKILL)
+                            p.wait()
+                            if res is None:
+                                res = {"outcome": "build-timeout" if first else "hang",
+                                       "error": (f"no answer within the {limit:g}s build limit (JIT build and run together)"
+                                                 if first else f"no answer within {limit:g}s (killed)")}
+                            else:
+                                errf.seek(0)
+                                tail = " ".join(errf.read().strip().splitlines()[-3:])[-600:]
+                                res = {"outcome": "error", "error": f"probe process exited {p.returncode}: {tail}"}
+                        res["seconds"] = time.monotonic() - t0
+                        t0 = time.monotonic()
+                        report(probe, res)
+                        done += 1
+                        was_first, first = first, False
+                        if was_first and _build_failed(res):
+                            for f in todo[done:]:
+                                report(f, {"outcome": res["outcome"], "seconds": 0.0,
+                                           "error": f"its JIT module's first probe {probe.id} ended so: {res.get('error')}"})
+                            return
+                        if res["outcome"] not in ("ok", "wrong"):
+                            break                      # the process is gone or stopping: a fresh one for the rest
+                finally:
+                    if p.poll() is None:
+                        try:
+                            os.killpg(p.pid, signal.SIGKILL)
+                        except OSError:
+                            pass
+                        p.wait()
+                    table.discard(p)
+                todo = todo[done:]
+
+    return run
+
+
+def _next_result(lines: Any, limit: float) -> Any:
+    """The next probe result line; None past ``limit``; "eof" when the process ended first."""
+    import queue
+
+    end = time.monotonic() + limit
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            return None
+        if line is None:
+            return "eof"
+        try:
+            res = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(res, dict) and "outcome" in res:
+            return res
+
+
+def _build_failed(res: dict[str, Any]) -> bool:
+    err = str(res.get("error") or "").lower()
+    return res["outcome"] in ("hang", "build-timeout") or (
+        res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
+
+
+def module_order(probes: list[Probe]) -> list[list[Probe]]:
+    """The probes grouped by JIT module, the groups round-robin over (backend, call): every kernel
+    gets its first module early (a run cut short still reaches each), and a kind with many slow
+    builds is spread over the run instead of holding every process at once."""
+    groups: dict[str, list[Probe]] = {}
+    for p in probes:
+        groups.setdefault(p.module, []).append(p)
+    by_call: dict[tuple[str, str], list[list[Probe]]] = {}
+    for g in groups.values():
+        by_call.setdefault((g[0].backend, g[0].call), []).append(g)
+    out: list[list[Probe]] = []
+    queues = list(by_call.values())
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
+
+
+def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, build_timeout: float = 420.0,
+                probe_timeout: float = 90.0, deadline: Optional[float] = None,
+                progress: Callable[[str], None] = lambda s: None,
+                on_result: Callable[[Probe, dict[str, Any]], None] = lambda p, r: None) -> dict[str, dict[str, Any]]:
+    """As ``run_probes``, with each JIT module's probes in one process (``batch_subprocess_runner``).
+    A module whose first probe fails to build or runs out of the build limit gives that result to
+    its other probes without running them. ``deadline``: no module starts after it (its probes are
+    recorded as skipped)."""
+    start = time.monotonic()
+    results: dict[str, dict[str, Any]] = {}
+    for p in probes:
+        if p.skip:
+            results[p.id] = {"outcome": "skipped", "error": p.skip, "seconds": 0.0}
+    groups = module_order([p for p in probes if not p.skip])
+    total = sum(len(g) for g in groups)
+    lock = threading.Lock()
+    state = {"done": 0, "next": 0}
+    started: set[str] = set()
+    progress(f"{len(groups)} JIT module(s), {total} probe(s), one process per module; {jobs} at a time; "
+             f"limits: build {build_timeout:g}s, probe {probe_timeout:g}s")
+
+    def finish(p: Probe, res: dict[str, Any]) -> None:
+        with lock:
+            first = p.module not in started
+            started.add(p.module)
+            results[p.id] = res
+            on_result(p, res)
+            state["done"] += 1
+            progress(f"[{state['done']}/{total}] {'build' if first else 'probe':<5} {res.get('seconds', 0.0):6.1f}s "
+                     f"{res['outcome']:<7} {p.id} {p.backend}/{p.phase} {p.call}" + (f"  ({p.module})" if first else ""))
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if state["next"] >= len(groups):
+                    return
+                g = groups[state["next"]]
+                state["next"] += 1
+            if deadline is not None and time.monotonic() - start > deadline:
+                for p in g:
+                    finish(p, {"outcome": "skipped", "error": "time budget spent before this probe started",
+                               "seconds": 0.0})
+                continue
+            runner(g, build_timeout, probe_timeout, finish)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
