@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, NamedTuple
 
-from .capability import format_capability
+from .capability import capability_major, format_capability
 from .config import AttentionConfig
 from .facts import NodeFacts
 
@@ -113,7 +113,7 @@ def base_context(config: AttentionConfig, node: NodeFacts) -> dict[str, Any]:
         # (run_candidate sets it per phase and backend from backends.yaml engines.<name>.query_dtype)
         "phase.query_dtype": config.dtype,
         "node.capability": cap,
-        "node.capability_major": cap // 10 if isinstance(cap, int) else None,
+        "node.capability_major": capability_major(cap),
         "node.gpu_count": node.gpu_count.value,
         "node.flashinfer_version": node.flashinfer_version.value,
         "node.flashinfer_cubin_version": node.flashinfer_cubin_version.value,

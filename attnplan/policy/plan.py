@@ -9,25 +9,20 @@ from __future__ import annotations
 from .capability import capability_major
 from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
 from .config import AttentionConfig
+from .dtypes import QUANTIZED_KV, TORCH_DTYPE
 from .rulepack import RuleSet
 
-# torch dtype names: the adapter maps them with getattr(torch, name).
-TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn",
-               "fp8_e5m2": "float8_e5m2"}
+# torch dtype names (policy/dtypes.py): the adapter maps them with getattr(torch, name).
 
 NVFP4_BLOCK = 16
 
 
 def kv_dtypes(config: AttentionConfig) -> tuple[str, str]:
-    """(storage, view) torch dtype names (seed 002): quantized caches are uint8 storage, viewed
-    as the float8 type they hold; nvfp4 is packed uint8 and is never inferred from uint8."""
+    """(kv_storage_dtype, kv_view_dtype) torch dtype names (seed 002): quantized caches are uint8 storage,
+    viewed as the float8 type they hold; nvfp4 is packed uint8 and is never inferred from uint8."""
     kv = config.kv_dtype
-    if kv == "fp8_e4m3":
-        return "uint8", "float8_e4m3fn"
-    if kv == "fp8_e5m2":
-        return "uint8", "float8_e5m2"
-    if kv == "nvfp4":
-        return "uint8", "nvfp4"
+    if kv in QUANTIZED_KV:
+        return QUANTIZED_KV[kv]
     return TORCH_DTYPE[kv], TORCH_DTYPE[kv]
 
 
@@ -46,10 +41,12 @@ def _query_dtype(config: AttentionConfig, backend: str, ruleset: RuleSet, decide
     return TORCH_DTYPE[over_kv if over_kv is not None else config.dtype]
 
 
-def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str, q: str, kv_view: str,
+def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str, q: str, kv_view_dtype: str,
              out: str, module_kind: str, page_size: int) -> tuple[JitModule, ...]:
     params = {
-        "dtype_q": q, "dtype_kv": kv_view, "dtype_o": out,
+        # keyed as FlashInfer's JIT generators name their arguments (flashinfer/jit/attention/modules.py
+        # gen_batch_decode_module(dtype_q, dtype_kv, dtype_o, ...)); dtype_kv is the plan's kv_view_dtype
+        "dtype_q": q, "dtype_kv": kv_view_dtype, "dtype_o": out,
         "head_dim_qk": config.qk_head_dim, "head_dim_vo": config.vo_head_dim,
         "num_qo_heads": config.num_qo_heads, "num_kv_heads": config.kv_heads,
         "page_size": page_size,
@@ -61,7 +58,7 @@ def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str
         params.update(kv_lora_rank=config.kv_lora_rank, qk_rope_head_dim=config.qk_rope_head_dim)
     kind = module_kind
     flags = "".join(f":{k}" for k in ("sliding_window", "logits_soft_cap", "sinks") if params[k])
-    name = f"{kernel_kind}:{backend}:q={q}:kv={kv_view}:hd={params['head_dim_qk']}x{params['head_dim_vo']}{flags}"
+    name = f"{kernel_kind}:{backend}:q={q}:kv={kv_view_dtype}:hd={params['head_dim_qk']}x{params['head_dim_vo']}{flags}"
     return (JitModule(name=name, kind=kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
 
 
@@ -69,7 +66,7 @@ def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleS
                 batch_invariant: bool = False, query_dtype: str | None = None) -> PhasePlan:
     spec = ruleset.backends[backend]
     family = ruleset.family(backend)
-    storage, view = kv_dtypes(config)
+    kv_storage_dtype, kv_view_dtype = kv_dtypes(config)
     q = _query_dtype(config, backend, ruleset, query_dtype)
     out = TORCH_DTYPE[config.dtype] if config.dtype in ("fp16", "bf16") else "bfloat16"
     q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
@@ -97,10 +94,11 @@ def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleS
         info.module_tensor_cores if use_tc and info.module_tensor_cores is not None else info.module)
     return PhasePlan(
         backend=backend, family=spec.family, flashinfer_backend=spec.flashinfer_backend, call=call.call,
-        entry_point=call.entry_point, returns_lse=call.returns_lse, kernel=kernel, query_dtype=q, kv_storage_dtype=storage, kv_view_dtype=view,
+        entry_point=call.entry_point, returns_lse=call.returns_lse, kernel=kernel, query_dtype=q, kv_storage_dtype=kv_storage_dtype,
+        kv_view_dtype=kv_view_dtype,
         output_dtype=out, workspace_bytes=spec.workspace_bytes, zero_workspace=spec.zero_workspace,
         use_tensor_cores=use_tc, q_len_per_req=q_len, runs_on_prefill_kernel=on_prefill,
-        modules=_modules(config, phase, backend, kernel_kind, q, view, out, family.module_kind, page_size)
+        modules=_modules(config, phase, backend, kernel_kind, q, kv_view_dtype, out, family.module_kind, page_size)
         + _merge_modules(config, phase, backend, out),
     )
 
@@ -176,7 +174,7 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
                valid_pages: tuple[int, ...], ruleset: RuleSet, *, capability: int | None = None,
                batch_invariant: bool = False, query_dtypes: tuple[str | None, str | None] = (None, None),
                block_size: int | None = None) -> Plan:
-    storage, view = kv_dtypes(config)
+    kv_storage_dtype, kv_view_dtype = kv_dtypes(config)
     nvfp4 = config.kv_dtype == "nvfp4"
     if config.is_mla:
         heads, hk, hv = 1, int(config.kv_lora_rank) + int(config.qk_rope_head_dim), int(config.kv_lora_rank)  # type: ignore[arg-type]
@@ -185,7 +183,7 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
     kv = KVCachePlan(
         # HND when any phase's family needs it (trtllm-gen); the native kernels read HND too, so one cache serves both.
         layout="HND" if (_hnd(ruleset, prefill) or _hnd(ruleset, decode)) else "NHD",
-        page_size=page_size, storage_dtype=storage, view_dtype=view, num_kv_heads=heads,
+        page_size=page_size, kv_storage_dtype=kv_storage_dtype, kv_view_dtype=kv_view_dtype, num_kv_heads=heads,
         head_dim_k=hk, head_dim_v=hv, mla=config.is_mla,
         nvfp4_scale_dtype="float8_e4m3fn" if nvfp4 else None,
         nvfp4_block_size=NVFP4_BLOCK if nvfp4 else None,
