@@ -9,6 +9,7 @@ element dtype the kernels see, ``kv_dtype`` (a ``KV_DTYPES`` or ``QUERY_DTYPES``
 
 from __future__ import annotations
 
+from fractions import Fraction
 from typing import Literal, get_args
 
 # The model's dtype, which the query runs in (``--dtype``).
@@ -39,6 +40,15 @@ def kv_element_dtype(kv_cache_dtype: str, dtype: str) -> str:
         return dtype
     return KV_RESOLVES.get(kv_cache_dtype, kv_cache_dtype)
 
+
+# nvfp4 (flashinfer/fp4_quantization.py nvfp4_quantize, sf_vec_size 16): E2M1 codes, two per byte, with one
+# float8_e4m3fn scale per block of 16 elements.
+NVFP4_BLOCK = 16
+NVFP4_SCALE_DTYPE = "float8_e4m3fn"
+# Bytes per element of each element dtype (vLLM's AttentionSpec.page_size_bytes arithmetic).
+ELEMENT_BYTES: dict[str, Fraction] = {"fp16": Fraction(2), "bf16": Fraction(2), "fp32": Fraction(4),
+                                      "fp8_e4m3": Fraction(1), "fp8_e5m2": Fraction(1),
+                                      "nvfp4": Fraction(1, 2) + Fraction(1, NVFP4_BLOCK)}
 
 # config vocabulary -> torch's name
 TORCH_DTYPE: dict[str, str] = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn",

@@ -26,17 +26,16 @@ from .explain import Explanation, explain
 from .api import plan_for
 from .config import AttentionConfig
 from .parallel import per_rank_fields, startup_errors
+from .dtypes import ELEMENT_BYTES
 from .engine import default_ruleset
-from .errors import InvalidInputError, ModelConfigError, RulePackError
+from .errors import InvalidInputError, ModelConfigError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
 from .layers import LayerGroup, ModelLayers, compact_layers, read_layers, text_config
-from .rulepack import KVCacheBlockSpec, RuleSet
+from .rulepack import RuleSet
 
 # The model decides these per group; an override would silently re-shape one group as another.
 PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
-_ELEM_BYTES = {"fp16": Fraction(2), "bf16": Fraction(2), "fp32": Fraction(4), "fp8_e4m3": Fraction(1),
-               "fp8_e5m2": Fraction(1), "nvfp4": Fraction(1, 2) + Fraction(1, 16)}  # E2M1 + one fp8 scale / 16
 
 
 class ChunkedLocalPlan(BaseModel):
@@ -332,7 +331,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
 # -- vLLM's KV-cache groups ---------------------------------------------------------------
 def _token_bytes(cfg: AttentionConfig) -> Fraction:
     """AttentionSpec.page_size_bytes for one token: K and V of every KV head (MLA: one latent row)."""
-    e = _ELEM_BYTES[cfg.kv_dtype]
+    e = ELEMENT_BYTES[cfg.kv_dtype]
     if cfg.is_mla:
         return (int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)) * e  # type: ignore[arg-type]
     return cfg.kv_heads * (cfg.qk_head_dim + cfg.vo_head_dim) * e
@@ -340,17 +339,6 @@ def _token_bytes(cfg: AttentionConfig) -> Fraction:
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def _block_spec(rs: RuleSet, answers: Mapping[int, PlanAnswer]) -> KVCacheBlockSpec:
-    """The answering engine's block arithmetic (backends.yaml kv_cache_blocks); an engine without its
-    own is planned with the default engine's, the hybrid planning modelled here (vLLM's)."""
-    names = [a.engine.name for a in answers.values()]
-    spec = rs.kv_cache_blocks.get(names[0]) if names else None
-    spec = spec if spec is not None else rs.kv_cache_blocks.get(rs.default_engine)
-    if spec is None:
-        raise RulePackError("backends.yaml", f"kv_cache_blocks.{rs.default_engine} is missing (hybrid KV block sizes)")
-    return spec
 
 
 def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page: int, rs: RuleSet) -> KVCacheGroupsPlan:
@@ -364,9 +352,11 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
         # holds one request's recurrent state (mamba_cache_dtype auto = model dtype); the state's
         # page is then padded up to the attention page.
         dtype = next(iter(answers.values())).config.dtype
-        state_bytes = max(int(g.recurrent.page_bytes(int(_ELEM_BYTES[dtype]))) for g in recurrent)  # type: ignore[union-attr]
+        state_bytes = max(int(g.recurrent.page_bytes(int(ELEMENT_BYTES[dtype]))) for g in recurrent)  # type: ignore[union-attr]
         tok = max(t for _, t in specs.values())
-        blocks = _block_spec(rs, answers)
+        # the answering engine's block arithmetic (backends.yaml engine_sizes); one without its own is
+        # planned with the default engine's, the hybrid planning modelled here (vLLM's)
+        blocks = rs.sizes(next(iter(answers.values())).engine.name)
         align = max(blocks.kernel_block_min, block)
         if any(g.mla for g, _ in specs.values()):
             align = max(align, blocks.mla_hybrid_align)

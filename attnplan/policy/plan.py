@@ -9,12 +9,12 @@ from __future__ import annotations
 from .capability import capability_major
 from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
 from .config import AttentionConfig
-from .dtypes import QUANTIZED_KV, TORCH_DTYPE
+from .dtypes import NVFP4_BLOCK, NVFP4_SCALE_DTYPE, QUANTIZED_KV, TORCH_DTYPE
+from .errors import RulePackError
 from .rulepack import RuleSet
 
 # torch dtype names (policy/dtypes.py): the adapter maps them with getattr(torch, name).
 
-NVFP4_BLOCK = 16
 
 
 def kv_dtypes(config: AttentionConfig) -> tuple[str, str]:
@@ -114,20 +114,18 @@ def _merge_modules(config: AttentionConfig, phase: str, backend: str, out: str) 
                       backend=backend, params=params),)
 
 
-# Batch invariance: one KV split for every batch shape. vLLM 0.33's FlashInferMetadataBuilder used
-# 2048 tokens for decode (decode_fixed_split_size); FlashInfer's fixed_split_size counts pages.
-FIXED_SPLIT_TOKENS = 2048
-
-
 def attention_plan(config: AttentionConfig, *, page_size: int = 16, split_kv_disabled: bool = False,
-                   batch_invariant: bool = False) -> AttentionPlan:
+                   batch_invariant: bool = False, fixed_split_tokens: int | None = None) -> AttentionPlan:
     """The scalars every phase applies. HF's sliding_window counts the query's own token;
     FlashInfer's window_left does not. split_kv: ``fixed`` under batch invariance (FlashInfer's
-    ``fixed_split_size``); ``disabled`` where a phase's family says so for this KV dtype and device
+    ``fixed_split_size``, counting pages, of ``fixed_split_tokens``: backends.yaml
+    engine_sizes.<engine>.decode_fixed_split_tokens); ``disabled`` where a phase's family says so for this KV dtype and device
     (``split_kv_disabled``: backends.yaml families.<f>.split_kv_disabled)."""
     split, fixed = "auto", None
     if batch_invariant:
-        split, fixed = "fixed", max(1, FIXED_SPLIT_TOKENS // page_size)
+        if fixed_split_tokens is None:
+            raise RulePackError("backends.yaml", "batch invariance needs engine_sizes.<engine>.decode_fixed_split_tokens")
+        split, fixed = "fixed", max(1, fixed_split_tokens // page_size)
     elif split_kv_disabled:
         split = "disabled"
     return AttentionPlan(
@@ -185,12 +183,13 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
         layout="HND" if (_hnd(ruleset, prefill) or _hnd(ruleset, decode)) else "NHD",
         page_size=page_size, kv_storage_dtype=kv_storage_dtype, kv_view_dtype=kv_view_dtype, num_kv_heads=heads,
         head_dim_k=hk, head_dim_v=hv, mla=config.is_mla,
-        nvfp4_scale_dtype="float8_e4m3fn" if nvfp4 else None,
+        nvfp4_scale_dtype=NVFP4_SCALE_DTYPE if nvfp4 else None,
         nvfp4_block_size=NVFP4_BLOCK if nvfp4 else None,
         page_valid_sizes=valid_pages, block_size=block_size,
     )
     return Plan(
         attention=attention_plan(config, page_size=page_size, batch_invariant=batch_invariant,
+                                 fixed_split_tokens=ruleset.sizes().decode_fixed_split_tokens,
                                  split_kv_disabled=_split_kv_disabled(ruleset, config, (prefill, decode), capability)),
         prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant, query_dtypes[0]),
         decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant, query_dtypes[1]),

@@ -216,14 +216,16 @@ class SelectionRow(BaseModel):
 Selection = dict[Literal["standard", "mla"], dict[Phase, list[SelectionRow]]]
 
 
-class KVCacheBlockSpec(BaseModel):
-    """The engine's KV-cache block arithmetic for hybrid (attention + recurrent) models."""
+class EngineSizesSpec(BaseModel):
+    """Sizes an engine plans with (backends.yaml ``engine_sizes``): the KV-cache block arithmetic of hybrid
+    (attention + recurrent) models and the fixed KV split of batch-invariant mode."""
 
     model_config = ConfigDict(extra="forbid")
 
     source: str
     kernel_block_min: int = Field(ge=1)   # the smallest kernel block size the engine's backends take
     mla_hybrid_align: int = Field(ge=1)   # an MLA model's hybrid block is aligned to this many tokens
+    decode_fixed_split_tokens: int = Field(ge=1)  # batch invariance: one KV split of this many tokens
 
 
 class EngineSpec(BaseModel):
@@ -266,7 +268,7 @@ class BackendCatalogSpec(BaseModel):
     families: dict[str, FamilySpec]
     calls: dict[str, CallInfoSpec]
     mla_modules: dict[Phase, str]
-    kv_cache_blocks: dict[str, KVCacheBlockSpec] = {}
+    engine_sizes: dict[str, EngineSizesSpec] = {}
     default_engine: str = "vllm"
     engines: dict[str, EngineSpec]
     force: dict[Literal["standard", "mla"], dict[str, dict[Phase, str]]]
@@ -360,11 +362,18 @@ class RuleSet:
     families: dict[str, FamilySpec] = field(default_factory=dict)
     calls: dict[str, CallInfoSpec] = field(default_factory=dict)
     mla_modules: dict[str, str] = field(default_factory=dict)
-    kv_cache_blocks: dict[str, KVCacheBlockSpec] = field(default_factory=dict)
+    engine_sizes: dict[str, EngineSizesSpec] = field(default_factory=dict)
 
     def family(self, backend: str) -> FamilySpec:
         """What the backend's family means for the plan (backends.yaml ``families:``)."""
         return self.families[self.backends[backend].family]
+
+    def sizes(self, engine: Optional[str] = None) -> EngineSizesSpec:
+        """The sizes ``engine`` plans with (backends.yaml ``engine_sizes``), else the default engine's."""
+        spec = self.engine_sizes.get(engine or self.default_engine) or self.engine_sizes.get(self.default_engine)
+        if spec is None:
+            raise RulePackError("backends.yaml", f"engine_sizes.{self.default_engine} is missing")
+        return spec
 
     @property
     def checks(self) -> tuple[Check, ...]:
@@ -492,9 +501,11 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         for b in fam.tensor_core_decode_backends:
             if b not in known:
                 raise RulePackError(str(backends_path), f"families.{fname}.tensor_core_decode_backends names unknown backend {b!r}")
-    for ename in catalog.kv_cache_blocks:
+    for ename in catalog.engine_sizes:
         if ename not in catalog.engines:
-            raise RulePackError(str(backends_path), f"kv_cache_blocks.{ename}: no such engine")
+            raise RulePackError(str(backends_path), f"engine_sizes.{ename}: no such engine")
+    if catalog.default_engine not in catalog.engine_sizes:
+        raise RulePackError(str(backends_path), f"engine_sizes has no entry for the default engine {catalog.default_engine!r}")
     check = catalog.cubins.artifactory_check if catalog.cubins else None
     if check is not None:
         try:
@@ -580,7 +591,7 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         families=dict(catalog.families),
         calls=dict(catalog.calls),
         mla_modules=dict(catalog.mla_modules),
-        kv_cache_blocks=dict(catalog.kv_cache_blocks),
+        engine_sizes=dict(catalog.engine_sizes),
     )
 
 
