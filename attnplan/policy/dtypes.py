@@ -12,15 +12,18 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Literal, get_args
 
+# The 16-bit dtypes: a model in one keeps it for the query and the attention output (anything else writes bf16).
+HalfDType = Literal["fp16", "bf16"]
 # The model's dtype, which the query runs in (``--dtype``).
-QueryDType = Literal["fp16", "bf16", "fp32", "fp8_e4m3"]
+QueryDType = Literal[HalfDType, "fp32", "fp8_e4m3"]
 # ``--kv-cache-dtype`` as asked.
-KVCacheDType = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
+KVCacheDType = Literal["auto", HalfDType, "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
 # torch's names (``getattr(torch, name)``), as FlashInfer's arguments take them.
 TorchDType = Literal["float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2", "uint8"]
 # The KV element dtype a plan views the cache as: a torch dtype, or nvfp4 (packed uint8 + fp8 block scales).
 KVViewDType = Literal[TorchDType, "nvfp4"]
 
+HALF_DTYPES: tuple[str, ...] = get_args(HalfDType)
 QUERY_DTYPES: tuple[str, ...] = get_args(QueryDType)
 KV_CACHE_DTYPES: tuple[str, ...] = get_args(KVCacheDType)
 TORCH_DTYPES: tuple[str, ...] = get_args(TorchDType)
@@ -53,6 +56,14 @@ ELEMENT_BYTES: dict[str, Fraction] = {"fp16": Fraction(2), "bf16": Fraction(2), 
 # config vocabulary -> torch's name
 TORCH_DTYPE: dict[str, str] = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn",
                                "fp8_e5m2": "float8_e5m2"}
+OUTPUT_FALLBACK = "bf16"   # the output dtype of a model that is not 16-bit
+
+
+def output_torch_dtype(dtype: str) -> str:
+    """The attention output's torch dtype for a model in ``dtype``."""
+    return TORCH_DTYPE[dtype if dtype in HALF_DTYPES else OUTPUT_FALLBACK]
+
+
 # (kv_storage_dtype, kv_view_dtype) of a quantized cache (seed 002): uint8 storage viewed as the type it holds;
 # nvfp4 is packed uint8 and is never inferred from uint8. Any other cache is stored as it is viewed.
 QUANTIZED_KV: dict[str, tuple[str, str]] = {"fp8_e4m3": ("uint8", "float8_e4m3fn"), "fp8_e5m2": ("uint8", "float8_e5m2"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .capability import capability_major
 from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
 from .config import AttentionConfig
-from .dtypes import NVFP4_BLOCK, NVFP4_SCALE_DTYPE, QUANTIZED_KV, TORCH_DTYPE
+from .dtypes import NVFP4_BLOCK, NVFP4_SCALE_DTYPE, QUANTIZED_KV, TORCH_DTYPE, output_torch_dtype
 from .errors import RulePackError
 from .rulepack import RuleSet
 
@@ -17,7 +17,7 @@ from .rulepack import RuleSet
 
 
 
-def kv_dtypes(config: AttentionConfig) -> tuple[str, str]:
+def kv_storage_view_dtypes(config: AttentionConfig) -> tuple[str, str]:
     """(kv_storage_dtype, kv_view_dtype) torch dtype names (seed 002): quantized caches are uint8 storage,
     viewed as the float8 type they hold; nvfp4 is packed uint8 and is never inferred from uint8."""
     kv = config.kv_dtype
@@ -66,9 +66,9 @@ def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleS
                 batch_invariant: bool = False, query_dtype: str | None = None) -> PhasePlan:
     spec = ruleset.backends[backend]
     family = ruleset.family(backend)
-    kv_storage_dtype, kv_view_dtype = kv_dtypes(config)
+    kv_storage_dtype, kv_view_dtype = kv_storage_view_dtypes(config)
     q = _query_dtype(config, backend, ruleset, query_dtype)
-    out = TORCH_DTYPE[config.dtype] if config.dtype in ("fp16", "bf16") else "bfloat16"
+    out = output_torch_dtype(config.dtype)
     q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
     kernel = spec.kernels[phase]  # type: ignore[index]
     sink_call = spec.sink_calls.get(phase) if config.sinks else None  # type: ignore[call-overload]
@@ -172,7 +172,7 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
                valid_pages: tuple[int, ...], ruleset: RuleSet, *, capability: int | None = None,
                batch_invariant: bool = False, query_dtypes: tuple[str | None, str | None] = (None, None),
                block_size: int | None = None) -> Plan:
-    kv_storage_dtype, kv_view_dtype = kv_dtypes(config)
+    kv_storage_dtype, kv_view_dtype = kv_storage_view_dtypes(config)
     nvfp4 = config.kv_dtype == "nvfp4"
     if config.is_mla:
         heads, hk, hv = 1, int(config.kv_lora_rank) + int(config.qk_rope_head_dim), int(config.kv_lora_rank)  # type: ignore[arg-type]
