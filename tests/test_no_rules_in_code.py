@@ -154,20 +154,87 @@ def test_the_scan_finds_a_planted_literal(tmp_path, monkeypatch, literal):
     (fake / "policy").mkdir(parents=True)
     (fake / "policy" / "planted.py").write_text(f'def f(x):\n    """{literal} in a docstring is fine."""\n'
                                                 f'    return x == "{literal}"\n')
-    monkeypatch.setattr(__import__(__name__), "ROOT", fake, raising=False)
-    globals()["ROOT"] = fake
-    try:
-        assert _findings() == [("policy/planted.py", 3, literal)]
-    finally:
-        globals()["ROOT"] = Path(__file__).resolve().parent.parent / "attnplan"
+    monkeypatch.setitem(globals(), "ROOT", fake)
+    assert _findings() == [("policy/planted.py", 3, literal)]
 
 
-def test_the_scan_finds_capability_arithmetic(tmp_path):
+def test_the_scan_finds_capability_arithmetic(tmp_path, monkeypatch):
     fake = tmp_path / "attnplan"
     (fake / "verify").mkdir(parents=True)
     (fake / "verify" / "planted.py").write_text("def f(capability):\n    return capability // 10 == 10 or capability == 103\n")
-    globals()["ROOT"] = fake
-    try:
-        assert sorted(_findings()) == [("verify/planted.py", 2, "// 10"), ("verify/planted.py", 2, "103")]
-    finally:
-        globals()["ROOT"] = Path(__file__).resolve().parent.parent / "attnplan"
+    monkeypatch.setitem(globals(), "ROOT", fake)
+    assert sorted(_findings()) == [("verify/planted.py", 2, "// 10"), ("verify/planted.py", 2, "103")]
+
+
+# -- the vocabularies the allow-list names, and the data that replaced the Python -------------------
+def test_the_request_and_answer_vocabularies_are_the_data():
+    import typing
+
+    from attnplan.policy import BACKEND_CHOICES
+    from attnplan.policy.answer import Call
+
+    rs = default_ruleset()
+    autos = {n for e in rs.engines.values() for n in e.auto_names}
+    assert set(BACKEND_CHOICES) == {"auto"} | set(rs.backends) | autos
+    assert set(typing.get_args(Call)) == set(rs.calls)
+    used = {c.call for b in rs.backends.values() for t in (b.calls, b.mla_calls, b.sink_calls) for c in t.values()}
+    assert used == set(rs.calls), "every call backends.yaml describes is named by some backend, and back"
+
+
+def _edited_ruleset(tmp_path, old: str, new: str):
+    from attnplan.policy.rulepack import load_ruleset
+    from attnplan.rules import BACKENDS_FILE, PACKS_DIR, pack_files
+
+    text = BACKENDS_FILE.read_text()
+    assert text.count(old) == 1, old
+    path = tmp_path / "backends.yaml"
+    path.write_text(text.replace(old, new))
+    return load_ruleset(pack_files(PACKS_DIR), path)
+
+
+def test_the_artifactory_check_follows_the_data(tmp_path):
+    from attnplan.policy import Fact, NodeFacts, needs_artifactory_check
+
+    node = NodeFacts(capability=Fact.measured(121))
+    assert needs_artifactory_check(node)
+    rs = _edited_ruleset(tmp_path, "107]}, {fact: node.capability, eq: 90}, {fact: node.capability_major, eq: 12}]}",
+                         "107]}, {fact: node.capability, eq: 90}, {fact: node.capability_major, eq: 13}]}")
+    assert not needs_artifactory_check(node, rs)
+    assert needs_artifactory_check(NodeFacts(capability=Fact.measured(100)), rs)
+
+
+def test_split_kv_and_tensor_cores_follow_the_data(tmp_path):
+    from attnplan.policy import make_config
+    from attnplan.policy.plan import build_plan
+
+    nvfp4 = make_config(dict(head_dim=128, num_qo_heads=32, num_kv_heads=32, kv_cache_dtype="nvfp4"))
+    rs = default_ruleset()
+    plan = build_plan(nvfp4, "fa2", "fa2", 16, (16,), rs, capability=120)
+    assert plan.attention.split_kv == "disabled" and plan.decode.use_tensor_cores is False
+    edited = _edited_ruleset(tmp_path, "      capability_majors: [12]\n", "      capability_majors: [9]\n")
+    assert build_plan(nvfp4, "fa2", "fa2", 16, (16,), edited, capability=120).attention.split_kv == "auto"
+    assert build_plan(nvfp4, "fa2", "fa2", 16, (16,), edited, capability=90).attention.split_kv == "disabled"
+    # the group at which decode runs on tensor cores, and the backends that always do, are data too
+    assert build_plan(nvfp4, "fa3", "fa3", 16, (16,), rs, capability=90).decode.use_tensor_cores is True
+    edited = _edited_ruleset(tmp_path, "    tensor_core_decode_group: 4\n", "    tensor_core_decode_group: 1\n")
+    assert build_plan(nvfp4, "fa2", "fa2", 16, (16,), edited, capability=120).decode.use_tensor_cores is True
+
+
+def test_the_loader_refuses_a_call_or_family_it_does_not_describe(tmp_path):
+    from attnplan.policy import RulePackError
+
+    with pytest.raises(RulePackError, match="call 'xqa_decode' has no calls entry"):
+        _edited_ruleset(tmp_path, "  xqa_decode: {module: xqa_decode,", "  xqa_decodes: {module: xqa_decode,")
+    with pytest.raises(RulePackError, match="family 'xqa' has no families entry"):
+        _edited_ruleset(tmp_path, "\n  xqa:\n    doc: XQA decode, JIT", "\n  xqa2:\n    doc: XQA decode, JIT")
+
+
+def test_verify_reads_where_a_call_runs_from_the_data():
+    from attnplan.verify.select import runnable_calls, unrunnable_reason
+
+    rs = default_ruleset()
+    assert set(runnable_calls(rs)) == {n for n, c in rs.calls.items() if c.verify_probe}
+    assert unrunnable_reason("paged_decode", 90, rs) is None
+    assert unrunnable_reason("trtllm_decode", 90, rs) == "read from source only: trtllm_decode (trtllm-gen) runs only on a 10.x GPU"
+    assert unrunnable_reason("trtllm_decode", 103, rs) == "read from source only: verify has no probe for trtllm_decode yet"
+    assert unrunnable_reason("cudnn_prefill", 90, rs) == "verify has no probe for call 'cudnn_prefill'"
