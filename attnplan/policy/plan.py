@@ -6,15 +6,14 @@ derives what a validated choice implies.
 
 from __future__ import annotations
 
-from .capability import capability_major
 from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
+from .capability import capability_major
 from .config import AttentionConfig
 from .dtypes import NVFP4_BLOCK, NVFP4_SCALE_DTYPE, QUANTIZED_KV, TORCH_DTYPE, output_torch_dtype
 from .errors import RulePackError
 from .rulepack import RuleSet
 
-# torch dtype names (policy/dtypes.py): the adapter maps them with getattr(torch, name).
-
+# Dtypes in the plan are torch names (policy/dtypes.py): the adapter maps them with getattr(torch, name).
 
 
 def kv_storage_view_dtypes(config: AttentionConfig) -> tuple[str, str]:
@@ -56,10 +55,9 @@ def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str
     }
     if config.is_mla:
         params.update(kv_lora_rank=config.kv_lora_rank, qk_rope_head_dim=config.qk_rope_head_dim)
-    kind = module_kind
     flags = "".join(f":{k}" for k in ("sliding_window", "logits_soft_cap", "sinks") if params[k])
     name = f"{kernel_kind}:{backend}:q={q}:kv={kv_view_dtype}:hd={params['head_dim_qk']}x{params['head_dim_vo']}{flags}"
-    return (JitModule(name=name, kind=kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
+    return (JitModule(name=name, kind=module_kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
 
 
 def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int,
