@@ -238,3 +238,26 @@ def test_verify_reads_where_a_call_runs_from_the_data():
     assert unrunnable_reason("trtllm_decode", 90, rs) == "read from source only: trtllm_decode (trtllm-gen) runs only on a 10.x GPU"
     assert unrunnable_reason("trtllm_decode", 103, rs) == "read from source only: verify has no probe for trtllm_decode yet"
     assert unrunnable_reason("cudnn_prefill", 90, rs) == "verify has no probe for call 'cudnn_prefill'"
+
+
+def test_the_loader_needs_the_default_engines_sizes(tmp_path):
+    from attnplan.policy import RulePackError
+
+    with pytest.raises(RulePackError, match="engine_sizes has no entry for the default engine 'vllm'"):
+        _edited_ruleset(tmp_path, "engine_sizes:\n  vllm:\n", "engine_sizes:\n  sglang:\n")
+
+
+def test_every_dtype_of_a_family_has_its_torch_name_and_size():
+    # A dtype added to one Literal without its torch name, storage/view or element size fails here,
+    # before a plan for it raises KeyError.
+    from attnplan.policy import dtypes, make_config
+    from attnplan.policy.plan import kv_storage_view_dtypes
+
+    for d in dtypes.QUERY_DTYPES:
+        assert dtypes.TORCH_DTYPE[d] in dtypes.TORCH_DTYPES and d in dtypes.ELEMENT_BYTES
+    for kv in dtypes.KV_CACHE_DTYPES:
+        cfg = make_config(dict(head_dim=128, num_qo_heads=8, kv_cache_dtype=kv))
+        storage, view = kv_storage_view_dtypes(cfg)
+        assert storage in dtypes.TORCH_DTYPES and view in dtypes.KV_VIEW_DTYPES, kv
+        assert cfg.kv_dtype in dtypes.ELEMENT_BYTES, kv
+    assert set(dtypes.KV_DTYPES) | {dtypes.KV_AUTO} | set(dtypes.KV_RESOLVES) == set(dtypes.KV_CACHE_DTYPES)
