@@ -68,7 +68,7 @@ def run_standard(node, cfg_kw, q_lens, seq, nd, seed=0, k_scale=1.0, engine=None
     out = torch.full((sum(q_lens), cfg.num_qo_heads, d), float("nan"), dtype=torch.bfloat16)
     ex.forward(step, q, cache, out, k_scale=k_scale, v_scale=k_scale)
     assert not out.isnan().any(), "every output row is written"
-    view = plan.kv_cache.view_dtype
+    view = plan.kv_cache.kv_view_dtype
     rnd = (lambda x: (x.float() / k_scale).to(getattr(torch, view)).float() * k_scale) if "float8" in view else (lambda x: x)
     # The query each phase runs with (vLLM quantizes it to fp8 over an fp8 cache on 9.0/10.x: issue 21).
     qdt = {ph: getattr(plan, ph).query_dtype for ph in ("prefill", "decode")}

@@ -104,7 +104,7 @@ def test_flags_win_over_model_config(capsys):
                      "--kv-cache-dtype", "fp8", "--json", "--no-trace")
     data = json.loads(out)
     assert rc == 0 and data["config"]["kv_cache_dtype"] == "fp8" and data["config"]["head_dim"] == 128
-    assert data["plan"]["kv_cache"]["view_dtype"] == "float8_e4m3fn"
+    assert data["plan"]["kv_cache"]["kv_view_dtype"] == "float8_e4m3fn"
     assert "trace" not in data
 
 

@@ -632,7 +632,7 @@ def test_layout_and_page_size(cfg, node, engine):
     kv = kv_of(cfg)
     view = {"fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}.get(kv)
     if view:
-        assert plan.kv_cache.storage_dtype == "uint8" and plan.kv_cache.view_dtype == view
+        assert plan.kv_cache.kv_storage_dtype == "uint8" and plan.kv_cache.kv_view_dtype == view
     if kv != "nvfp4":
         assert plan.kv_cache.nvfp4_scale_dtype is None
     # SPEC §5 metadata formulas (XQA is called through the trtllm API: block tables + seq_lens)

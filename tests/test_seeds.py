@@ -307,8 +307,8 @@ def test_seed002_fp8_views_are_float8_never_nvfp4(dev, kv, view):
     # the kernel layer: vLLM 0.33 quantizes the query over fp8 on 9.0/10.x (test_engine_layers.py, issue 21)
     a = require_plan(cfg(kv_cache_dtype=kv), simulated_node(dev), engine="flashinfer")
     plan = a.plan
-    assert plan.kv_cache.storage_dtype == "uint8"
-    assert plan.kv_cache.view_dtype == view
+    assert plan.kv_cache.kv_storage_dtype == "uint8"
+    assert plan.kv_cache.kv_view_dtype == view
     assert plan.kv_cache.nvfp4_scale_dtype is None and plan.kv_cache.nvfp4_block_size is None
     for ph in (plan.prefill, plan.decode):
         assert ph.kv_storage_dtype == "uint8"
@@ -322,12 +322,12 @@ def test_seed002_fp8_views_are_float8_never_nvfp4(dev, kv, view):
 @pytest.mark.parametrize("dtype,torch_name", [("bf16", "bfloat16"), ("fp16", "float16")])
 def test_seed002_auto_kv_is_query_dtype(dtype, torch_name):
     plan = require_plan(cfg(dtype=dtype), simulated_node("B200")).plan
-    assert plan.kv_cache.storage_dtype == plan.kv_cache.view_dtype == torch_name
+    assert plan.kv_cache.kv_storage_dtype == plan.kv_cache.kv_view_dtype == torch_name
 
 
 def test_seed002_nvfp4_is_explicit_packed_uint8_with_fp8_scales():
     plan = require_plan(cfg(kv_cache_dtype="nvfp4"), simulated_node("B200")).plan
-    assert plan.kv_cache.storage_dtype == "uint8"
+    assert plan.kv_cache.kv_storage_dtype == "uint8"
     assert plan.kv_cache.nvfp4_scale_dtype == "float8_e4m3fn"
     assert plan.kv_cache.nvfp4_block_size
     assert plan.prefill.query_dtype == plan.decode.query_dtype == "float8_e4m3fn"

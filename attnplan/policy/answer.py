@@ -173,8 +173,8 @@ class KVCachePlan(BaseModel):
 
     layout: Literal["NHD", "HND"]
     page_size: int
-    storage_dtype: str
-    view_dtype: str
+    kv_storage_dtype: str
+    kv_view_dtype: str
     num_kv_heads: int
     head_dim_k: int
     head_dim_v: int
@@ -185,6 +185,15 @@ class KVCachePlan(BaseModel):
     block_size: Optional[int] = Field(
         None, description="the engine's KV block (vLLM --block-size) when it differs in kind from the kernel page: "
                           "page_size is then the largest kernel page dividing it")
+
+    # The adapter's spellings before issue 25 (attnplan/adapter/ reads these until its item 4 lands).
+    @property
+    def storage_dtype(self) -> str:
+        return self.kv_storage_dtype
+
+    @property
+    def view_dtype(self) -> str:
+        return self.kv_view_dtype
 
 
 class BatchMetadata(BaseModel):

@@ -39,3 +39,8 @@ def format_capability(value: int | None) -> str | None:
     if value is None:
         return None
     return f"{value // 10}.{value % 10}"
+
+
+def capability_major(value: object) -> int | None:
+    """``103`` -> ``10`` (the family the rules' ``node.capability_major`` names); not an int -> None."""
+    return value // 10 if isinstance(value, int) else None

@@ -8,21 +8,19 @@ the KV view), so that the rules only ever see canonical values.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
-QueryDType = Literal["fp16", "bf16", "fp32", "fp8_e4m3"]
-KVCacheDType = Literal["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
+from .dtypes import KVCacheDType, QueryDType, kv_element_dtype
+from .dtypes import KV_CACHE_DTYPES, QUERY_DTYPES  # noqa: F401 - re-exported (policy, cli, matrix, suggest)
+
+# The request vocabulary (SPEC §1): auto, the engines' auto names and backends.yaml's backends
+# (tests/test_no_rules_in_code.py keeps it equal to the data).
 Backend = Literal[
     "auto", "flashinfer", "flashinfer-mla", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
 ]
-
-QUERY_DTYPES: tuple[str, ...] = ("fp16", "bf16", "fp32", "fp8_e4m3")
-KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4")
-BACKEND_CHOICES: tuple[str, ...] = (
-    "auto", "flashinfer", "flashinfer-mla", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged",
-)
+BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
 
 _DTYPE_ALIASES = {
     "float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16", "torch.float16": "fp16",
@@ -157,11 +155,7 @@ class AttentionConfig(BaseModel):
     @property
     def kv_dtype(self) -> str:
         """The KV element type the kernels see: ``auto`` -> query dtype, ``fp8`` -> ``fp8_e4m3``."""
-        if self.kv_cache_dtype == "auto":
-            return self.dtype
-        if self.kv_cache_dtype == "fp8":
-            return "fp8_e4m3"
-        return self.kv_cache_dtype
+        return kv_element_dtype(self.kv_cache_dtype, self.dtype)
 
     @property
     def group_size(self) -> int:

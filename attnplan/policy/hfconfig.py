@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping, Optional
 from pydantic import ValidationError
 
 from .config import AttentionConfig
+from .dtypes import HALF_DTYPES, TORCH_DTYPE
 from .errors import InvalidInputError, ModelConfigError
 
 MAX_CONFIG_BYTES = 4 << 20
@@ -333,7 +334,7 @@ def model_info(data: Mapping[str, Any], where: str = "config.json", *,
     out["num_kv_heads"] = kv
     dtype = src.get("torch_dtype") or src.get("dtype") or top.get("torch_dtype") or top.get("dtype")
     dtype = str(dtype).replace("torch.", "") if dtype is not None else None
-    if dtype in ("bfloat16", "float16"):
+    if dtype in (TORCH_DTYPE[d] for d in HALF_DTYPES):
         out["dtype"] = dtype
     # float32 or absent: vLLM's dtype=auto downcasts to the platform's first supported dtype,
     # bf16 on sm80+ (config/model.py _resolve_auto_dtype, platforms/cuda.py supported_dtypes).

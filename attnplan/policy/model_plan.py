@@ -26,6 +26,8 @@ from .explain import Explanation, explain
 from .api import plan_for
 from .config import AttentionConfig
 from .parallel import per_rank_fields, startup_errors
+from .dtypes import ELEMENT_BYTES
+from .engine import default_ruleset
 from .errors import InvalidInputError, ModelConfigError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
@@ -34,12 +36,6 @@ from .rulepack import RuleSet
 
 # The model decides these per group; an override would silently re-shape one group as another.
 PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
-_ELEM_BYTES = {"fp16": Fraction(2), "bf16": Fraction(2), "fp32": Fraction(4), "fp8_e4m3": Fraction(1),
-               "fp8_e5m2": Fraction(1), "nvfp4": Fraction(1, 2) + Fraction(1, 16)}  # E2M1 + one fp8 scale / 16
-# vllm/v1/attention/backends/flashinfer.py get_supported_kernel_block_sizes -> [16, 32, 64] (min 16);
-# mla/flashinfer_mla.py -> [32, 64]; platforms/interface.py _align_hybrid_block_size raises MLA to 128.
-_KERNEL_BLOCK_MIN = 16
-_MLA_HYBRID_ALIGN = 128
 
 
 class ChunkedLocalPlan(BaseModel):
@@ -279,7 +275,8 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
                 rule="page-size", phase="both", fact="page_size", observed=None, layer="engine",
                 required="one page size every layer group takes",
                 message=f"no page size suits every layer group (one KV block size for the model): {sizes}"))
-    kv = _kv_cache_groups(model, answers, page) if page is not None and not violations else None
+    kv = (_kv_cache_groups(model, answers, page, ruleset if ruleset is not None else default_ruleset())
+          if page is not None and not violations else None)
     if kv is not None:
         notes.extend(kv.notes)
 
@@ -334,7 +331,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
 # -- vLLM's KV-cache groups ---------------------------------------------------------------
 def _token_bytes(cfg: AttentionConfig) -> Fraction:
     """AttentionSpec.page_size_bytes for one token: K and V of every KV head (MLA: one latent row)."""
-    e = _ELEM_BYTES[cfg.kv_dtype]
+    e = ELEMENT_BYTES[cfg.kv_dtype]
     if cfg.is_mla:
         return (int(cfg.kv_lora_rank) + int(cfg.qk_rope_head_dim)) * e  # type: ignore[arg-type]
     return cfg.kv_heads * (cfg.qk_head_dim + cfg.vo_head_dim) * e
@@ -344,7 +341,7 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page: int) -> KVCacheGroupsPlan:
+def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page: int, rs: RuleSet) -> KVCacheGroupsPlan:
     notes: list[str] = []
     specs = {i: (model.groups[i], _token_bytes(a.config)) for i, a in answers.items()}
     block = page
@@ -355,13 +352,16 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
         # holds one request's recurrent state (mamba_cache_dtype auto = model dtype); the state's
         # page is then padded up to the attention page.
         dtype = next(iter(answers.values())).config.dtype
-        state_bytes = max(int(g.recurrent.page_bytes(int(_ELEM_BYTES[dtype]))) for g in recurrent)  # type: ignore[union-attr]
+        state_bytes = max(int(g.recurrent.page_bytes(int(ELEMENT_BYTES[dtype]))) for g in recurrent)  # type: ignore[union-attr]
         tok = max(t for _, t in specs.values())
-        align = max(_KERNEL_BLOCK_MIN, block)
+        # the answering engine's block arithmetic (backends.yaml engine_sizes); one without its own is
+        # planned with the default engine's, the hybrid planning modelled here (vLLM's)
+        blocks = rs.sizes(next(iter(answers.values())).engine.name)
+        align = max(blocks.kernel_block_min, block)
         if any(g.mla for g, _ in specs.values()):
-            align = max(align, _MLA_HYBRID_ALIGN)
+            align = max(align, blocks.mla_hybrid_align)
         need = align * _cdiv(state_bytes, int(align * tok))
-        need = _KERNEL_BLOCK_MIN * _cdiv(need, _KERNEL_BLOCK_MIN)
+        need = blocks.kernel_block_min * _cdiv(need, blocks.kernel_block_min)
         if need > block:
             notes.append(f"hybrid KV cache: attention block raised to {need} tokens so that its page "
                          f"({int(need * tok)} bytes) holds one request's recurrent state ({state_bytes} bytes); "

@@ -7,34 +7,26 @@ derives what a validated choice implies.
 from __future__ import annotations
 
 from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
+from .capability import capability_major
 from .config import AttentionConfig
+from .dtypes import NVFP4_BLOCK, NVFP4_SCALE_DTYPE, QUANTIZED_KV, TORCH_DTYPE, output_torch_dtype
+from .errors import RulePackError
 from .rulepack import RuleSet
 
-# torch dtype names: the adapter maps them with getattr(torch, name).
-TORCH_DTYPE = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp8_e4m3": "float8_e4m3fn",
-               "fp8_e5m2": "float8_e5m2"}
-
-# GQA groups of 4 or more make the tensor-core decode kernel faster than the CUDA-core one
-# (vLLM's use_tensor_cores heuristic for FlashInfer decode).
-TENSOR_CORE_GROUP = 4
-NVFP4_BLOCK = 16
+# Dtypes in the plan are torch names (policy/dtypes.py): the adapter maps them with getattr(torch, name).
 
 
-def kv_dtypes(config: AttentionConfig) -> tuple[str, str]:
-    """(storage, view) torch dtype names (seed 002): quantized caches are uint8 storage, viewed
-    as the float8 type they hold; nvfp4 is packed uint8 and is never inferred from uint8."""
+def kv_storage_view_dtypes(config: AttentionConfig) -> tuple[str, str]:
+    """(kv_storage_dtype, kv_view_dtype) torch dtype names (seed 002): quantized caches are uint8 storage,
+    viewed as the float8 type they hold; nvfp4 is packed uint8 and is never inferred from uint8."""
     kv = config.kv_dtype
-    if kv == "fp8_e4m3":
-        return "uint8", "float8_e4m3fn"
-    if kv == "fp8_e5m2":
-        return "uint8", "float8_e5m2"
-    if kv == "nvfp4":
-        return "uint8", "nvfp4"
+    if kv in QUANTIZED_KV:
+        return QUANTIZED_KV[kv]
     return TORCH_DTYPE[kv], TORCH_DTYPE[kv]
 
 
-def is_trtllm(ruleset: RuleSet, backend: str) -> bool:
-    return ruleset.backends[backend].family == "trtllm-gen"
+def _hnd(ruleset: RuleSet, backend: str) -> bool:
+    return ruleset.family(backend).kv_layout == "HND"
 
 
 def _query_dtype(config: AttentionConfig, backend: str, ruleset: RuleSet, decided: str | None = None) -> str:
@@ -42,16 +34,18 @@ def _query_dtype(config: AttentionConfig, backend: str, ruleset: RuleSet, decide
     (engine_rows.query_dtype over backends.yaml engines.<name>.query_dtype, in config vocabulary)."""
     if decided is not None:
         return TORCH_DTYPE[decided]
-    # nvfp4 KV: trtllm-gen's FP4 FMHA takes an fp8_e4m3 query (SPEC §5).
-    if config.kv_dtype == "nvfp4" and is_trtllm(ruleset, backend):
-        return "float8_e4m3fn"
-    return TORCH_DTYPE[config.dtype]
+    # a family whose kernels take another query dtype over this KV dtype (backends.yaml families: trtllm-gen's
+    # FP4 FMHA takes an fp8_e4m3 query over an nvfp4 cache, SPEC §5)
+    over_kv = ruleset.family(backend).query_dtype_over_kv.get(config.kv_dtype)
+    return TORCH_DTYPE[over_kv if over_kv is not None else config.dtype]
 
 
-def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str, q: str, kv_view: str,
-             out: str, trtllm: bool, page_size: int) -> tuple[JitModule, ...]:
+def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str, q: str, kv_view_dtype: str,
+             out: str, module_kind: str, page_size: int) -> tuple[JitModule, ...]:
     params = {
-        "dtype_q": q, "dtype_kv": kv_view, "dtype_o": out,
+        # keyed as FlashInfer's JIT generators name their arguments (flashinfer/jit/attention/modules.py
+        # gen_batch_decode_module(dtype_q, dtype_kv, dtype_o, ...)); dtype_kv is the plan's kv_view_dtype
+        "dtype_q": q, "dtype_kv": kv_view_dtype, "dtype_o": out,
         "head_dim_qk": config.qk_head_dim, "head_dim_vo": config.vo_head_dim,
         "num_qo_heads": config.num_qo_heads, "num_kv_heads": config.kv_heads,
         "page_size": page_size,
@@ -61,19 +55,18 @@ def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str
     }
     if config.is_mla:
         params.update(kv_lora_rank=config.kv_lora_rank, qk_rope_head_dim=config.qk_rope_head_dim)
-    kind = "cubin" if trtllm else "jit"
     flags = "".join(f":{k}" for k in ("sliding_window", "logits_soft_cap", "sinks") if params[k])
-    name = f"{kernel_kind}:{backend}:q={q}:kv={kv_view}:hd={params['head_dim_qk']}x{params['head_dim_vo']}{flags}"
-    return (JitModule(name=name, kind=kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
+    name = f"{kernel_kind}:{backend}:q={q}:kv={kv_view_dtype}:hd={params['head_dim_qk']}x{params['head_dim_vo']}{flags}"
+    return (JitModule(name=name, kind=module_kind, phase=phase, backend=backend, params={"kernel": kernel_kind, **params}),)
 
 
 def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int,
                 batch_invariant: bool = False, query_dtype: str | None = None) -> PhasePlan:
     spec = ruleset.backends[backend]
-    trtllm = spec.family == "trtllm-gen"
-    storage, view = kv_dtypes(config)
+    family = ruleset.family(backend)
+    kv_storage_dtype, kv_view_dtype = kv_storage_view_dtypes(config)
     q = _query_dtype(config, backend, ruleset, query_dtype)
-    out = TORCH_DTYPE[config.dtype] if config.dtype in ("fp16", "bf16") else "bfloat16"
+    out = output_torch_dtype(config.dtype)
     q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
     kernel = spec.kernels[phase]  # type: ignore[index]
     sink_call = spec.sink_calls.get(phase) if config.sinks else None  # type: ignore[call-overload]
@@ -82,36 +75,28 @@ def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleS
         kernel = f"{sink_call.entry_point.rsplit('.', 1)[-1]}(backend={spec.flashinfer_backend})"
     use_tc = None
     on_prefill = False
-    if phase == "decode" and spec.family == "native" and not config.is_mla:
+    if phase == "decode" and family.tensor_core_decode_group is not None and not config.is_mla:
         # FlashInfer's fixed_split_size (batch invariance) is taken by tensor-core decode only
         # (flashinfer/decode.py BatchDecodeWithPagedKVCacheWrapper.plan).
-        use_tc = config.group_size >= TENSOR_CORE_GROUP or backend == "fa3" or batch_invariant
+        use_tc = (config.group_size >= family.tensor_core_decode_group or backend in family.tensor_core_decode_backends
+                  or batch_invariant)
         # Native decode kernels take one query token per request; speculative decode runs the
         # (causal) prefill kernel over q_len tokens instead.
         if q_len > 1 and sink_call is None:
             on_prefill = True
             kernel = spec.kernels["prefill"]
             call = spec.calls["prefill"]
-    if phase == "prefill" and config.is_mla:
-        kernel_kind = "ragged_prefill"
-    elif config.is_mla:
-        kernel_kind = "mla_decode"
-    elif trtllm:
-        kernel_kind = "trtllm_context" if phase == "prefill" else "trtllm_decode"
-    elif spec.family == "xqa":
-        kernel_kind = "xqa_decode"
-    elif sink_call is not None:
-        kernel_kind = "attention_sink"
-    elif phase == "prefill" or on_prefill or use_tc:
-        kernel_kind = "batch_prefill"
-    else:
-        kernel_kind = "batch_decode"
+    # The JIT module the call builds (backends.yaml calls:, mla_modules:); an MLA model's is fixed per phase.
+    info = ruleset.calls[call.call]
+    kernel_kind = ruleset.mla_modules[phase] if config.is_mla else (
+        info.module_tensor_cores if use_tc and info.module_tensor_cores is not None else info.module)
     return PhasePlan(
         backend=backend, family=spec.family, flashinfer_backend=spec.flashinfer_backend, call=call.call,
-        entry_point=call.entry_point, returns_lse=call.returns_lse, kernel=kernel, query_dtype=q, kv_storage_dtype=storage, kv_view_dtype=view,
+        entry_point=call.entry_point, returns_lse=call.returns_lse, kernel=kernel, query_dtype=q, kv_storage_dtype=kv_storage_dtype,
+        kv_view_dtype=kv_view_dtype,
         output_dtype=out, workspace_bytes=spec.workspace_bytes, zero_workspace=spec.zero_workspace,
         use_tensor_cores=use_tc, q_len_per_req=q_len, runs_on_prefill_kernel=on_prefill,
-        modules=_modules(config, phase, backend, kernel_kind, q, view, out, trtllm, page_size)
+        modules=_modules(config, phase, backend, kernel_kind, q, kv_view_dtype, out, family.module_kind, page_size)
         + _merge_modules(config, phase, backend, out),
     )
 
@@ -127,21 +112,19 @@ def _merge_modules(config: AttentionConfig, phase: str, backend: str, out: str) 
                       backend=backend, params=params),)
 
 
-# Batch invariance: one KV split for every batch shape. vLLM 0.33's FlashInferMetadataBuilder used
-# 2048 tokens for decode (decode_fixed_split_size); FlashInfer's fixed_split_size counts pages.
-FIXED_SPLIT_TOKENS = 2048
-
-
-def attention_plan(config: AttentionConfig, *, page_size: int = 16, capability: int | None = None,
-                   native_nvfp4: bool = False, batch_invariant: bool = False) -> AttentionPlan:
+def attention_plan(config: AttentionConfig, *, page_size: int = 16, split_kv_disabled: bool = False,
+                   batch_invariant: bool = False, fixed_split_tokens: int | None = None) -> AttentionPlan:
     """The scalars every phase applies. HF's sliding_window counts the query's own token;
     FlashInfer's window_left does not. split_kv: ``fixed`` under batch invariance (FlashInfer's
-    ``fixed_split_size``); ``disabled`` for NVFP4 KV read by fa2 on 12.x, as FlashInfer does itself
-    (flashinfer/prefill.py _nvfp4_kv_requires_disabled_split_kv)."""
+    ``fixed_split_size``, counting pages, of ``fixed_split_tokens``: backends.yaml
+    engine_sizes.<engine>.decode_fixed_split_tokens); ``disabled`` where a phase's family says so for this KV dtype and device
+    (``split_kv_disabled``: backends.yaml families.<f>.split_kv_disabled)."""
     split, fixed = "auto", None
     if batch_invariant:
-        split, fixed = "fixed", max(1, FIXED_SPLIT_TOKENS // page_size)
-    elif native_nvfp4 and isinstance(capability, int) and capability // 10 == 12:
+        if fixed_split_tokens is None:
+            raise RulePackError("backends.yaml", "batch invariance needs engine_sizes.<engine>.decode_fixed_split_tokens")
+        split, fixed = "fixed", max(1, fixed_split_tokens // page_size)
+    elif split_kv_disabled:
         split = "disabled"
     return AttentionPlan(
         sm_scale=config.softmax_scale,
@@ -169,34 +152,43 @@ def metadata_needs(config: AttentionConfig, prefill_trtllm: bool, decode_trtllm:
 
 def uses_trtllm_api(ruleset: RuleSet, backend: str) -> bool:
     """Whether a backend is called through FlashInfer's trtllm API (block tables + seq_lens, no
-    paged_kv_indices): trtllm-gen and XQA alike (vLLM 0.33 counts XQA as its trtllm decode too)."""
-    return ruleset.backends[backend].family in ("trtllm-gen", "xqa")
+    paged_kv_indices): backends.yaml families.<f>.trtllm_api (trtllm-gen and XQA alike)."""
+    return ruleset.family(backend).trtllm_api
+
+
+def _split_kv_disabled(ruleset: RuleSet, config: AttentionConfig, backends: tuple[str, ...],
+                       capability: int | None) -> bool:
+    major = capability_major(capability)
+    for b in backends:
+        off = ruleset.family(b).split_kv_disabled
+        if off is not None and config.kv_dtype in off.kv_dtypes and major in off.capability_majors:
+            return True
+    return False
 
 
 def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: int,
                valid_pages: tuple[int, ...], ruleset: RuleSet, *, capability: int | None = None,
                batch_invariant: bool = False, query_dtypes: tuple[str | None, str | None] = (None, None),
                block_size: int | None = None) -> Plan:
-    trt_p, trt_d = is_trtllm(ruleset, prefill), is_trtllm(ruleset, decode)
-    storage, view = kv_dtypes(config)
+    kv_storage_dtype, kv_view_dtype = kv_storage_view_dtypes(config)
     nvfp4 = config.kv_dtype == "nvfp4"
     if config.is_mla:
         heads, hk, hv = 1, int(config.kv_lora_rank) + int(config.qk_rope_head_dim), int(config.kv_lora_rank)  # type: ignore[arg-type]
     else:
         heads, hk, hv = config.kv_heads, config.qk_head_dim, config.vo_head_dim
     kv = KVCachePlan(
-        # HND when any phase runs trtllm-gen; the native kernels read HND too, so one cache serves both.
-        layout="HND" if (trt_p or trt_d) else "NHD",
-        page_size=page_size, storage_dtype=storage, view_dtype=view, num_kv_heads=heads,
+        # HND when any phase's family needs it (trtllm-gen); the native kernels read HND too, so one cache serves both.
+        layout="HND" if (_hnd(ruleset, prefill) or _hnd(ruleset, decode)) else "NHD",
+        page_size=page_size, kv_storage_dtype=kv_storage_dtype, kv_view_dtype=kv_view_dtype, num_kv_heads=heads,
         head_dim_k=hk, head_dim_v=hv, mla=config.is_mla,
-        nvfp4_scale_dtype="float8_e4m3fn" if nvfp4 else None,
+        nvfp4_scale_dtype=NVFP4_SCALE_DTYPE if nvfp4 else None,
         nvfp4_block_size=NVFP4_BLOCK if nvfp4 else None,
         page_valid_sizes=valid_pages, block_size=block_size,
     )
-    native_nvfp4 = nvfp4 and any(ruleset.backends[b].family == "native" for b in (prefill, decode))
     return Plan(
-        attention=attention_plan(config, page_size=page_size, capability=capability, native_nvfp4=native_nvfp4,
-                                 batch_invariant=batch_invariant),
+        attention=attention_plan(config, page_size=page_size, batch_invariant=batch_invariant,
+                                 fixed_split_tokens=ruleset.sizes().decode_fixed_split_tokens,
+                                 split_kv_disabled=_split_kv_disabled(ruleset, config, (prefill, decode), capability)),
         prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant, query_dtypes[0]),
         decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant, query_dtypes[1]),
         kv_cache=kv,

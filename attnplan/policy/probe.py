@@ -7,6 +7,8 @@ its facts ``unknown`` with the reason - the probe itself never raises.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import re
 import shutil
@@ -17,7 +19,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
+from .capability import capability_major
+from .conditions import Pred, compile_condition
+from .engine import default_ruleset
 from .facts import Fact, NodeFacts
+from .rulepack import RuleSet
 
 DEFAULT_ARTIFACTORY = "https://edge.urm.nvidia.com/artifactory/sw-kernelinferencelibrary-public-generic-local/"
 DEFAULT_TIMEOUT_S = 3.0
@@ -181,18 +187,27 @@ class ProbeIO:
     default_cubin_dir: Optional[Callable[[Mapping[str, str]], str]] = default_cubin_dir
 
 
-# Capabilities where trtllm-gen runs (rules/packs/trtllm.yaml trtllm.family), and where vLLM 0.33 gates
-# XQA decode on the same artifactory check (vllm/utils/flashinfer.py supports_trtllm_attention).
-TRTLLM_CAPABILITIES = (100, 103, 107)
-
-
-def needs_artifactory_check(node: NodeFacts) -> bool:
-    """Whether this node's plans can depend on the artifactory check: trtllm-gen's cubins (10.0, 10.3,
-    10.7) or vLLM 0.33's gate on XQA decode (9.0, 12.x). The one place this is decided."""
+def needs_artifactory_check(node: NodeFacts, ruleset: Optional[RuleSet] = None) -> bool:
+    """Whether this node's plans can depend on the artifactory check (trtllm-gen's cubins, or vLLM 0.33's
+    gate on XQA decode): backends.yaml ``cubins.artifactory_check`` over the node's capability. The one
+    place this is decided."""
     cap = node.capability.value
     if not isinstance(cap, int) or isinstance(cap, bool):
         return False
-    return cap in TRTLLM_CAPABILITIES or cap == 90 or cap // 10 == 12
+    rs = ruleset if ruleset is not None else default_ruleset()
+    check = rs.cubins.artifactory_check if rs.cubins is not None else None
+    if check is None:
+        return False
+    return _compiled(check.when).test({"node.capability": cap, "node.capability_major": capability_major(cap)})
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled_json(when: str) -> Pred:
+    return compile_condition(json.loads(when))
+
+
+def _compiled(when: Mapping[str, Any]) -> Pred:
+    return _compiled_json(json.dumps(when, sort_keys=True))
 
 
 def _torch_cuda(version: Optional[str]) -> Optional[str]:

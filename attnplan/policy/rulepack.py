@@ -135,13 +135,62 @@ class CallSpec(BaseModel):
     returns_lse: bool
 
 
+class CallInfoSpec(BaseModel):
+    """What one kernel call is, whichever backend names it (backends.yaml ``calls:``): the JIT module the
+    plan lists for it, where it runs at all, and whether ``attnplan verify`` has a probe for it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    module: str                                  # the plan's modules[].params.kernel for this call
+    module_tensor_cores: Optional[str] = None    # ... when the decode runs on tensor cores
+    capability_majors: Optional[list[int]] = None  # the families it runs on at all (None: where its rules allow)
+    verify_probe: bool = False                   # attnplan/verify/calls.py CALLS runs it directly
+
+
+class SplitKVSpec(BaseModel):
+    """KV dtypes and capability families where a family's kernels must run without split-KV."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    kv_dtypes: list[str] = Field(min_length=1)
+    capability_majors: list[int] = Field(min_length=1)
+
+
+class FamilySpec(BaseModel):
+    """What a backend family means for the plan (backends.yaml ``families:``), so that no code reads
+    meaning out of a family's or a backend's name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    doc: str = ""
+    source: str
+    module_kind: Literal["jit", "cubin"]         # JIT-compiled here, or precompiled cubins
+    trtllm_api: bool                             # block tables + seq_lens (no paged_kv_indices)
+    kv_layout: Optional[Literal["NHD", "HND"]] = None   # the cache layout it needs (None: either)
+    query_dtype_over_kv: dict[str, str] = {}     # KV dtype -> the query dtype its kernels take over it
+    tensor_core_decode_group: Optional[int] = None      # decode runs on tensor cores from this GQA group
+    tensor_core_decode_backends: list[str] = []         # ... and always on these backends' decode
+    split_kv_disabled: Optional[SplitKVSpec] = None
+
+
+class ArtifactoryCheckSpec(BaseModel):
+    """Where a plan can depend on the artifactory check: the probe asks the artifactory there only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    when: dict[str, Any]
+
+
 class BackendSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     title: str
     kind: Literal["standard", "mla", "any"]
     phases: list[Phase]
-    family: Literal["native", "trtllm-gen", "xqa"]
+    family: str                          # a families entry: what the family means for the plan
     flashinfer_backend: str
     calls: dict[Phase, CallSpec]
     mla_calls: dict[Phase, CallSpec] = {}   # a kind-"any" backend serving an MLA model's phase
@@ -165,6 +214,18 @@ class SelectionRow(BaseModel):
 
 
 Selection = dict[Literal["standard", "mla"], dict[Phase, list[SelectionRow]]]
+
+
+class EngineSizesSpec(BaseModel):
+    """Sizes an engine plans with (backends.yaml ``engine_sizes``): the KV-cache block arithmetic of hybrid
+    (attention + recurrent) models and the fixed KV split of batch-invariant mode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    kernel_block_min: int = Field(ge=1)   # the smallest kernel block size the engine's backends take
+    mla_hybrid_align: int = Field(ge=1)   # an MLA model's hybrid block is aligned to this many tokens
+    decode_fixed_split_tokens: int = Field(ge=1)  # batch invariance: one KV split of this many tokens
 
 
 class EngineSpec(BaseModel):
@@ -197,12 +258,17 @@ class CubinIndexSpec(BaseModel):
     pypi_max: str                        # the package index serves flashinfer-cubin up to this version
     wheel_index: str                     # FlashInfer's own wheel index
     doc: str = ""
+    artifactory_check: Optional[ArtifactoryCheckSpec] = None
 
 
 class BackendCatalogSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backends: dict[str, BackendSpec]
+    families: dict[str, FamilySpec]
+    calls: dict[str, CallInfoSpec]
+    mla_modules: dict[Phase, str]
+    engine_sizes: dict[str, EngineSizesSpec] = {}
     default_engine: str = "vllm"
     engines: dict[str, EngineSpec]
     force: dict[Literal["standard", "mla"], dict[str, dict[Phase, str]]]
@@ -293,6 +359,21 @@ class RuleSet:
     engines: dict[str, EngineSpec] = field(default_factory=dict)
     default_engine: str = "vllm"
     cubins: Optional[CubinIndexSpec] = None
+    families: dict[str, FamilySpec] = field(default_factory=dict)
+    calls: dict[str, CallInfoSpec] = field(default_factory=dict)
+    mla_modules: dict[str, str] = field(default_factory=dict)
+    engine_sizes: dict[str, EngineSizesSpec] = field(default_factory=dict)
+
+    def family(self, backend: str) -> FamilySpec:
+        """What the backend's family means for the plan (backends.yaml ``families:``)."""
+        return self.families[self.backends[backend].family]
+
+    def sizes(self, engine: Optional[str] = None) -> EngineSizesSpec:
+        """The sizes ``engine`` plans with (backends.yaml ``engine_sizes``), else the default engine's."""
+        spec = self.engine_sizes.get(engine or self.default_engine) or self.engine_sizes.get(self.default_engine)
+        if spec is None:
+            raise RulePackError("backends.yaml", f"engine_sizes.{self.default_engine} is missing")
+        return spec
 
     @property
     def checks(self) -> tuple[Check, ...]:
@@ -410,6 +491,27 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         for phase in spec.phases:
             if phase not in spec.calls:
                 raise RulePackError(str(backends_path), f"backend {name!r} lists phase {phase} but has no call for it")
+        if spec.family not in catalog.families:
+            raise RulePackError(str(backends_path), f"backend {name!r}: family {spec.family!r} has no families entry")
+        for table in (spec.calls, spec.mla_calls, spec.sink_calls):
+            for c in table.values():
+                if c.call not in catalog.calls:
+                    raise RulePackError(str(backends_path), f"backend {name!r}: call {c.call!r} has no calls entry")
+    for fname, fam in catalog.families.items():
+        for b in fam.tensor_core_decode_backends:
+            if b not in known:
+                raise RulePackError(str(backends_path), f"families.{fname}.tensor_core_decode_backends names unknown backend {b!r}")
+    for ename in catalog.engine_sizes:
+        if ename not in catalog.engines:
+            raise RulePackError(str(backends_path), f"engine_sizes.{ename}: no such engine")
+    if catalog.default_engine not in catalog.engine_sizes:
+        raise RulePackError(str(backends_path), f"engine_sizes has no entry for the default engine {catalog.default_engine!r}")
+    check = catalog.cubins.artifactory_check if catalog.cubins else None
+    if check is not None:
+        try:
+            compile_condition(check.when)
+        except ConditionError as exc:
+            raise RulePackError(str(backends_path), f"cubins.artifactory_check.when: {exc}") from None
     for kind, table in catalog.force.items():
         for name, per_phase in table.items():
             for b in per_phase.values():
@@ -486,6 +588,10 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         engines=dict(catalog.engines),
         default_engine=catalog.default_engine,
         cubins=catalog.cubins,
+        families=dict(catalog.families),
+        calls=dict(catalog.calls),
+        mla_modules=dict(catalog.mla_modules),
+        engine_sizes=dict(catalog.engine_sizes),
     )
 
 

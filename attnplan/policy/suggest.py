@@ -8,6 +8,7 @@ from typing import Any, Iterable, Optional
 from .answer import PlanAnswer, Suggestion
 from .candidates import page_domain
 from .config import KV_CACHE_DTYPES, AttentionConfig
+from .dtypes import kv_element_dtype
 from .engine import default_ruleset, evaluate
 from .facts import Fact, NodeFacts
 from .rulepack import RuleSet
@@ -17,7 +18,7 @@ from .version import SUPPORTED_FLASHINFER
 def _config_candidates(config: AttentionConfig, node: NodeFacts, rs: RuleSet) -> Iterable[tuple[str, Any]]:
     seen_kv = {config.kv_dtype}
     for kv in KV_CACHE_DTYPES:
-        norm = config.dtype if kv == "auto" else ("fp8_e4m3" if kv == "fp8" else kv)
+        norm = kv_element_dtype(kv, config.dtype)
         if norm in seen_kv or kv == config.kv_cache_dtype:
             continue
         seen_kv.add(norm)

@@ -25,7 +25,7 @@ def plan_signature(c: Cell) -> tuple[Any, ...]:
 
 
 def cell_key(c: Cell) -> tuple[Any, ...]:
-    return (c.verdict, c.status, c.prefill, c.decode, c.kv_layout, c.page_size, c.kv_dtype,
+    return (c.verdict, c.status, c.prefill, c.decode, c.kv_layout, c.page_size, c.kv_view_dtype,
             tuple(c.violations), c.reason if c.verdict in ("error", "skip", "warn") else None)
 
 

@@ -69,7 +69,7 @@ JS = r"""
     var who = td.getAttribute('data-node') || ('group ' + g.id + ' (' + g.count + ' nodes: ' + g.members + ')');
     panel.appendChild(el('h2', who + ' \u00d7 ' + cfg.name));
     panel.appendChild(el('p', 'verdict: ' + cell.verdict + (cell.reason ? ' \u2014 ' + cell.reason : ''), 'verdict'));
-    if (cell.prefill) panel.appendChild(el('p', 'prefill ' + cell.prefill + ', decode ' + cell.decode + ', KV ' + cell.kv_layout + ' page ' + cell.page_size + ' (' + cell.kv_dtype + ')'));
+    if (cell.prefill) panel.appendChild(el('p', 'prefill ' + cell.prefill + ', decode ' + cell.decode + ', KV ' + cell.kv_layout + ' page ' + cell.page_size + ' (' + cell.kv_view_dtype + ')'));
     if (g.device) panel.appendChild(el('p', 'device ' + g.device + ', capability ' + g.capability + ', fingerprint ' + g.fingerprint, 'meta'));
     if (cell.layer_groups && cell.layer_groups.length){
       panel.appendChild(el('h3','layer groups (every one must pass)'));

@@ -134,7 +134,7 @@ class Cell(Model):
     decode: Optional[str] = None
     kv_layout: Optional[str] = None
     page_size: Optional[int] = None
-    kv_dtype: Optional[str] = None
+    kv_view_dtype: Optional[str] = None
     violations: list[str] = Field(default_factory=list, description="violated rule ids, each once")
     reason: Optional[str] = None
     layer_groups: list[LayerGroupCell] = Field(default_factory=list, description="a model: each layer group's verdict")

@@ -248,7 +248,7 @@ def model_cell(i: int, a: ModelAnswer) -> Cell:
         kv = plans[0].kv_cache
         return Cell(config=i, verdict="pass", status="ok", prefill=_joined([p.prefill.backend for p in plans]),
                     decode=_joined([p.decode.backend for p in plans]), kv_layout=kv.layout, page_size=kv.page_size,
-                    kv_dtype=kv.view_dtype, violations=rules, layer_groups=rows)
+                    kv_view_dtype=kv.kv_view_dtype, violations=rules, layer_groups=rows)
     if a.startup_error is not None:
         reason = f"vLLM refuses at startup: {a.startup_error}"
         rules = [STARTUP]

@@ -27,7 +27,7 @@ def answer_cell(i: int, a: Any) -> Cell:
         kv = a.plan.kv_cache
         return Cell(config=i, verdict="pass", status="ok", prefill=a.plan.prefill.backend,
                     decode=a.plan.decode.backend, kv_layout=kv.layout, page_size=kv.page_size,
-                    kv_dtype=kv.view_dtype, violations=rules)
+                    kv_view_dtype=kv.kv_view_dtype, violations=rules)
     return Cell(config=i, verdict="fail", status="rejected", violations=rules,
                 reason=f"violates {', '.join(rules)}" if rules else "rejected")
 

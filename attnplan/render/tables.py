@@ -76,8 +76,8 @@ def render_answer(a: PlanAnswer) -> str:
         out.append("")
         block = f"block_size {kv.block_size} on kernel pages of {kv.page_size}" if kv.block_size not in (None, kv.page_size) \
             else f"page_size {kv.page_size}"
-        out.append(f"KV cache: layout {kv.layout}, {block}, storage {kv.storage_dtype} viewed as "
-                   f"{kv.view_dtype}, {kv.num_kv_heads} KV heads x {kv.head_dim_k}{' (MLA latent)' if kv.mla else ''}{extra}")
+        out.append(f"KV cache: layout {kv.layout}, {block}, storage {kv.kv_storage_dtype} viewed as "
+                   f"{kv.kv_view_dtype}, {kv.num_kv_heads} KV heads x {kv.head_dim_k}{' (MLA latent)' if kv.mla else ''}{extra}")
         at = p.attention
         split = at.split_kv + (f" ({at.fixed_split_size} pages)" if at.fixed_split_size else "")
         out.append(f"attention: sm_scale {at.sm_scale:.4g}, window_left {at.window_left}, soft-cap {at.logits_soft_cap:g}, "

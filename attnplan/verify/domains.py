@@ -22,6 +22,7 @@ from typing import Any, Iterable, Iterator
 
 from attnplan.policy import FactRef, Leaf, Pred
 from attnplan.policy import QUERY_DTYPES
+from attnplan.policy.dtypes import KV_CACHE_DTYPES, KV_DTYPES
 
 # Config facts a single FlashInfer call can realise, and the AttentionConfig field each sets.
 CONFIG_FIELD = {
@@ -40,8 +41,8 @@ FIXED_BY_PROBE = frozenset({"backend", "phase", "config.is_mla"})
 # Every value a name-valued fact can take (the refusing side of an `in` list lies among them).
 UNIVERSE: dict[str, tuple[Any, ...]] = {
     "config.dtype": tuple(d for d in QUERY_DTYPES),
-    "config.kv_dtype": ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
-    "config.kv_cache_dtype": ("auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"),
+    "config.kv_dtype": KV_DTYPES,
+    "config.kv_cache_dtype": KV_CACHE_DTYPES,
     "config.sinks": (False, True),
 }
 # A typical value for a fact that a rule only asks to be set or unset.

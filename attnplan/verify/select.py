@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnplan.policy import Rule, RuleSet
+from attnplan.policy import Rule, RuleSet, default_ruleset
+from attnplan.policy.capability import capability_major
 
-# The plan's ``call`` values verify knows how to run directly through FlashInfer (calls.py).
-RUNNABLE_CALLS = ("paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill")
+
+def runnable_calls(ruleset: Optional[RuleSet] = None) -> tuple[str, ...]:
+    """The plan's ``call`` values verify runs directly through FlashInfer (calls.py): backends.yaml
+    ``calls.<name>.verify_probe``."""
+    rs = ruleset if ruleset is not None else default_ruleset()
+    return tuple(name for name, info in rs.calls.items() if info.verify_probe)
 
 
 def is_kernel_rule(rule: Rule) -> bool:
@@ -33,12 +38,18 @@ def kernel_rules(ruleset: RuleSet, only: Optional[list[str]] = None) -> list[Rul
     return rules
 
 
-def unrunnable_reason(call: str, capability: Optional[int]) -> Optional[str]:
-    """Why a plan call cannot be probed here (None: it can)."""
-    if call in RUNNABLE_CALLS:
+def unrunnable_reason(call: str, capability: Optional[int], ruleset: Optional[RuleSet] = None) -> Optional[str]:
+    """Why a plan call cannot be probed here (None: it can): backends.yaml ``calls.<call>`` says whether
+    verify has a probe for it and on which capability families it runs at all."""
+    rs = ruleset if ruleset is not None else default_ruleset()
+    info = rs.calls.get(call)
+    if info is None:
+        return f"verify has no probe for call {call!r}"
+    if info.verify_probe:
         return None
-    if call.startswith("trtllm"):
-        if capability is not None and capability // 10 == 10:
-            return f"read from source only: verify has no probe for {call} yet"
-        return f"read from source only: {call} (trtllm-gen) runs only on a 10.x GPU"
-    return f"verify has no probe for call {call!r}"
+    if info.capability_majors is None or capability_major(capability) in info.capability_majors:
+        return f"read from source only: verify has no probe for {call} yet"
+    families = sorted({b.family for b in rs.backends.values()
+                       for c in (*b.calls.values(), *b.mla_calls.values(), *b.sink_calls.values()) if c.call == call})
+    where = "/".join(f"{m}.x" for m in info.capability_majors)
+    return f"read from source only: {call} ({', '.join(families)}) runs only on a {where} GPU"

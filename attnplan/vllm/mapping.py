@@ -28,7 +28,7 @@ from .backends import backend_choice
 _DTYPES = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 
 
-def _kv_dtype(cache_dtype: Any) -> str:
+def _kv_cache_dtype(cache_dtype: Any) -> str:
     s = str(getattr(cache_dtype, "value", cache_dtype) or "auto")
     return s
 
@@ -49,7 +49,7 @@ def config_from_vllm(vllm_config: Any) -> AttentionConfig:
     fields: dict[str, Any] = {
         "num_qo_heads": int(mc.get_num_attention_heads(pc)),
         "dtype": _DTYPES.get(str(mc.dtype), str(mc.dtype)),
-        "kv_cache_dtype": _kv_dtype(getattr(cc, "cache_dtype", "auto")),
+        "kv_cache_dtype": _kv_cache_dtype(getattr(cc, "cache_dtype", "auto")),
         "dcp_world_size": int(getattr(pc, "decode_context_parallel_size", 1) or 1),
     }
     if getattr(mc, "use_mla", False):

@@ -186,7 +186,7 @@ class Batch:
         """float32 attention over what the cache holds (dequantized); ``q_dtype``: round the
         query through that dtype first (what a kernel that quantizes the query computes)."""
         p = self.ex.params
-        view = self.ex.plan.kv_cache.view_dtype
+        view = self.ex.plan.kv_cache.kv_view_dtype
         s = self.k_scale
 
         def stored(x: torch.Tensor) -> torch.Tensor:     # what the cache holds, dequantized

@@ -98,7 +98,7 @@ def test_fp8_kv(cfg):
     seq = random_lens(nd, 1, 2000) + [q[nd] + 300, q[nd + 1]]
     b = Batch(ex, q, seq, nd, k_scale=0.5)
     err = rel_err(b.run(), b.reference())
-    print(f"fp8 KV {ex.plan.kv_cache.view_dtype} {ex.answer.backends()}: rel err {err:.2e}")
+    print(f"fp8 KV {ex.plan.kv_cache.kv_view_dtype} {ex.answer.backends()}: rel err {err:.2e}")
     assert err <= TOL
 
 

@@ -36,7 +36,7 @@ def fp8_plan():
 def test_plan_is_fa3_with_an_fp8_prefill_query(fp8_plan):
     p = fp8_plan.plan
     assert p.prefill.flashinfer_backend == "fa3" and p.prefill.query_dtype == "float8_e4m3fn"
-    assert p.kv_cache.view_dtype == "float8_e4m3fn"
+    assert p.kv_cache.kv_view_dtype == "float8_e4m3fn"
 
 
 @pytest.mark.parametrize("k_scale", [1.0, 0.5])

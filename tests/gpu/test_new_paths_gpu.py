@@ -268,7 +268,7 @@ def test_nvfp4_kv_on_fa2_both_phases_with_appends():
     step's K/V appended by the adapter's torch quantizer (global scale 0.5). Against the float32
     reference over the dequantized cache: rel err <= 1e-2."""
     ex = executor_for(nvfp4_plan())
-    assert ex.plan.kv_cache.view_dtype == "nvfp4" and ex.plan.prefill.flashinfer_backend == "fa2"
+    assert ex.plan.kv_cache.kv_view_dtype == "nvfp4" and ex.plan.prefill.flashinfer_backend == "fa2"
     q = [1] * 8 + random_lens(3, 1, 400)
     seq = random_lens(8, 1, 2500) + [q[8], q[9] + 900, q[10] + random_lens(1, 0, 1500)[0]]
     b = Batch(ex, q, seq, 8, k_scale=0.5)
@@ -357,4 +357,4 @@ def test_warmup_covers_the_new_modules(which):
     b = mixed(ex, poison="finite" if ex.plan.decode.call == "xqa_decode" else "nan")
     err = rel_err(b.run(), b.reference())
     assert _built(_jit_dir()) == before, "the first request after warm-up compiled a module"
-    assert err <= (TOL_FP8 if "float8" in ex.plan.kv_cache.view_dtype else TOL)
+    assert err <= (TOL_FP8 if "float8" in ex.plan.kv_cache.kv_view_dtype else TOL)

@@ -193,7 +193,7 @@ function showAnswer(a) {
     ]);
     const kv = p.kv_cache;
     $("#kv").textContent = "KV cache: layout " + kv.layout + ", page_size " + kv.page_size + ", storage " +
-      kv.storage_dtype + " viewed as " + kv.view_dtype + ", " + kv.num_kv_heads + " KV heads × " + kv.head_dim_k;
+      kv.kv_storage_dtype + " viewed as " + kv.kv_view_dtype + ", " + kv.num_kv_heads + " KV heads × " + kv.head_dim_k;
   }
   $("#violations-part").hidden = a.violations.length === 0;
   fillTable("#violations", a.violations.map((v) => [v.rule, v.phase, v.backend || "–", fmtValue(v.observed), v.required, v.message]));
