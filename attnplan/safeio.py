@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Any, Union
 
-from attnplan.policy.errors import InvalidInputError
+from attnplan.errors import InvalidInputError
 
 MAX_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from attnplan.errors import StartupMismatchError
 from attnplan.policy import (NodeFacts, PlanAnswer, PlanMismatchError, RuleSet, UnsupportedConfigurationError,
                     Violation, evaluate, probe_node)
 
@@ -17,18 +18,6 @@ from attnplan.policy import (NodeFacts, PlanAnswer, PlanMismatchError, RuleSet, 
 # this only tells the operator what changed between planning and startup).
 COMPARED_FACTS = ("gpu_name", "capability", "flashinfer_version", "flashinfer_cubin_version",
                   "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env")
-
-
-class StartupMismatchError(PlanMismatchError):
-    """``PlanMismatchError`` that also lists the facts that differ between planning and startup."""
-
-    def __init__(self, answer: PlanAnswer, fact_diffs: list[str], planned: PlanAnswer):
-        super().__init__(answer)
-        self.fact_diffs = fact_diffs
-        self.planned = planned
-        if fact_diffs:
-            self.args = (self.args[0] + "\nfacts that differ from the plan's node:\n"
-                         + "\n".join(f"  ~ {d}" for d in fact_diffs),)
 
 
 def fact_diffs(planned: NodeFacts, live: NodeFacts) -> list[str]:

@@ -29,7 +29,8 @@ from .answer import (
 )
 from .api import clear_cache, plan_for, require_plan
 from .capability import format_capability, parse_capability
-from .config import BACKEND_CHOICES, CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig
+from .backend_names import BACKEND_CHOICES
+from .config import CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig
 from .devices import Catalog, Device, catalog, simulated_node
 from .candidates import CandidateResult, evaluate_candidate, page_domain
 from .engine import default_ruleset, evaluate, load_rules

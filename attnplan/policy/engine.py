@@ -7,7 +7,6 @@ never suggests; ``plan_for`` (api.py) composes it with ``suggestions_for`` (sugg
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any, Optional
 
 from . import engine_rows
@@ -18,35 +17,10 @@ from .engines import active_checks, engine_resolution, resolve_engine, selection
 from .facts import NodeFacts
 from .facts_catalog import PAGE_SIZE, base_context, display
 from .plan import build_plan
-from .rulepack import RuleSet, load_ruleset
+from .rulepack import RuleSet
+from .shipped import default_ruleset, load_rules  # noqa: F401  (re-exported: the engine's rules)
 
 PHASES = ("prefill", "decode")
-
-
-def _packs_in(packs_dir: Path) -> list[Path]:
-    """The packs of a directory; a missing, empty or oversized one is an error naming it (fail closed)."""
-    from .rulepack import pack_paths_in
-
-    return pack_paths_in(packs_dir)
-
-
-@functools.lru_cache(maxsize=8)
-def _load(packs_dir: str, backends_file: str) -> RuleSet:
-    return load_ruleset(_packs_in(Path(packs_dir)), Path(backends_file))
-
-
-def default_ruleset() -> RuleSet:
-    """The rules shipped in ``rules/`` (loaded once)."""
-    from attnplan.rules import BACKENDS_FILE, PACKS_DIR
-
-    return _load(str(PACKS_DIR), str(BACKENDS_FILE))
-
-
-def load_rules(packs_dir: str | Path, backends_file: str | Path | None = None) -> RuleSet:
-    """Load rule packs from another directory (all or nothing; read afresh on every call)."""
-    from attnplan.rules import BACKENDS_FILE
-
-    return load_ruleset(_packs_in(Path(packs_dir)), Path(backends_file or BACKENDS_FILE))
 
 
 def candidates_for(ruleset: RuleSet, config: AttentionConfig, cap_major: Optional[int], phase: str,

@@ -20,15 +20,12 @@ import socket
 import time
 from typing import Any, Callable, MutableMapping, Optional, Sequence
 
-from attnplan.policy import AttnplanError, NodeFacts
+from attnplan.errors import RayConnectError
+from attnplan.policy import NodeFacts
 
 from .model import NamedConfig, Outcome
 
 FactsFn = Callable[[dict[str, str]], NodeFacts]
-
-
-class RayConnectError(AttnplanError):
-    """The Ray cluster could not be reached at all (exit 3, not bad input)."""
 
 
 def declared_or_probed(labels: dict[str, str], declare_label: Optional[str]) -> NodeFacts:
