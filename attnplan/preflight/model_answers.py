@@ -18,67 +18,11 @@ from attnplan.policy import (EngineRef, Fallback, GroupPlan, KVCacheGroupsPlan, 
                              Violation, compact_layers)
 
 from .answers import BadAnswer, incoherence
-from .model import Cell, LayerGroupCell, NamedConfig
+from .model import STARTUP, Cell, GroupAnswer, LayerGroupCell, ModelAnswer, NamedConfig
 
-# vLLM's own refusal at startup (config/model.py ModelConfig.verify_with_parallel_config: heads
-# vs tensor parallelism, DCP limits): not a rule of the packs, named so a label can carry it.
-STARTUP = "vllm.startup"
 # A real model has a handful of groups and at most thousands of layers; more is not an answer.
 MAX_GROUPS = 256
 MAX_LAYERS = 100_000
-
-
-@dataclass(frozen=True)
-class GroupAnswer:
-    """One layer group of a node's answer: its verdict, and its rule answer when it is attention."""
-
-    index: int
-    kind: str
-    layers: tuple[int, ...]
-    label: str  # compact_layers, e.g. "5..59 every 6"
-    status: Literal["ok", "rejected", "not_served"]
-    answer: Optional[PlanAnswer]
-
-
-@dataclass(frozen=True)
-class ModelAnswer:
-    """A node's answer for a model request, with the attributes the report reads off a ``PlanAnswer``
-    (status, node, violations, suggestions, fallbacks, notes, rules_revision)."""
-
-    status: Literal["ok", "rejected"]
-    node: NodeFacts
-    engine: EngineRef
-    rules_revision: str
-    model_type: str
-    num_layers: int
-    groups: tuple[GroupAnswer, ...]
-    violations: tuple[Violation, ...] = ()  # every group's (tagged with its group) and the model's own
-    suggestions: tuple[Suggestion, ...] = ()
-    fallbacks: tuple[Fallback, ...] = ()
-    notes: tuple[str, ...] = ()
-    startup_error: Optional[str] = None
-    kv_cache_groups: Optional[KVCacheGroupsPlan] = None
-    plan: None = None  # no one plan serves every layer
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def attention_groups(self) -> tuple[GroupAnswer, ...]:
-        return tuple(g for g in self.groups if g.status != "not_served")
-
-    def first_failure(self) -> Optional[tuple[str, str]]:
-        """(where, rule) of the first failing group in layer order, else the model's own, else None."""
-        if self.startup_error is not None:
-            return "startup", STARTUP
-        for g in self.groups:
-            if g.status == "rejected" and g.answer is not None and g.answer.violations:
-                return f"{g.kind} layers {g.label}", g.answer.violations[0].rule
-        model_level = [v for v in self.violations if v.group is None]
-        if self.status == "rejected" and model_level:
-            return "model", model_level[0].rule
-        return None
 
 
 def _engine_matches(asked: str, engine: EngineRef) -> bool:
