@@ -17,7 +17,8 @@ Every message names the rule or field, the fact that failed and the fix, in the 
     │       └── StartupMismatchError        ... listing the facts that differ from the plan's node
     ├── AdapterCallError (ValueError)       an adapter call whose arguments do not fit its plan
     ├── SetupError (RuntimeError)           the environment around attnplan is not what it needs
-    │   └── BuildError                      a kernel module that does not compile (ninja's output)
+    │   ├── BuildError                      a kernel module that does not compile (ninja's output)
+    │   └── SourceNotFoundError (LookupError)   an installed package's source lacks what attnplan reads
     └── RayConnectError                     the Ray cluster cannot be reached (preflight exit 3)
 """
 
@@ -130,6 +131,11 @@ class BuildError(SetupError):
                          f"sources), then warm up again. Ninja output:\n{output[-4000:]}")
 
 
+class SourceNotFoundError(SetupError, LookupError):
+    """An installed package's source that attnplan reads without importing it (FlashInfer's
+    signatures, SGLang's tables) is absent, or no longer defines what it names."""
+
+
 class RayConnectError(AttnplanError):
     """The Ray cluster could not be reached at all (exit 3, not bad input)."""
 
@@ -154,5 +160,5 @@ def _render_rejection(answer: Any) -> str:
 __all__ = [
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError", "RuleError",
     "ConditionError", "UnsupportedConfigurationError", "PlanMismatchError", "StartupMismatchError",
-    "AdapterCallError", "SetupError", "BuildError", "RayConnectError",
+    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "RayConnectError",
 ]

@@ -13,6 +13,7 @@ from attnplan.errors import (
     RuleError,
     RulePackError,
     SetupError,
+    SourceNotFoundError,
     StartupMismatchError,
     UnknownDeviceError,
     UnsupportedConfigurationError,
@@ -21,5 +22,5 @@ from attnplan.errors import (
 __all__ = [
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError", "RuleError",
     "ConditionError", "UnsupportedConfigurationError", "PlanMismatchError", "StartupMismatchError",
-    "AdapterCallError", "SetupError", "BuildError", "RayConnectError",
+    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "RayConnectError",
 ]

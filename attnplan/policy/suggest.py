@@ -9,6 +9,7 @@ from .answer import PlanAnswer, Suggestion
 from .candidates import page_domain
 from .config import KV_CACHE_DTYPES, AttentionConfig
 from .engine import default_ruleset, evaluate
+from .errors import InvalidInputError
 from .facts import Fact, NodeFacts
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER
@@ -105,4 +106,5 @@ def apply_suggestion(config: AttentionConfig, node: NodeFacts, s: Suggestion,
     for field_, value, trial in _node_candidates(node, ruleset or default_ruleset()):
         if field_ == s.field and value == s.value:
             return config, trial
-    raise ValueError(f"suggestion {s.field}={s.value} does not apply to this node")
+    raise InvalidInputError("suggestion", f"{s.field}={s.value} does not apply to this node: apply a suggestion "
+                            "to the (config, node) whose answer gave it")
