@@ -16,12 +16,10 @@ from .candidates import evaluate_candidate, page_domain
 from .engine import default_ruleset
 from .engines import resolve_engine
 from .facts import Fact, NodeFacts
+from .representative import HEAD_SIZES, LOGITS_SOFT_CAP, MLA, SLIDING_WINDOW, STANDARD
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER
 
-HEAD_SIZES = (64, 96, 128, 192, 256, 512)
-BASE_STANDARD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8, dtype="bf16")
-BASE_MLA = dict(num_qo_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, dtype="bf16")
 
 
 def _node(cap: int) -> NodeFacts:
@@ -50,7 +48,7 @@ def capability_matrix(ruleset: RuleSet | None = None, *, engine: str | None = No
         models = ["standard", "mla"] if spec.kind == "any" else [spec.kind]
         for model in models:
             phases = spec.phases if not (model == "mla" and spec.kind == "any") else ["prefill"]
-            base = AttentionConfig(**(BASE_MLA if model == "mla" else BASE_STANDARD))
+            base = AttentionConfig(**(MLA if model == "mla" else STANDARD))
             for cap in caps:
                 node = _node(cap)
                 for phase in phases:
@@ -71,8 +69,8 @@ def capability_matrix(ruleset: RuleSet | None = None, *, engine: str | None = No
                                               if _try(lambda k=k: _passes(rs, base.replace(kv_cache_dtype=k), node, phase, backend, eng))]
                     row["page_sizes"] = [p for p in sorted({1, 8, *page_domain(rs)}) if _passes(rs, base.replace(page_size=p), node, phase, backend, eng)]
                     row["sinks"] = model == "standard" and _passes(rs, base.replace(sinks=True), node, phase, backend, eng)
-                    row["logits_soft_cap"] = _passes(rs, base.replace(logits_soft_cap=30.0), node, phase, backend, eng)
-                    row["sliding_window"] = _passes(rs, base.replace(sliding_window=4096), node, phase, backend, eng)
+                    row["logits_soft_cap"] = _passes(rs, base.replace(logits_soft_cap=LOGITS_SOFT_CAP), node, phase, backend, eng)
+                    row["sliding_window"] = _passes(rs, base.replace(sliding_window=SLIDING_WINDOW), node, phase, backend, eng)
                     row["fp8_query"] = _passes(rs, base.replace(dtype="fp8_e4m3", kv_cache_dtype="fp8"), node, phase, backend, eng)
                     row["batch_invariant"] = _passes(rs, base.replace(batch_invariant=True), node, phase, backend, eng)
                     rows.append(row)

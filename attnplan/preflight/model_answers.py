@@ -11,8 +11,7 @@ passes only when every group passes; the cell names the first failing group and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from attnplan.policy import (EngineRef, Fallback, GroupPlan, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
                              Violation, compact_layers)
