@@ -34,7 +34,7 @@ from .config import CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfi
 from .devices import Catalog, Device, catalog, simulated_node
 from .candidates import CandidateResult, evaluate_candidate, page_domain
 from .engine import default_ruleset, evaluate, load_rules
-from .engines import engine_names, resolve_engine
+from .engines import EngineLike, EngineSpec, engine_names, parse_engine, resolve_engine
 from .probe import needs_artifactory_check
 from .suggest import apply_suggestion, suggestions_for
 from .errors import (
@@ -74,7 +74,7 @@ __all__ = [
     "local_node", "probe_node", "ProbeIO", "NodeCache", "catalog", "Catalog", "Device",
     "config_from_hf", "fields_from_hf", "read_model_config", "make_config",
     "evaluate", "suggestions_for", "apply_suggestion", "default_ruleset", "load_rules", "page_domain", "RuleSet",
-    "evaluate_candidate", "CandidateResult", "resolve_engine", "engine_names", "EngineRef", "EngineBackend", "Fallback",
+    "evaluate_candidate", "CandidateResult", "EngineSpec", "EngineLike", "parse_engine", "resolve_engine", "engine_names", "EngineRef", "EngineBackend", "Fallback",
     "needs_artifactory_check", "node_json", "explain", "Explanation", "capability_matrix", "matrix_markdown",
     "plan_model", "ModelPlanAnswer", "GroupPlan", "KVCacheGroupsPlan", "KVCacheGroup", "explain_groups",
     "LayerGroup", "ModelLayers", "layer_groups", "read_layers", "compact_layers",

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 
 from .answer import TraceEntry, Violation
 from .conditions import Failure, Leaf
-from .engines import active_checks, resolve_engine
+from .engines import EngineLike, active_checks, resolve_engine
 from .config import AttentionConfig
 from .facts import NodeFacts
 from .facts_catalog import PAGE_SIZE, base_context, display
@@ -157,7 +157,7 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
 
 
 def evaluate_candidate(config: AttentionConfig, node: NodeFacts, phase: str, backend: str, *,
-                       ruleset: RuleSet | None = None, engine: Optional[str] = None,
+                       ruleset: RuleSet | None = None, engine: EngineLike = None,
                        pages: Optional[tuple[int, ...]] = None, trace: bool = False) -> CandidateResult:
     """Every candidate-scope rule of the engine layer over one (phase, backend), as ``evaluate`` sees it."""
     rs = ruleset or default_ruleset()

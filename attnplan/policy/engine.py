@@ -13,7 +13,7 @@ from . import engine_rows
 from .answer import EngineBackend, Fallback, PlanAnswer, TraceEntry, Violation
 from .candidates import CandidateResult, reads_page, page_domain, run_candidate, trace_entry, violation
 from .config import AttentionConfig
-from .engines import active_checks, engine_resolution, resolve_engine, selection_for
+from .engines import EngineLike, active_checks, engine_resolution, parse_engine, resolve_engine, selection_for
 from .facts import NodeFacts
 from .facts_catalog import PAGE_SIZE, base_context, display
 from .plan import build_plan
@@ -55,18 +55,20 @@ def _engine_choice(results: list[CandidateResult], gates: frozenset[str]) -> lis
 
 
 def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None = None, *,
-             trace: bool = True, suggest: bool = False, engine: Optional[str] = None) -> PlanAnswer:
+             trace: bool = True, suggest: bool = False, engine: EngineLike = None) -> PlanAnswer:
     """Every applicable rule over (config, node): the plan, or a rejection with every violation.
 
-    ``engine``: None/"vllm" (the node's vllm, else the newest modelled), "vllm==X" or "flashinfer".
+    ``engine``: an ``EngineSpec`` (``parse_engine``), or None/"vllm" (the node's vllm, else the newest
+    modelled), "vllm==X" or "flashinfer", parsed here.
     Never suggests (``suggest`` is accepted for old callers and ignored): ``plan_for`` adds suggestions.
     """
     del suggest
     rs = ruleset or default_ruleset()
-    ref = resolve_engine(engine, node, rs)
+    spec = parse_engine(engine, rs)
+    ref = resolve_engine(spec, node, rs)
     checks = active_checks(rs, ref, node.flashinfer_version.value)
     # An engine with its own backends (SGLang) resolves its flags first: the config it runs, its pick.
-    res = engine_resolution(rs, ref, config, node, engine)
+    res = engine_resolution(rs, ref, config, node, spec.request)
     config = res.config if res is not None else config
     extra = res.answer_fields() if res is not None else {}
     base = base_context(config, node)

@@ -14,7 +14,7 @@ from .config import KV_CACHE_DTYPES, AttentionConfig
 from .devices import catalog
 from .candidates import evaluate_candidate, page_domain
 from .engine import default_ruleset
-from .engines import resolve_engine
+from .engines import EngineLike, EngineSpec, parse_engine
 from .facts import Fact, NodeFacts
 from .representative import HEAD_SIZES, LOGITS_SOFT_CAP, MLA, SLIDING_WINDOW, STANDARD
 from .rulepack import RuleSet
@@ -33,15 +33,14 @@ def _node(cap: int) -> NodeFacts:
 
 
 def _passes(rs: RuleSet, cfg: AttentionConfig, node: NodeFacts, phase: str, backend: str,
-            engine: str | None = None) -> bool:
+            engine: EngineSpec) -> bool:
     return evaluate_candidate(cfg, node, phase, backend, ruleset=rs, engine=engine).ok
 
 
-def capability_matrix(ruleset: RuleSet | None = None, *, engine: str | None = None) -> list[dict[str, Any]]:
+def capability_matrix(ruleset: RuleSet | None = None, *, engine: EngineLike = None) -> list[dict[str, Any]]:
     """One row per (backend, model kind, phase) and group of capabilities, for one engine layer."""
     rs = ruleset or default_ruleset()
-    eng = engine or rs.default_engine
-    resolve_engine(eng, _node(90), rs)  # an unknown engine is an error before any work
+    eng = parse_engine(engine, rs)  # an unknown engine is an error before any work
     caps = sorted({d.capability_int for d in catalog().devices})
     rows: list[dict[str, Any]] = []
     for backend, spec in rs.backends.items():
@@ -104,10 +103,10 @@ def _yn(v: bool) -> str:
     return "yes" if v else "no"
 
 
-def matrix_markdown(ruleset: RuleSet | None = None, *, engine: str | None = None) -> str:
+def matrix_markdown(ruleset: RuleSet | None = None, *, engine: EngineLike = None) -> str:
     """The matrix of one engine layer (``engine`` given), or of every engine layer in turn."""
     rs = ruleset or default_ruleset()
-    engines = [engine] if engine else list(rs.engines)
+    engines = [parse_engine(engine, rs)] if engine else [parse_engine(name, rs) for name in rs.engines]
     out = [
         "# Capability matrix",
         "",
@@ -127,9 +126,9 @@ def matrix_markdown(ruleset: RuleSet | None = None, *, engine: str | None = None
     return "\n".join(out) + "\n"
 
 
-def _engine_table(rs: RuleSet, engine: str) -> list[str]:
+def _engine_table(rs: RuleSet, engine: EngineSpec) -> list[str]:
     rows = capability_matrix(rs, engine=engine)
-    spec = rs.engines[resolve_engine(engine, _node(90), rs).name]
+    spec = rs.engines[engine.name]
     out = [
         "",
         f"## Engine `{engine}`" + (f" ({spec.covers})" if spec.covers else ""),

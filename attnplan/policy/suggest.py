@@ -3,12 +3,13 @@ by re-evaluating every rule of the same engine layer - never a guess."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from .answer import PlanAnswer, Suggestion
 from .candidates import page_domain
 from .config import KV_CACHE_DTYPES, AttentionConfig
 from .engine import default_ruleset, evaluate
+from .engines import EngineLike, parse_engine
 from .errors import InvalidInputError
 from .facts import Fact, NodeFacts
 from .rulepack import RuleSet
@@ -74,9 +75,10 @@ _FIELD_WORDS = {
 
 
 def suggestions_for(config: AttentionConfig, node: NodeFacts, rs: RuleSet | None = None, *,
-                    engine: Optional[str] = None) -> list[Suggestion]:
+                    engine: EngineLike = None) -> list[Suggestion]:
     """Single-field changes that make the config valid on this node, each verified by re-evaluation."""
     rs = rs or default_ruleset()
+    engine = parse_engine(engine, rs)
     out: list[Suggestion] = []
 
     def keep(field_: str, value: Any, target: str, answer: PlanAnswer) -> None:

@@ -22,7 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from attnplan.policy import AttnplanError, NodeFacts, RuleSet, default_ruleset, plan_for, resolve_engine
+from attnplan.policy import (AttnplanError, EngineLike, EngineSpec, NodeFacts, RuleSet, default_ruleset, parse_engine,
+                             plan_for, resolve_engine)
 from attnplan.policy import representative as rep
 
 from .files import replace_atomically
@@ -58,19 +59,20 @@ def sanitize_value(value: Any) -> Optional[str]:
     return text if text and VALUE_RE.match(text) else None
 
 
-def _ok(fields: dict[str, Any], node: NodeFacts, rs: Optional[RuleSet] = None, engine: Optional[str] = None) -> bool:
+def _ok(fields: dict[str, Any], node: NodeFacts, rs: RuleSet, engine: EngineSpec) -> bool:
     try:
         return plan_for(fields, node, ruleset=rs, engine=engine).ok
     except AttnplanError:
         return False
 
 
-def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: Optional[str] = None) -> dict[str, str]:
+def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: EngineLike = None) -> dict[str, str]:
     """``{"attnplan.io/trtllm-gen": "true", ...}`` for ``node``, every capability from the rules
     (``ruleset``: the shipped rules by default) of the engine layer ``engine`` (vllm, vllm==X,
     flashinfer; None: the node's vllm, else the newest modelled). An engine the rules do not
     cover is InvalidInputError here, never a file of "false" labels."""
     rs = ruleset if ruleset is not None else default_ruleset()
+    engine = parse_engine(engine, rs)
     ref = resolve_engine(engine, node, rs)
     labels: dict[str, Any] = {"engine": ref.name, "engine-version": ref.version}
     cap = node.capability.value

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from attnplan.policy import (AttentionConfig, EngineRef, Fallback, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
+from attnplan.policy import (AttentionConfig, EngineRef, EngineSpec, Fallback, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
                              Violation)
 
 if TYPE_CHECKING:  # the request module imports the vLLM vocabulary; preflight reads it lazily
@@ -38,9 +38,10 @@ class NamedConfig:
 
     name: str
     config: Optional[AttentionConfig]
-    # The engine layer to plan for (vllm, vllm==X, flashinfer); None: each node's default (its
-    # installed vllm, else the newest modelled), and nothing is sent (an older node would 422).
-    engine: Optional[str] = None
+    # The engine layer to plan for (vllm, vllm==X, flashinfer), parsed where the query entered
+    # (``parse_engine``); None: each node's default (its installed vllm, else the newest modelled),
+    # and nothing is sent (an older node would 422).
+    engine: Optional[EngineSpec] = None
     # A whole model: every layer group planned per rank by each node (config is then None).
     request: Optional["ModelRequest"] = None
 

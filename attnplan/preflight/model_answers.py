@@ -24,12 +24,6 @@ MAX_GROUPS = 256
 MAX_LAYERS = 100_000
 
 
-def _engine_matches(asked: str, engine: EngineRef) -> bool:
-    # "vllm" asks for the node's own vllm (any version); "vllm==X" for that release (answers._same_engine).
-    name, _, version = asked.strip().lower().partition("==")
-    return engine.name == name.strip() and (not version or engine.version == version.strip())
-
-
 def _short(v: Any) -> str:
     text = repr(v)
     return text if len(text) <= 40 else text[:37] + "..."
@@ -88,8 +82,8 @@ def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
         where = ".".join(str(p) for p in first.get("loc", ())) if first else ""
         msg = first.get("msg") if first else str(exc).splitlines()[0][:160]
         raise BadAnswer(f"schema-invalid answer: per_rank: {where}: {msg}".replace(": : ", ": ")) from None
-    if nc.engine is not None and not _engine_matches(nc.engine, engine):
-        raise BadAnswer(f"answered for another engine (sent {nc.engine!r}, got "
+    if nc.engine is not None and not nc.engine.matches(engine):
+        raise BadAnswer(f"answered for another engine (sent {str(nc.engine)!r}, got "
                         f"{engine.name + ('==' + engine.version if engine.version else '')!r})")
     groups: list[GroupAnswer] = []
     tagged: list[Violation] = []

@@ -278,9 +278,9 @@ def check_request(req: ModelRequest, *, allow_paths: bool = True) -> None:
     from attnplan.policy.layers import text_config
 
     if req.engine is not None:
-        from attnplan.policy import default_ruleset, resolve_engine
+        from attnplan.policy import default_ruleset, parse_engine
 
-        resolve_engine(req.engine, NodeFacts(), default_ruleset())
+        parse_engine(req.engine, default_ruleset())  # an engine the rules do not model: bad input
     from attnplan.policy.model_plan import PER_GROUP_FIELDS
 
     try:
