@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from attnplan.policy import (EngineSpec, Explanation, ModelPlanAnswer, RuleSet, capability_matrix, explain,
-                             explain_groups, local_node, matrix_markdown, node_json, parse_engine, plan_for, plan_model,
+                             explain_groups, local_node, matrix_markdown, parse_engine, plan_for, plan_model,
                              resolve_engine)
+from attnplan.policy.answer import node_json
 from attnplan.render import (render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, rules_json)
 

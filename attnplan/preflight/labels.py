@@ -22,8 +22,9 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from attnplan.policy import (AttnplanError, EngineLike, EngineSpec, NodeFacts, RuleSet, default_ruleset, parse_engine,
-                             plan_for, resolve_engine)
+from attnplan.policy import (AttnplanError, EngineSpec, NodeFacts, RuleSet, default_ruleset, parse_engine, plan_for,
+                             resolve_engine)
+from attnplan.policy.engines import EngineLike
 from attnplan.policy import representative as rep
 
 from .files import replace_atomically

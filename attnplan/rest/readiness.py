@@ -14,9 +14,11 @@ import threading
 import time
 from typing import Callable, Optional
 
-from attnplan.policy import NodeCache, NodeFacts, ProbeIO, needs_artifactory_check, probe_node
+from attnplan.policy import NodeCache, NodeFacts, ProbeIO, probe_node
+from attnplan.policy.probe import needs_artifactory_check
 from attnplan.policy import Fact
-from attnplan.policy import ARTIFACTORY_TTL_S, DEFAULT_ARTIFACTORY, DEFAULT_TIMEOUT_S, artifactory_policy, check_artifactory
+from attnplan.policy.probe import (ARTIFACTORY_TTL_S, DEFAULT_ARTIFACTORY, DEFAULT_TIMEOUT_S, artifactory_policy,
+                                   check_artifactory)
 
 from .metrics import Metrics
 

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from attnplan.render import rules_json
 from attnplan.policy import InvalidInputError
 from attnplan.policy import capability_matrix, matrix_markdown
-from attnplan.policy import DEFAULT_TIMEOUT_S
+from attnplan.policy.probe import DEFAULT_TIMEOUT_S
 
 from .metrics import Metrics
 from .models import (

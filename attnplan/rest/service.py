@@ -23,7 +23,7 @@ from fastapi import HTTPException
 from attnplan.policy import ANSWER_SCHEMA_VERSION
 from attnplan.policy import (AttentionConfig, EngineSpec, NodeFacts, RuleSet, catalog, parse_engine, plan_for,
                              resolve_engine, simulated_node)
-from attnplan.policy import node_json
+from attnplan.policy.answer import node_json
 
 from .metrics import Metrics
 from .models import NodeSpec

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Iterator
 
-from attnplan.policy import FactRef, Leaf, Pred
+from attnplan.policy.conditions import FactRef, Leaf, Pred
 from attnplan.policy import QUERY_DTYPES
 
 # Config facts a single FlashInfer call can realise, and the AttentionConfig field each sets.

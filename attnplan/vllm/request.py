@@ -30,8 +30,9 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from attnplan.policy import (InvalidInputError, ModelConfigError, NodeFacts, RuleSet, node_json,
-                             plan_model, startup_errors)
+from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet, plan_model
+from attnplan.policy.answer import node_json
+from attnplan.policy.parallel import startup_errors
 
 from .args import ServeLine, parse_serve_line, speculative_tokens
 from .serve import ServeAnswer, flag_fields, serve_json
