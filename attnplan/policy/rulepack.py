@@ -167,7 +167,7 @@ class SelectionRow(BaseModel):
 Selection = dict[Literal["standard", "mla"], dict[Phase, list[SelectionRow]]]
 
 
-class EngineSpec(BaseModel):
+class EngineLayer(BaseModel):
     """One engine layer (SPEC §10): the versions modelled and its selection order."""
 
     model_config = ConfigDict(extra="forbid")
@@ -204,7 +204,7 @@ class BackendCatalogSpec(BaseModel):
 
     backends: dict[str, BackendSpec]
     default_engine: str = "vllm"
-    engines: dict[str, EngineSpec]
+    engines: dict[str, EngineLayer]
     force: dict[Literal["standard", "mla"], dict[str, dict[Phase, str]]]
     cubins: Optional[CubinIndexSpec] = None
 
@@ -290,7 +290,7 @@ class RuleSet:
     force: dict[str, dict[str, dict[str, str]]]
     revision: str
     files: tuple[str, ...]
-    engines: dict[str, EngineSpec] = field(default_factory=dict)
+    engines: dict[str, EngineLayer] = field(default_factory=dict)
     default_engine: str = "vllm"
     cubins: Optional[CubinIndexSpec] = None
 
