@@ -75,7 +75,8 @@ class EngineSpec:
         return cls(ref.name, None if ref.name == "flashinfer" else ref.version)
 
 
-# What the policy functions take as ``engine``: a parsed spec, or what parse_engine parses.
+# What the policy functions take as ``engine``: a parsed spec, or what parse_engine parses (text, None,
+# or an engine request object such as ``SglangEngine``, which names itself).
 EngineLike = Union[EngineSpec, str, None, Any]
 
 

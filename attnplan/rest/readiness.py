@@ -214,7 +214,7 @@ class NodeService:
 
     # -- the artifactory -------------------------------------------------------------------
     def _should_check(self, node: NodeFacts) -> bool:
-        # Which nodes need it is decided in one place only (policy.needs_artifactory_check).
+        # Which nodes need it is decided in one place only (policy/probe.py needs_artifactory_check).
         policy = artifactory_policy(self.io.env)
         return policy == "always" or (policy == "auto" and needs_artifactory_check(node))
 
