@@ -26,6 +26,7 @@ from .answer import (
     Suggestion,
     TraceEntry,
     Violation,
+    node_json,
 )
 from .api import clear_cache, plan_for, require_plan
 from .capability import format_capability, parse_capability
@@ -72,6 +73,7 @@ __all__ = [
     "suggestions_for", "apply_suggestion", "evaluate_candidate", "CandidateResult",
     "PlanAnswer", "Plan", "PhasePlan", "KVCachePlan", "MetadataPlan", "BatchMetadata", "JitModule",
     "Violation", "Suggestion", "TraceEntry", "Fallback", "EngineRef", "EngineBackend", "ANSWER_SCHEMA_VERSION",
+    "node_json",
     # engine layers
     "EngineSpec", "parse_engine", "resolve_engine", "engine_names",
     # nodes
