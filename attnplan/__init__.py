@@ -23,15 +23,23 @@ Sub-packages: ``rules`` (the rule data), ``policy`` (the engine), ``render`` (ta
 ``rest`` (the FastAPI service), ``adapter`` (runs a plan's FlashInfer kernels), ``preflight``
 (many nodes), ``cli``. Importing ``attnplan`` imports neither torch nor flashinfer.
 
-Errors (all ``AttnplanError``)::
+Errors (all ``AttnplanError``; the tree lives in ``attnplan/errors.py``)::
 
     AttnplanError
-    ├── InvalidInputError (ValueError)      bad input: a field, a flag, a file (CLI exit 2)
+    ├── InvalidInputError (ValueError)      bad input: a field, a flag, a file (CLI exit 2, REST 422)
     │   ├── UnknownDeviceError              a device name not in the catalog
     │   └── ModelConfigError                an unreadable or impossible model config.json
     ├── RulePackError                       a rule pack that does not load (fails closed)
-    └── UnsupportedConfigurationError (ValueError)   the rules reject the config
-        └── PlanMismatchError               a plan checked against a device it was not made for
+    ├── RuleError (ValueError)              one rule that does not compile
+    │   └── ConditionError                  a condition that does not compile
+    ├── UnsupportedConfigurationError (ValueError)   the rules reject the config
+    │   └── PlanMismatchError               a plan checked against a device it was not made for
+    │       └── StartupMismatchError        ... listing the facts that differ from the plan's node
+    ├── AdapterCallError (ValueError)       an adapter call whose arguments do not fit its plan
+    ├── SetupError (RuntimeError)           the environment around attnplan is not what it needs
+    │   ├── BuildError                      a kernel module that does not compile
+    │   └── SourceNotFoundError (LookupError)   an installed package's source lacks what attnplan reads
+    └── RayConnectError                     the Ray cluster cannot be reached (preflight exit 3)
 """
 
 from ._version import __version__

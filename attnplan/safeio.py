@@ -22,7 +22,7 @@ import stat
 from pathlib import Path
 from typing import Any, Union
 
-from attnplan.policy.errors import InvalidInputError
+from attnplan.errors import InvalidInputError
 
 MAX_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
@@ -106,7 +106,7 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
-            raise ValueError(f"duplicate key {k!r}")
+            raise InvalidInputError("json", f"duplicate key {k!r}")
         out[k] = v
     return out
 
@@ -116,10 +116,12 @@ def parse_json(text: str, *, what: str, name: str, max_depth: int = MAX_DEPTH) -
     _check_depth(text, what, name, max_depth)
 
     def constant(c: str) -> Any:
-        raise ValueError(f"{c} is not a JSON number")
+        raise InvalidInputError("json", f"{c} is not a JSON number")
 
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=constant)
+    except InvalidInputError as exc:  # the hooks' own refusals: a duplicate key, NaN
+        raise InvalidInputError(what, f"{name}: not valid JSON: {exc.message}") from None
     except ValueError as exc:  # JSONDecodeError is a ValueError
         raise InvalidInputError(what, f"{name}: not valid JSON: {str(exc).splitlines()[0]}") from None
     except RecursionError:

@@ -17,10 +17,11 @@ torch = pytest.importorskip("torch")
 from attnplan.adapter import AttentionParams, StepInput, allocate, build_step  # noqa: E402
 from attnplan.adapter import trtllm  # noqa: E402
 from attnplan.adapter.signatures import flashinfer_root, flashinfer_version, real_signature  # noqa: E402
+from attnplan.errors import SourceNotFoundError  # noqa: E402
 
 try:
     flashinfer_root()
-except ModuleNotFoundError:
+except SourceNotFoundError:
     pytest.skip("flashinfer-python is not installed", allow_module_level=True)
 
 B200 = simulated_node("B200", cubins="available")

@@ -151,7 +151,7 @@ def _scenario(out_path: str) -> None:  # pragma: no cover - runs in the subproce
     import ray
     from ray.cluster_utils import Cluster
 
-    from attnplan.policy import make_config
+    from attnplan.policy import default_ruleset, make_config, parse_engine
     from attnplan.preflight.model import NamedConfig
     from attnplan.preflight.ray_source import declared_or_probed, ray_preflight
     from attnplan.preflight.report import build_report
@@ -189,7 +189,7 @@ def _scenario(out_path: str) -> None:  # pragma: no cover - runs in the subproce
     t.start()
     llama = make_config({"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8})
     # the same config for the kernel layer: each node plans it for the engine it is asked for
-    configs = [NamedConfig("llama", llama), NamedConfig("llama-kernel", llama, "flashinfer")]
+    configs = [NamedConfig("llama", llama), NamedConfig("llama-kernel", llama, parse_engine("flashinfer", default_ruleset()))]
     t0 = time.monotonic()
     outcomes = ray_preflight(configs, timeout=60, facts_fn=facts)
     result["library_seconds"] = time.monotonic() - t0

@@ -16,7 +16,7 @@ import pytest
 from attnplan import policy
 from attnplan.policy import AttentionConfig, Fact, NodeCache, NodeFacts, ProbeIO, Source, probe_node
 from attnplan.policy.answer import node_json
-from attnplan.policy.probe import DEFAULT_ARTIFACTORY, http_reachable
+from attnplan.policy.probe import DEFAULT_ARTIFACTORY, http_reachable, needs_artifactory_check
 
 REPO = Path(__file__).resolve().parents[1]
 CFG = AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)
@@ -181,14 +181,14 @@ def test_9_0_gpu_checks_artifactory_for_vllms_xqa_gate():
     http = Http()
     node = probe_node(make_io(GPU[90], http=http))
     assert len(http.calls) == 1 and node.artifactory_reachable.value is True
-    assert policy.needs_artifactory_check(node)
+    assert needs_artifactory_check(node)
 
 
 @pytest.mark.parametrize("cap,needed", [(80, False), (89, False), (90, True), (100, True), (103, True), (107, True),
                                         (110, False), (120, True), (121, True), (None, False)])
 def test_needs_artifactory_check_is_one_decision(cap, needed):
     node = NodeFacts(capability=Fact.measured(cap) if cap else Fact.unknown("no GPU"))
-    assert policy.needs_artifactory_check(node) is needed
+    assert needs_artifactory_check(node) is needed
 
 
 def test_8x_gpu_does_not_check_artifactory():

@@ -14,6 +14,8 @@ from typing import Any
 
 from dataclasses import dataclass
 
+from attnplan.errors import AdapterCallError
+
 
 @dataclass(frozen=True)
 class CallSpec:
@@ -51,7 +53,7 @@ def spec(call: str) -> CallSpec:
     try:
         return CALLS[call]
     except KeyError:
-        raise ValueError(f"the adapter has no calling convention {call!r} (known: {sorted(CALLS)})") from None
+        raise AdapterCallError(f"the adapter has no calling convention {call!r} (known: {sorted(CALLS)})") from None
 
 
 def host_planned(phase_plan: object) -> bool:

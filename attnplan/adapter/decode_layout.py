@@ -28,6 +28,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from attnplan.errors import AdapterCallError
+
 
 class DecodeLayout:
     """Metadata buffers for decode-only steps of ``batch_size`` requests x ``q_len`` tokens over
@@ -188,10 +190,10 @@ class HostDecodeArrays:
         s = s.astype(np.int32, copy=False)
         lo, hi = int(s.min()), int(s.max())
         if lo < q_len:
-            raise ValueError("decode: a request's KV length is shorter than its query length "
+            raise AdapterCallError("decode: a request's KV length is shorter than its query length "
                              "(append this step's tokens before attending)")
         if hi > width * page:
-            raise ValueError(f"decode: a request holds {hi} KV tokens, more than its block table's "
+            raise AdapterCallError(f"decode: a request holds {hi} KV tokens, more than its block table's "
                              f"{width} pages of {page} hold")
         b = len(s)
         full, last = np.divmod(s - 1, page)              # pages before the last one, its fill - 1
@@ -297,7 +299,7 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     width = int(table.shape[1])
     layout = layouts.get(b, q, width, inp.seq_lens, table)
     if needs.needs_paged_kv_indices and not layout.indices:
-        raise ValueError("the plan's decode kernel reads paged KV indices: build its DecodeLayouts with indices=True")
+        raise AdapterCallError("the plan's decode kernel reads paged KV indices: build its DecodeLayouts with indices=True")
     if not defer_launch:
         layout.load(inp.seq_lens, table)
         layout.run()

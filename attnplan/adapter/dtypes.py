@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnplan.errors import AdapterCallError
+
 NVFP4 = "nvfp4"
 
 
@@ -19,11 +21,11 @@ def torch_dtype(name: str) -> Any:
     import torch
 
     if name == NVFP4:
-        raise ValueError("nvfp4 is packed uint8 data plus fp8 block scales, not a torch dtype; "
+        raise AdapterCallError("nvfp4 is packed uint8 data plus fp8 block scales, not a torch dtype; "
                          "use the KV cache's data and scale tensors")
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise ValueError(f"unknown torch dtype name {name!r}")
+        raise AdapterCallError(f"unknown torch dtype name {name!r}")
     return dtype
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from attnplan.errors import AdapterCallError
 from attnplan.policy import NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError
 
 from . import kv_cache as kvc
@@ -61,7 +62,7 @@ class AttentionExecutor:
 
             self.backend = ReferenceBackend(self.plan, self.params, self.device)
         else:
-            raise ValueError(f"backend must be 'flashinfer' or 'reference', got {backend!r}")
+            raise AdapterCallError(f"backend must be 'flashinfer' or 'reference', got {backend!r}")
 
     # -- startup -------------------------------------------------------------------------------
     def warmup(self, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> Any:
@@ -128,7 +129,7 @@ class AttentionExecutor:
         b = step.prefill
         assert b is not None and b.qo_indptr_cpu is not None
         if b.seq_lens_cpu is None:
-            raise ValueError("MLA prefill needs host seq lens: the ragged context split is planned on the host")
+            raise AdapterCallError("MLA prefill needs host seq lens: the ragged context split is planned on the host")
         qo = b.qo_indptr_cpu
         self.backend.plan_ragged(step, "new", qo, qo, causal=True)
         # Host data, pinned so that its copies to the device stay asynchronous.
@@ -191,7 +192,7 @@ class AttentionExecutor:
         self.backend.run_ragged(step, "new", q, k, v, out, lse)
         if step.extra["any_context"]:
             if context is None:
-                raise ValueError("this step's prefill requests have cached context: pass context=(k_ctx, v_ctx)")
+                raise AdapterCallError("this step's prefill requests have cached context: pass context=(k_ctx, v_ctx)")
             v_ctx = torch.empty_like(out)
             s_ctx = torch.empty_like(lse)
             self.backend.run_ragged(step, "context", q, context[0], context[1], v_ctx, s_ctx)

@@ -22,6 +22,7 @@ import flashinfer
 import torch
 from flashinfer.mla import MLAPlanMetadata
 
+from attnplan.errors import AdapterCallError
 from attnplan.policy import Plan
 
 from . import trtllm
@@ -138,7 +139,7 @@ class FlashInferBackend:
                     v_scale: float, sinks: Optional[Any]) -> None:
         if call == "sink":
             if sinks is None:
-                raise ValueError("the plan runs the attention-sink kernel: pass sinks (float32 [num_qo_heads])")
+                raise AdapterCallError("the plan runs the attention-sink kernel: pass sinks (float32 [num_qo_heads])")
             # The sink variant takes its tensor and its scale positionally (attention/_core.py
             # "sink" / "sm_scale"); K's dequant scale folds into the scale as vLLM 0.33 does.
             wrapper.run(q, cache.kernel_view(), sinks.float(), self.params.sm_scale * k_scale,

@@ -22,6 +22,8 @@ from typing import Any, Optional
 
 import torch
 
+from attnplan.errors import AdapterCallError
+
 from . import kv_cache as kvc
 from .calls import spec
 from .decode_layout import DecodeLayout, HostDecodeArrays
@@ -52,7 +54,7 @@ class DecodeGraph:
                  sinks: Optional[Any] = None):
         plan = executor.plan
         if executor.backend.name != "flashinfer":
-            raise ValueError("DecodeGraph captures the FlashInfer backend's decode kernels")
+            raise AdapterCallError("DecodeGraph captures the FlashInfer backend's decode kernels")
         self.ex = executor
         self.cache = cache
         self.batch_size = batch_size
@@ -99,7 +101,7 @@ class DecodeGraph:
         runs FlashInfer's ``plan`` on the host lengths (``seq_lens_cpu``)."""
         lay = self.layout
         if int(block_table.shape[0]) != self.batch_size or int(block_table.shape[1]) > lay.width:
-            raise ValueError(f"this graph runs {self.batch_size} requests over block tables of at most {lay.width} "
+            raise AdapterCallError(f"this graph runs {self.batch_size} requests over block tables of at most {lay.width} "
                              f"pages; got a table of shape {tuple(block_table.shape)}")
         if self.host_planned:
             self._plan(seq_lens_cpu)     # first: FlashInfer's pageable copies wait for work already enqueued
@@ -113,7 +115,7 @@ class DecodeGraph:
     def _plan(self, seq_lens_cpu: Optional[Any]) -> None:
         lay = self.layout
         if seq_lens_cpu is None:
-            raise ValueError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
+            raise AdapterCallError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
         host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
         # The graph writes the page indices; the wrapper's plan copies none of them in - except
         # MLA's, which checks their count, so it gets the graph's own buffer (a copy onto itself).

@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from attnplan.errors import AdapterCallError
+
 # Up to this many KV pages in a step, the host also works out which block-table entry each page
 # index comes from (numpy: ~10 us for 4k on the H100's host) and sends it with the rest, so the
 # device does one gather; beyond it (256 requests x 32k tokens is 524k pages) the device expands.
@@ -86,7 +88,7 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     b, width = len(q), int(table.shape[1])
     short = np.flatnonzero(seq < q)
     if short.size:
-        raise ValueError(f"{'decode' if short[0] < nd else 'prefill'}: a request's KV length is shorter than its "
+        raise AdapterCallError(f"{'decode' if short[0] < nd else 'prefill'}: a request's KV length is shorter than its "
                          "query length (append this step's tokens before attending)")
     qo = np.zeros(b + 1, dtype=np.int64)
     np.cumsum(q, out=qo[1:])

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from attnplan.errors import AdapterCallError
 from attnplan.policy import KVCachePlan
 
 from .dtypes import NVFP4, elements_per_byte, is_float8, torch_dtype, view_as
@@ -62,7 +63,7 @@ def allocate(plan: KVCachePlan, num_pages: int, device: Any, *, zeroed: bool = F
         data = empty((num_pages, plan.page_size, plan.head_dim_k), dtype=storage, device=device)
         return PagedKVCache(plan, data)
     if plan.head_dim_k != plan.head_dim_v:
-        raise ValueError(f"a combined K/V page needs head_dim_k == head_dim_v, got {plan.head_dim_k}/{plan.head_dim_v}")
+        raise AdapterCallError(f"a combined K/V page needs head_dim_k == head_dim_v, got {plan.head_dim_k}/{plan.head_dim_v}")
     dim = plan.head_dim_k // elements_per_byte(plan.view_dtype)
     inner = ((plan.page_size, plan.num_kv_heads) if plan.layout == "NHD" else (plan.num_kv_heads, plan.page_size))
     data = empty((num_pages, 2, *inner, dim), dtype=storage, device=device)

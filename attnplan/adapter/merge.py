@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from attnplan.errors import AdapterCallError
+
 
 def merge_states(v_a: Any, s_a: Any, v_b: Any, s_b: Any) -> tuple[Any, Any]:
     """(v, s) of the union of two disjoint KV segments; float32 math, v in v_a's dtype."""
@@ -51,4 +53,4 @@ def fold_heads(num_heads: int, head_dim: int, elem_bytes: int, max_threads: int 
     for f in range(1, num_heads + 1):
         if num_heads % f == 0 and (num_heads // f) * per_head <= max_threads:
             return f
-    raise ValueError(f"no head split fits {max_threads} threads for head_dim {head_dim}")
+    raise AdapterCallError(f"no head split fits {max_threads} threads for head_dim {head_dim}")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, Optional, Sequence
 
+from attnplan.errors import AdapterCallError
 from attnplan.policy import BatchMetadata, Plan
 
 
@@ -140,7 +141,7 @@ def _on_device(plan: Plan, inp: StepInput, needs: BatchMetadata, kind: str) -> S
 
     page, nd, device = plan.kv_cache.page_size, inp.num_decodes, inp.seq_lens.device
     if needs.needs_paged_kv_indices:
-        raise ValueError("the plan needs paged KV indices, which need host seq lens (seq_lens_cpu)")
+        raise AdapterCallError("the plan needs paged KV indices, which need host seq lens (seq_lens_cpu)")
     b = len(inp.query_lens)
     qlens_all = [int(x) for x in inp.query_lens]
     t_all = sum(qlens_all)
@@ -187,14 +188,14 @@ def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = N
     b = len(inp.query_lens)
     nd = inp.num_decodes
     if not 0 <= nd <= b or b == 0:
-        raise ValueError(f"num_decodes {nd} for a batch of {b} requests")
+        raise AdapterCallError(f"num_decodes {nd} for a batch of {b} requests")
     q_dec = plan.decode.q_len_per_req
     ql = inp.query_lens
     if layouts is not None and nd == b and isinstance(ql, (list, tuple)) and ql.count(q_dec) == b:
         # The steady state of serving: every request decodes (a C-level count, not a numpy pass).
         needs_dec: BatchMetadata = plan.metadata.decode_only
         if needs_dec.needs_host_seq_lens and inp.seq_lens_cpu is None:
-            raise ValueError("the plan's metadata for decode_only batches needs host seq lens (seed 001: some "
+            raise AdapterCallError("the plan's metadata for decode_only batches needs host seq lens (seed 001: some "
                              "phase runs a native kernel, which plans on the host); pass seq_lens_cpu")
         from .decode_layout import HostDecodeArrays, decode_step
 
@@ -208,14 +209,14 @@ def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = N
     q = np.asarray(inp.query_lens, dtype=np.int64)
     bad = np.flatnonzero(q[:nd] != q_dec).tolist()
     if bad:
-        raise ValueError(f"decode requests take {q_dec} query tokens each (1 + speculative tokens, "
+        raise AdapterCallError(f"decode requests take {q_dec} query tokens each (1 + speculative tokens, "
                          f"the plan's q_len_per_req); requests {bad} have {[int(q[i]) for i in bad]}")
     if (q < 1).any():
-        raise ValueError("every request has at least one query token")
+        raise AdapterCallError("every request has at least one query token")
     kind = batch_kind(nd, b - nd)
     needs: BatchMetadata = getattr(plan.metadata, kind)
     if needs.needs_host_seq_lens and inp.seq_lens_cpu is None:
-        raise ValueError(f"the plan's metadata for {kind} batches needs host seq lens (seed 001: some phase "
+        raise AdapterCallError(f"the plan's metadata for {kind} batches needs host seq lens (seed 001: some phase "
                          "runs a native kernel, which plans on the host); pass seq_lens_cpu")
     if inp.seq_lens_cpu is not None:
         from .host_metadata import from_host

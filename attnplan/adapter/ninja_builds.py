@@ -34,20 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-from attnplan.policy import AttnplanError
+from attnplan.errors import BuildError
 
 RECORDS = (".ninja_log", ".ninja_deps")
-
-
-class BuildError(AttnplanError, RuntimeError):
-    """A kernel module failed to compile; the message carries ninja's output."""
-
-    def __init__(self, workdir: Optional[Path], output: str):
-        self.workdir = workdir
-        self.output = output
-        where = f"in {workdir}" if workdir else "(no module named by ninja)"
-        super().__init__(f"ninja build failed {where}; check nvcc and CUDA_HOME (or the module's "
-                         f"sources), then warm up again. Ninja output:\n{output[-4000:]}")
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,14 @@ import importlib.util
 import inspect
 from pathlib import Path
 
+from attnplan.errors import SourceNotFoundError
+
 
 def flashinfer_root() -> Path:
     """The installed package's directory, located without importing it."""
     spec = importlib.util.find_spec("flashinfer")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("flashinfer is not installed")
+        raise SourceNotFoundError("flashinfer is not installed: pip install flashinfer-python (no deps needed to read it)")
     return Path(list(spec.submodule_search_locations)[0])
 
 
@@ -30,7 +32,7 @@ def flashinfer_version() -> str:
     for node in ast.parse(text).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__version__" for t in node.targets):
             return ast.literal_eval(node.value)
-    raise LookupError("no __version__ in flashinfer/_build_meta.py")
+    raise SourceNotFoundError("no __version__ in flashinfer/_build_meta.py")
 
 
 def _source_file(module: str) -> Path:
@@ -39,7 +41,7 @@ def _source_file(module: str) -> Path:
     for cand in (base.with_suffix(".py"), base / "_core.py", base / "__init__.py"):
         if cand.is_file() and (cand.name != "__init__.py" or not (base / "_core.py").is_file()):
             return cand
-    raise FileNotFoundError(f"no source for {module} under {flashinfer_root()}")
+    raise SourceNotFoundError(f"no source for {module} under {flashinfer_root()}")
 
 
 _MISSING = object()
@@ -71,7 +73,7 @@ def source_signature(module: str, name: str) -> inspect.Signature:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return _from_ast(node)
-    raise LookupError(f"{name} is not defined at the top level of {path}")
+    raise SourceNotFoundError(f"{name} is not defined at the top level of {path}")
 
 
 @functools.lru_cache(maxsize=None)

@@ -10,25 +10,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from attnplan.policy import (NodeFacts, PlanAnswer, PlanMismatchError, RuleSet, UnsupportedConfigurationError,
+from attnplan.errors import StartupMismatchError
+from attnplan.policy import (EngineSpec, NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError,
                     Violation, evaluate, probe_node)
 
 # Facts a plan depends on, shown side by side when the plan does not hold here (the rules decide;
 # this only tells the operator what changed between planning and startup).
 COMPARED_FACTS = ("gpu_name", "capability", "flashinfer_version", "flashinfer_cubin_version",
                   "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env")
-
-
-class StartupMismatchError(PlanMismatchError):
-    """``PlanMismatchError`` that also lists the facts that differ between planning and startup."""
-
-    def __init__(self, answer: PlanAnswer, fact_diffs: list[str], planned: PlanAnswer):
-        super().__init__(answer)
-        self.fact_diffs = fact_diffs
-        self.planned = planned
-        if fact_diffs:
-            self.args = (self.args[0] + "\nfacts that differ from the plan's node:\n"
-                         + "\n".join(f"  ~ {d}" for d in fact_diffs),)
 
 
 def fact_diffs(planned: NodeFacts, live: NodeFacts) -> list[str]:
@@ -42,21 +31,18 @@ def fact_diffs(planned: NodeFacts, live: NodeFacts) -> list[str]:
     return out
 
 
-def engine_of(answer: PlanAnswer) -> Optional[str]:
-    """The engine layer the answer was made for, as ``evaluate`` takes it: the startup check
+def engine_of(answer: PlanAnswer) -> EngineSpec:
+    """The engine layer the answer was made for, as a value ``evaluate`` takes: the startup check
     re-runs the same layers (a kernel-truth plan is not held to vLLM's gates, nor the reverse)."""
-    e = answer.engine
-    if e.name == "flashinfer":
-        return "flashinfer"
-    return f"{e.name}=={e.version}" if e.version else e.name
+    return EngineSpec.of(answer.engine)
 
 
 def _phase_violations(answer: PlanAnswer, node: NodeFacts, phase: str, backend: str,
-                      ruleset: Optional[RuleSet]) -> list[Violation]:
+                      ruleset: Optional[RuleSet], engine: EngineSpec) -> list[Violation]:
     """Every rule that refuses ``backend`` for ``phase`` on ``node``: the rules, forced to that
     backend (SPEC §4: a forced backend that violates a rule is a rejection naming the rules)."""
     forced = evaluate(answer.config.replace(attention_backend=backend), node, ruleset, trace=False, suggest=False,
-                      engine=engine_of(answer))
+                      engine=engine)
     return [v for v in forced.violations if v.phase == phase and v.backend == backend]
 
 
@@ -89,13 +75,14 @@ def check_plan(answer: PlanAnswer, node: Optional[NodeFacts] = None, *, ruleset:
         raise UnsupportedConfigurationError(answer)
     refuse_foreign_engine_backend(answer)
     live_node = node if node is not None else probe_node()
-    live = evaluate(answer.config, live_node, ruleset, engine=engine_of(answer))
+    engine = engine_of(answer)  # the layer the plan was made for, carried as a value
+    live = evaluate(answer.config, live_node, ruleset, engine=engine)
     plan = answer.plan
 
     violations: list[Violation] = [v for v in live.violations if v.phase == "both" and v.backend is None]
     for phase in ("prefill", "decode"):
         backend = getattr(plan, phase).backend
-        for v in _phase_violations(answer, live_node, phase, backend, ruleset):
+        for v in _phase_violations(answer, live_node, phase, backend, ruleset, engine):
             if v not in violations:
                 violations.append(v)
 

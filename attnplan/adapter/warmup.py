@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from attnplan.errors import AdapterCallError
 from attnplan.policy import JitModule
 
 from .dtypes import NVFP4, torch_dtype
@@ -82,7 +83,7 @@ def _module_args(mod: JitModule) -> tuple[str, str, tuple]:
                            int(p.get("q_len_per_req", 1)))
     if p["kernel"] in SINK_KINDS:
         return "sink", fb, _sink_jit_args(fb, q, kv, p["head_dim_qk"], p["head_dim_vo"], sw)
-    raise ValueError(f"no loader for plan module {mod.name} (kernel {p['kernel']!r})")
+    raise AdapterCallError(f"no loader for plan module {mod.name} (kernel {p['kernel']!r})")
 
 
 def _sink_jit_args(backend: str, q: Any, kv: Any, hd_qk: int, hd_vo: int, sw: bool) -> tuple:

@@ -43,7 +43,7 @@ def _models(args: argparse.Namespace) -> list:
     from attnplan.preflight.configs import inline_model, load_configs, model_name, model_request, unique_names
     from attnplan.preflight.model import NamedConfig
 
-    from .preflight import check_models
+    from .preflight import check_models, parse_engines
 
     out = []
     for ref in args.models:
@@ -54,8 +54,9 @@ def _models(args: argparse.Namespace) -> list:
         out.append(NamedConfig(model_name(req) or "model", None, req.engine, inline_model(req)))
     if args.configs:
         out += load_configs(args.configs, engine=args.engine)
-    out = unique_names(out)
-    check_models(out, ruleset_from_args(args))
+    rs = ruleset_from_args(args)
+    out = parse_engines(unique_names(out), rs)
+    check_models(out, rs)
     return out
 
 
@@ -65,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before probing anything
     node = node_from_args(args) or local_node()
-    check_engine(args.engine, node, rs)  # exit 2, one printable line
-    labels = node_labels(node, rs, engine=args.engine)
+    engine = check_engine(args.engine, node, rs)  # exit 2, one printable line
+    labels = node_labels(node, rs, engine=engine)
     configs = _models(args)
     if configs:
         from attnplan.preflight.labels import model_labels

@@ -92,7 +92,7 @@ def _coerce(field: str, kind: str, raw: str) -> Any:
 
 def config_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
     from attnplan.vllm.args import parse_json_arg, speculative_tokens
-    from attnplan.policy import backend_choice
+    from attnplan.policy.backend_names import backend_choice
 
     out: dict[str, Any] = {}
     for _flag, field, kind, _h in CONFIG_FLAGS:
@@ -131,8 +131,8 @@ def tensor_parallel_from_args(args: argparse.Namespace) -> int:
 def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     """The (per-rank, with --tensor-parallel-size) config the flags and model describe. Notes about
     config.json fields attnplan's own parser did not read go to stderr."""
-    from attnplan.policy import read_model
-    from attnplan.policy import per_rank_fields, startup_errors
+    from attnplan.policy.hfconfig import read_model
+    from attnplan.policy.parallel import per_rank_fields, startup_errors
 
     fields = config_fields_from_args(args)
     model = getattr(args, "model_config", None)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from attnplan.policy import (Explanation, ModelPlanAnswer, capability_matrix, explain, explain_groups, local_node,
-                             matrix_markdown, node_json, plan_for, plan_model)
+from attnplan.policy import (EngineSpec, Explanation, ModelPlanAnswer, RuleSet, capability_matrix, explain,
+                             explain_groups, local_node, matrix_markdown, parse_engine, plan_for, plan_model,
+                             resolve_engine)
+from attnplan.policy.answer import node_json
 from attnplan.render import (render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, rules_json)
 
@@ -74,16 +76,21 @@ def _node(args: argparse.Namespace):
     return n if n is not None else local_node()
 
 
-def _model(args: argparse.Namespace) -> ModelPlanAnswer:
+def _engine(args: argparse.Namespace, rs: RuleSet) -> EngineSpec:
+    """``--engine``, parsed once for the command (an engine the rules do not model: exit 2)."""
+    return parse_engine(args.engine, rs)
+
+
+def _model(args: argparse.Namespace, rs: RuleSet, engine: EngineSpec) -> ModelPlanAnswer:
     """--model-config: every layer group of the model, the explicit flags as overrides."""
     return plan_model(args.model_config, _node(args), overrides=config_fields_from_args(args),
-                      ruleset=ruleset_from_args(args), engine=args.engine,
-                      tensor_parallel_size=tensor_parallel_from_args(args))
+                      ruleset=rs, engine=engine, tensor_parallel_size=tensor_parallel_from_args(args))
 
 
 def run_plan(args: argparse.Namespace) -> int:
     if getattr(args, "model_config", None):
-        model = _model(args)
+        rs = ruleset_from_args(args)
+        model = _model(args, rs, _engine(args, rs))
         one = model.answer()
         if args.json:
             emit_json(model.to_json(trace=not args.no_trace))
@@ -91,7 +98,8 @@ def run_plan(args: argparse.Namespace) -> int:
             print(render_answer(one) if one is not None else render_groups(model))
         return 0 if model.ok else 1
     config = config_from_args(args)
-    answer = plan_for(config, _node(args), ruleset=ruleset_from_args(args), engine=args.engine)
+    node, rs = _node(args), ruleset_from_args(args)
+    answer = plan_for(config, node, ruleset=rs, engine=_engine(args, rs))
     if args.json:
         emit_json(answer.to_json(trace=not args.no_trace))
     else:
@@ -111,8 +119,10 @@ def _grid_json(e: Explanation) -> dict:
 
 
 def _explain_model(args: argparse.Namespace) -> int:
-    model = _model(args)
-    exps = explain_groups(model, ruleset_from_args(args), engine=args.engine)
+    rs = ruleset_from_args(args)
+    engine = _engine(args, rs)
+    model = _model(args, rs, engine)
+    exps = explain_groups(model, rs, engine=engine)
     one = model.answer()
     if args.json:
         groups = [{"layers": list(g.layers), "kind": g.kind, "status": g.status,
@@ -139,7 +149,8 @@ def run_explain(args: argparse.Namespace) -> int:
     if getattr(args, "model_config", None):
         return _explain_model(args)
     config = config_from_args(args)
-    e = explain(config, _node(args), ruleset_from_args(args), engine=args.engine)
+    node, rs = _node(args), ruleset_from_args(args)
+    e = explain(config, node, rs, engine=_engine(args, rs))
     if args.json:
         emit_json(_grid_json(e))
     else:
@@ -160,9 +171,7 @@ def run_rules(args: argparse.Namespace) -> int:
     rs = ruleset_from_args(args)
     only = None
     if args.engine:
-        from attnplan.policy import NodeFacts, resolve_engine
-
-        ref = resolve_engine(args.engine, NodeFacts(), rs)
+        ref = resolve_engine(_engine(args, rs), None, rs)  # no node: vllm alone is the newest modelled
         only = {r.id for r in rs.rules if r.applies(ref.name, ref.version if ref.name == "vllm" else None, None)}
     if args.json:
         emit_json(rules_json(rs, only=only))
@@ -207,12 +216,13 @@ def run_matrix(args: argparse.Namespace) -> int:
     if args.format == "json":
         import json
 
-        engines = [args.engine] if args.engine else list(rs.engines)
+        asked = _engine(args, rs) if args.engine else None
+        engines = [asked] if asked is not None else [parse_engine(name, rs) for name in rs.engines]
         text = json.dumps({"rules_revision": rs.revision,
-                           "engines": {e: capability_matrix(rs, engine=e) for e in engines},
-                           "rows": capability_matrix(rs, engine=args.engine)}, indent=2) + "\n"
+                           "engines": {str(e): capability_matrix(rs, engine=e) for e in engines},
+                           "rows": capability_matrix(rs, engine=asked)}, indent=2) + "\n"
     else:
-        text = matrix_markdown(rs, engine=args.engine)
+        text = matrix_markdown(rs, engine=_engine(args, rs) if args.engine else None)
     if args.output is not None:
         from .output import write_output
 

@@ -12,7 +12,7 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from attnplan.policy import InvalidInputError
 
@@ -155,26 +155,31 @@ def _check(args: argparse.Namespace) -> None:
         raise InvalidInputError("ray_declare_label", "--ray-declare-label is for --ray")
 
 
-def check_engine(engine: Optional[str], node: Any, rs: Any, where: str = "engine") -> None:
-    """InvalidInputError (exit 2) for an engine the rules do not model, its text printable: the
-    value is the user's and is echoed back (an escape sequence must not reach the terminal)."""
-    from attnplan.policy import resolve_engine
+def check_engine(engine: Any, node: Any, rs: Any, where: str = "engine") -> Any:
+    """``engine`` parsed (an ``EngineSpec``; None stays None: each node's default), and, given a
+    ``node``, resolved on it. InvalidInputError (exit 2) for an engine the rules do not model, its
+    text printable: the value is the user's and is echoed back (an escape sequence must not reach
+    the terminal)."""
+    from attnplan.policy import parse_engine, resolve_engine
 
     try:
-        resolve_engine(engine, node, rs)
+        spec = parse_engine(engine, rs)
+        if node is not None:
+            resolve_engine(spec, node, rs)
     except InvalidInputError as exc:
         text = "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in str(exc).split(": ", 1)[-1])
         raise InvalidInputError(where, text) from None
+    return spec if engine is not None else None
 
 
-def _check_engines(configs: list[Any], rs: Any) -> None:
-    """An engine the rules do not model is bad input (exit 2) before any node is asked. A node
-    with no vllm installed stands in: ``vllm`` alone then means the newest modelled release."""
-    from attnplan.policy import NodeFacts
+def parse_engines(configs: list[Any], rs: Any) -> list[Any]:
+    """The configs with their engines parsed, once, before any node is asked: an engine the rules
+    do not model is bad input (exit 2). No node is known here: ``vllm`` alone is each node's own."""
+    import dataclasses
 
-    for c in configs:
-        if c.engine is not None:
-            check_engine(c.engine, NodeFacts(), rs, "engine" if c.name == "config" else f"configs: {c.name}: engine")
+    return [dataclasses.replace(c, engine=check_engine(c.engine, None, rs, "engine" if c.name == "config"
+                                                       else f"configs: {c.name}: engine"))
+            if c.engine is not None else c for c in configs]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,8 +189,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before any node is asked
-    configs = _configs(args)
-    _check_engines(configs, rs)
+    configs = parse_engines(_configs(args), rs)
     check_models(configs, rs)
     t0 = time.perf_counter()
     interrupted = False

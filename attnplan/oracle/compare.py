@@ -15,6 +15,8 @@ from typing import Any, Optional
 
 import yaml
 
+from attnplan.errors import RulePackError
+
 FIELDS = ("default_backend", "accept", "prefill", "decode", "q_prefill", "q_decode", "kernel_page")
 PLAN_FIELDS = FIELDS[2:]
 EXCEPTIONS_FILE = Path(__file__).with_name("exceptions.yaml")
@@ -94,7 +96,8 @@ def load_exceptions(path: Path = EXCEPTIONS_FILE) -> list[Exception_]:
         fields = tuple(raw["fields"])
         unknown = set(fields) - set(FIELDS)
         if unknown:
-            raise ValueError(f"{path}: exception {raw['id']} names unknown fields {sorted(unknown)}")
+            raise RulePackError(str(path), f"names unknown fields {sorted(unknown)}; an exception matches on "
+                                f"{', '.join(FIELDS)}", rule=raw["id"])
         out.append(Exception_(raw["id"], raw["reason"], fields, dict(raw["match"]), raw.get("source", ""),
                               raw.get("example")))
     return out

@@ -30,13 +30,15 @@ import types
 from dataclasses import dataclass
 from typing import Any, Iterator, Optional
 
+from attnplan.errors import SetupError
+
 _STUBS = ("vllm._C_stable_libtorch", "vllm.vllm_flash_attn._vllm_fa2_C", "vllm.vllm_flash_attn._vllm_fa3_C",
           "vllm._flashmla_C", "vllm._flashmla_extension_C")
 
 
 def _install() -> dict[str, Any]:
     if "vllm.platforms.cuda" in sys.modules and not getattr(sys.modules["vllm.platforms"], "_attnplan_oracle", False):
-        raise RuntimeError("attnplan.oracle.vllm_env must be imported before vLLM's CUDA platform: run it as its own process")
+        raise SetupError("attnplan.oracle.vllm_env must be imported before vLLM's CUDA platform: run it as its own process")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cuda")
     for name in _STUBS:
@@ -111,7 +113,7 @@ def _worker_utils_functions(*names: str) -> dict[str, Any]:
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
     if {d.name for d in defs} != set(names):
-        raise RuntimeError(f"{path} no longer defines {names}: point the oracle at the new vLLM's code")
+        raise SetupError(f"{path} no longer defines {names}: point the oracle at the new vLLM's code")
     ns: dict[str, Any] = {"AttentionBackend": AttentionBackend, "MultipleOf": MultipleOf, "Sequence": Sequence,
                           "KVCacheSpec": Any, "__name__": "vllm.v1.worker.utils"}
     module = ast.fix_missing_locations(ast.Module(body=[ast.ImportFrom("__future__", [ast.alias("annotations")], 0), *defs],

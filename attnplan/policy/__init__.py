@@ -12,6 +12,7 @@ Imports neither torch nor flashinfer.
 """
 
 from .answer import (
+    ANSWER_SCHEMA_VERSION,
     BatchMetadata,
     EngineBackend,
     EngineRef,
@@ -29,19 +30,27 @@ from .answer import (
 )
 from .api import clear_cache, plan_for, require_plan
 from .capability import format_capability, parse_capability
-from .config import BACKEND_CHOICES, CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig
+from .backend_names import BACKEND_CHOICES
+from .config import CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig
 from .devices import Catalog, Device, catalog, simulated_node
-from .candidates import CandidateResult, evaluate_candidate, page_domain
+from .candidates import CandidateResult, evaluate_candidate
 from .engine import default_ruleset, evaluate, load_rules
-from .engines import engine_names, resolve_engine
-from .probe import needs_artifactory_check
+from .engines import EngineSpec, engine_names, parse_engine, resolve_engine
 from .suggest import apply_suggestion, suggestions_for
 from .errors import (
+    AdapterCallError,
     AttnplanError,
+    BuildError,
+    ConditionError,
     InvalidInputError,
     ModelConfigError,
     PlanMismatchError,
+    RayConnectError,
+    RuleError,
     RulePackError,
+    SetupError,
+    SourceNotFoundError,
+    StartupMismatchError,
     UnknownDeviceError,
     UnsupportedConfigurationError,
 )
@@ -52,33 +61,33 @@ from .explain import Explanation, explain
 from .matrix import capability_matrix, matrix_markdown
 from .layers import LayerGroup, ModelLayers, compact_layers, layer_groups, read_layers
 from .model_plan import GroupPlan, KVCacheGroup, KVCacheGroupsPlan, ModelPlanAnswer, explain_groups, plan_model
-from .rulepack import RuleSet
+from .rulepack import Check, Rule, RuleSet
 from .version import SUPPORTED_FLASHINFER
 
-# Names the other sub-packages use: they import from here, never from a policy module.
-from .answer import ANSWER_SCHEMA_VERSION
-from .backend_names import VLLM_OTHER_BACKENDS, VLLM_TO_ATTNPLAN, backend_choice
-from .conditions import FactRef, Leaf, Pred
-from .facts_catalog import base_context
-from .hfconfig import read_model
-from .parallel import per_rank_fields, per_rank_heads, startup_errors
-from .probe import ARTIFACTORY_TTL_S, DEFAULT_ARTIFACTORY, DEFAULT_TIMEOUT_S, artifactory_policy, check_artifactory
-from .rulepack import Check, Rule
-from .plan import attention_plan, phase_plan
-
+# The public surface: the embedded calls, their answers, nodes, models, rules and the error tree.
+# Helpers the other sub-packages share (per_rank_fields, base_context, backend_choice, node_json, the
+# artifactory probe...) are imported from their modules, never re-exported here.
 __all__ = [
-    "AttentionConfig", "plan_for", "require_plan", "UnsupportedConfigurationError", "simulated_node",
+    # the embedded calls (SPEC §8) and their answers
+    "AttentionConfig", "plan_for", "require_plan", "clear_cache", "evaluate", "explain", "Explanation",
+    "suggestions_for", "apply_suggestion", "evaluate_candidate", "CandidateResult",
     "PlanAnswer", "Plan", "PhasePlan", "KVCachePlan", "MetadataPlan", "BatchMetadata", "JitModule",
-    "Violation", "Suggestion", "TraceEntry", "NodeFacts", "Fact", "Source",
-    "local_node", "probe_node", "ProbeIO", "NodeCache", "catalog", "Catalog", "Device",
+    "Violation", "Suggestion", "TraceEntry", "Fallback", "EngineRef", "EngineBackend", "ANSWER_SCHEMA_VERSION",
+    "node_json",
+    # engine layers
+    "EngineSpec", "parse_engine", "resolve_engine", "engine_names",
+    # nodes
+    "NodeFacts", "Fact", "Source", "local_node", "probe_node", "ProbeIO", "NodeCache",
+    "simulated_node", "catalog", "Catalog", "Device", "parse_capability", "format_capability",
+    # models
     "config_from_hf", "fields_from_hf", "read_model_config", "make_config",
-    "evaluate", "suggestions_for", "apply_suggestion", "default_ruleset", "load_rules", "page_domain", "RuleSet",
-    "evaluate_candidate", "CandidateResult", "resolve_engine", "engine_names", "EngineRef", "EngineBackend", "Fallback",
-    "needs_artifactory_check", "node_json", "explain", "Explanation", "capability_matrix", "matrix_markdown",
     "plan_model", "ModelPlanAnswer", "GroupPlan", "KVCacheGroupsPlan", "KVCacheGroup", "explain_groups",
     "LayerGroup", "ModelLayers", "layer_groups", "read_layers", "compact_layers",
-    "parse_capability", "format_capability", "clear_cache",
-    "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError",
-    "PlanMismatchError", "SUPPORTED_FLASHINFER", "CONFIG_FIELDS", "KV_CACHE_DTYPES", "QUERY_DTYPES", "BACKEND_CHOICES",
-    'ANSWER_SCHEMA_VERSION', 'ARTIFACTORY_TTL_S', 'Check', 'DEFAULT_ARTIFACTORY', 'DEFAULT_TIMEOUT_S', 'FactRef', 'Leaf', 'Pred', 'Rule', 'VLLM_OTHER_BACKENDS', 'VLLM_TO_ATTNPLAN', 'artifactory_policy', 'attention_plan', 'backend_choice', 'base_context', 'check_artifactory', 'per_rank_fields', 'per_rank_heads', 'phase_plan', 'read_model', 'startup_errors',
+    # rules and what derives from them
+    "RuleSet", "Rule", "Check", "default_ruleset", "load_rules", "capability_matrix", "matrix_markdown",
+    "CONFIG_FIELDS", "KV_CACHE_DTYPES", "QUERY_DTYPES", "BACKEND_CHOICES", "SUPPORTED_FLASHINFER",
+    # the error tree (attnplan/errors.py)
+    "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError", "RuleError",
+    "ConditionError", "UnsupportedConfigurationError", "PlanMismatchError", "StartupMismatchError",
+    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "RayConnectError",
 ]

@@ -22,10 +22,16 @@ Decisions (each cites the vLLM code it mirrors):
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Literal, Optional, get_args
 
-from .config import BACKEND_CHOICES
 from .errors import InvalidInputError
+
+# attnplan's own backend choices (AttentionConfig.attention_backend): here, beside the vLLM names that
+# map onto them, so that the config imports the table and the table never imports the config.
+Backend = Literal[
+    "auto", "flashinfer", "flashinfer-mla", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
+]
+BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
 
 # vLLM enum name -> attnplan backend choice.
 VLLM_TO_ATTNPLAN: dict[str, str] = {

@@ -15,10 +15,12 @@ from typing import Any, Iterable, Optional
 
 from .answer import TraceEntry, Violation
 from .conditions import Failure, Leaf
+from .engines import EngineLike, active_checks, resolve_engine
 from .config import AttentionConfig
 from .facts import NodeFacts
 from .facts_catalog import PAGE_SIZE, base_context, display
 from .rulepack import Check, RuleSet
+from .shipped import default_ruleset
 
 _PLACEHOLDER = re.compile(r"\{([a-z_]+(?:\.[a-z_]+)?)\}")
 
@@ -155,12 +157,9 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
 
 
 def evaluate_candidate(config: AttentionConfig, node: NodeFacts, phase: str, backend: str, *,
-                       ruleset: RuleSet | None = None, engine: Optional[str] = None,
+                       ruleset: RuleSet | None = None, engine: EngineLike = None,
                        pages: Optional[tuple[int, ...]] = None, trace: bool = False) -> CandidateResult:
     """Every candidate-scope rule of the engine layer over one (phase, backend), as ``evaluate`` sees it."""
-    from .engine import default_ruleset
-    from .engines import active_checks, resolve_engine
-
     rs = ruleset or default_ruleset()
     ref = resolve_engine(engine, node, rs)
     spec = rs.engines.get(ref.name)

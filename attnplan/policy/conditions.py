@@ -15,11 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 
+from .errors import ConditionError
 from .facts_catalog import FACTS, display
-
-
-class ConditionError(ValueError):
-    """A condition that cannot be compiled; the rule-pack loader adds file and rule."""
 
 
 @dataclass(frozen=True)

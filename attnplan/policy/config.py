@@ -12,15 +12,10 @@ from typing import Any, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
+from .backend_names import Backend, backend_choice
 from .dtypes import KVCacheDType, QueryDType, kv_element_dtype
 from .dtypes import KV_CACHE_DTYPES, QUERY_DTYPES  # noqa: F401 - re-exported (policy, cli, matrix, suggest)
-
-# The request vocabulary (SPEC §1): auto, the engines' auto names and backends.yaml's backends
-# (tests/test_no_rules_in_code.py keeps it equal to the data).
-Backend = Literal[
-    "auto", "flashinfer", "flashinfer-mla", "fa2", "fa3", "trtllm-gen", "xqa", "fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"
-]
-BACKEND_CHOICES: tuple[str, ...] = get_args(Backend)
+from .errors import InvalidInputError
 
 _DTYPE_ALIASES = {
     "float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16", "torch.float16": "fp16",
@@ -103,8 +98,6 @@ class AttentionConfig(BaseModel):
         if isinstance(v, str):
             # vLLM's enum names (FLASHINFER, FLASHINFER_MLA, TRTLLM_RAGGED) map explicitly; a vLLM
             # backend that is not FlashInfer (FLASH_ATTN, ...) is refused by name, never auto.
-            from .backend_names import backend_choice
-
             s = str(backend_choice(v)).strip().lower().replace("_", "-")
             return {"trtllm": "trtllm-gen", "fa2mla": "fa2-mla"}.get(s, s)
         return v
@@ -114,15 +107,18 @@ class AttentionConfig(BaseModel):
         if self.is_mla:
             missing = [f for f in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim") if getattr(self, f) is None]
             if missing:
-                raise ValueError(f"MLA (kv_lora_rank set) also needs {', '.join(missing)}")
+                raise InvalidInputError(missing[0], f"MLA (kv_lora_rank set) also needs {', '.join(missing)}: "
+                                        "give them, or drop kv_lora_rank for a standard model")
         elif self.head_dim is None:
-            raise ValueError("head_dim is required (or kv_lora_rank and the MLA dims)")
+            raise InvalidInputError("head_dim", "head_dim is required (or kv_lora_rank and the MLA dims)")
         if self.sliding_window is not None and self.attention_chunk_size is not None:
             # vLLM runs chunks as virtual requests on a plain causal kernel (no window inside a chunk).
-            raise ValueError("sliding_window and attention_chunk_size exclude each other (a layer is sliding or chunked)")
+            raise InvalidInputError("attention_chunk_size", "sliding_window and attention_chunk_size exclude each "
+                                    "other (a layer is sliding or chunked): give one of them")
         kv = self.num_kv_heads if self.num_kv_heads is not None else self.num_qo_heads
         if kv > self.num_qo_heads:
-            raise ValueError(f"num_kv_heads ({kv}) cannot exceed num_qo_heads ({self.num_qo_heads})")
+            raise InvalidInputError("num_kv_heads", f"num_kv_heads ({kv}) cannot exceed num_qo_heads "
+                                    f"({self.num_qo_heads}): each KV head serves one or more query heads")
         return self
 
     # -- derived values the rules read -------------------------------------------------

@@ -7,46 +7,20 @@ never suggests; ``plan_for`` (api.py) composes it with ``suggestions_for`` (sugg
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from typing import Any, Optional
 
 from . import engine_rows
 from .answer import EngineBackend, Fallback, PlanAnswer, TraceEntry, Violation
 from .candidates import CandidateResult, reads_page, page_domain, run_candidate, trace_entry, violation
 from .config import AttentionConfig
-from .engines import active_checks, engine_resolution, resolve_engine, selection_for
+from .engines import EngineLike, active_checks, engine_resolution, parse_engine, resolve_engine, selection_for
 from .facts import NodeFacts
 from .facts_catalog import PAGE_SIZE, base_context, display
 from .plan import build_plan
-from .rulepack import RuleSet, load_ruleset
+from .rulepack import RuleSet
+from .shipped import default_ruleset, load_rules  # noqa: F401  (re-exported: the engine's rules)
 
 PHASES = ("prefill", "decode")
-
-
-def _packs_in(packs_dir: Path) -> list[Path]:
-    """The packs of a directory; a missing, empty or oversized one is an error naming it (fail closed)."""
-    from .rulepack import pack_paths_in
-
-    return pack_paths_in(packs_dir)
-
-
-@functools.lru_cache(maxsize=8)
-def _load(packs_dir: str, backends_file: str) -> RuleSet:
-    return load_ruleset(_packs_in(Path(packs_dir)), Path(backends_file))
-
-
-def default_ruleset() -> RuleSet:
-    """The rules shipped in ``rules/`` (loaded once)."""
-    from attnplan.rules import BACKENDS_FILE, PACKS_DIR
-
-    return _load(str(PACKS_DIR), str(BACKENDS_FILE))
-
-
-def load_rules(packs_dir: str | Path, backends_file: str | Path | None = None) -> RuleSet:
-    """Load rule packs from another directory (all or nothing; read afresh on every call)."""
-    from attnplan.rules import BACKENDS_FILE
-
-    return load_ruleset(_packs_in(Path(packs_dir)), Path(backends_file or BACKENDS_FILE))
 
 
 def candidates_for(ruleset: RuleSet, config: AttentionConfig, cap_major: Optional[int], phase: str,
@@ -81,18 +55,20 @@ def _engine_choice(results: list[CandidateResult], gates: frozenset[str]) -> lis
 
 
 def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None = None, *,
-             trace: bool = True, suggest: bool = False, engine: Optional[str] = None) -> PlanAnswer:
+             trace: bool = True, suggest: bool = False, engine: EngineLike = None) -> PlanAnswer:
     """Every applicable rule over (config, node): the plan, or a rejection with every violation.
 
-    ``engine``: None/"vllm" (the node's vllm, else the newest modelled), "vllm==X" or "flashinfer".
+    ``engine``: an ``EngineSpec`` (``parse_engine``), or None/"vllm" (the node's vllm, else the newest
+    modelled), "vllm==X" or "flashinfer", parsed here.
     Never suggests (``suggest`` is accepted for old callers and ignored): ``plan_for`` adds suggestions.
     """
     del suggest
     rs = ruleset or default_ruleset()
-    ref = resolve_engine(engine, node, rs)
+    spec = parse_engine(engine, rs)
+    ref = resolve_engine(spec, node, rs)
     checks = active_checks(rs, ref, node.flashinfer_version.value)
     # An engine with its own backends (SGLang) resolves its flags first: the config it runs, its pick.
-    res = engine_resolution(rs, ref, config, node, engine)
+    res = engine_resolution(rs, ref, config, node, spec.request)
     config = res.config if res is not None else config
     extra = res.answer_fields() if res is not None else {}
     base = base_context(config, node)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .conditions import Pred, compile_condition
-from .rulepack import EngineSpec, RuleSet
+from .rulepack import EngineLayer, RuleSet
 
 
 _COMPILED: dict[int, tuple[Any, Pred]] = {}
@@ -40,7 +40,7 @@ class _Row:
 _ROWS: dict[tuple[int, str], tuple[Any, tuple[_Row, ...]]] = {}
 
 
-def _rows(spec_id: int, key: str, spec: EngineSpec) -> tuple[_Row, ...]:
+def _rows(spec_id: int, key: str, spec: EngineLayer) -> tuple[_Row, ...]:
     """The compiled rows of ``spec.<key>`` (kept per spec object; the loaded RuleSet keeps it alive)."""
     hit = _ROWS.get((spec_id, key))
     if hit is None or hit[0] is not spec:
@@ -61,7 +61,7 @@ def compile_all(rs: RuleSet) -> None:
                         compile_condition(cond)
 
 
-def query_dtype(spec: EngineSpec, ctx: dict[str, Any]) -> str:
+def query_dtype(spec: EngineLayer, ctx: dict[str, Any]) -> str:
     """The query dtype (config vocabulary: fp16, bf16, fp8_e4m3, fp8_e5m2) for ctx's phase and backend.
 
     Row keys: ``phases`` / ``backends`` (limits), ``dtype``: ``model`` (the config's dtype), ``kv`` (the KV
@@ -79,15 +79,15 @@ def query_dtype(spec: EngineSpec, ctx: dict[str, Any]) -> str:
     return ctx["config.dtype"]
 
 
-def kernel_page_mode(spec: EngineSpec) -> str:
+def kernel_page_mode(spec: EngineLayer) -> str:
     return spec.kernel_page
 
 
-def selects_as_auto(spec: EngineSpec, name: str) -> bool:
+def selects_as_auto(spec: EngineLayer, name: str) -> bool:
     return name == "auto" or name in spec.auto_names
 
 
-def engine_choice(spec: EngineSpec, ctx: dict[str, Any], is_mla: bool) -> Optional[dict[str, Any]]:
+def engine_choice(spec: EngineLayer, ctx: dict[str, Any], is_mla: bool) -> Optional[dict[str, Any]]:
     """The engine's own backend when none is asked for: the first row (priority order) whose ``when``
     holds and none of whose ``refused_when`` conditions hold. None when the data has no choice rows."""
     eb = spec.engine_backend

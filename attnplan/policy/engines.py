@@ -3,13 +3,19 @@
 ``vllm`` (the default) is FlashInfer's kernel rules plus vLLM's own gates, read for the versions
 ``rules/backends.yaml`` models; ``flashinfer`` is the kernel rules alone. A version the data does
 not model is an error naming the modelled ones, never a guess.
+
+An engine as a caller names it (``--engine vllm==0.33.0``, a REST ``engine`` field, an ``SglangEngine``)
+is parsed once, where it enters (``parse_engine``), into an ``EngineSpec`` value that the policy
+functions carry: an engine the rules do not model fails there, as ``packaging`` fails on an invalid
+specifier when it is parsed. Only what depends on a node (the vllm installed on it) waits for
+``resolve_engine``.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Union
 
 from .answer import Coercion, EngineBackend, EngineRef, Violation
 from .config import AttentionConfig
@@ -41,11 +47,48 @@ def _covered(rs: RuleSet, name: str, version: str) -> bool:
     return any(Version(m) == v for m in spec.versions)
 
 
-def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> EngineRef:
-    """``None``/``"vllm"``: the vllm installed on the node (``node.vllm_version``), else the newest
-    modelled; ``"vllm==X"``: that release; ``"flashinfer"``: kernel truth alone.
-    Raises InvalidInputError naming the covered engines for anything else."""
-    raw = (str(engine) if engine else rs.default_engine).strip().lower()  # an engine request object names itself
+@dataclass(frozen=True)
+class EngineSpec:
+    """An engine layer as asked for, parsed and checked against the rules (``parse_engine``).
+
+    ``version`` None: the node's own - for vllm the release installed on the node, else the newest
+    modelled; for flashinfer always the node's flashinfer. ``request``: an engine's own request
+    object (``SglangEngine``: SGLang's flags), handed to the engine's resolver. Hashable: answers
+    are memoised per spec."""
+
+    name: str
+    version: Optional[str] = None
+    request: Any = None
+
+    def __str__(self) -> str:
+        return self.name if self.version is None else f"{self.name}=={self.version}"
+
+    def matches(self, ref: EngineRef) -> bool:
+        """An answer made for ``ref`` answers this spec: the same engine, and the same release when
+        one was asked for (unversioned asks for the node's own, whichever it is)."""
+        return ref.name == self.name and (self.version is None or ref.version == self.version)
+
+    @classmethod
+    def of(cls, ref: EngineRef) -> "EngineSpec":
+        """The layer an answer was made for (``answer.engine``), to evaluate the same layer again:
+        flashinfer's version is the node's, so it is not pinned."""
+        return cls(ref.name, None if ref.name == "flashinfer" else ref.version)
+
+
+# What the policy functions take as ``engine``: a parsed spec, or what parse_engine parses (text, None,
+# or an engine request object such as ``SglangEngine``, which names itself).
+EngineLike = Union[EngineSpec, str, None, Any]
+
+
+def parse_engine(engine: EngineLike, rs: RuleSet) -> EngineSpec:
+    """``None``/``"vllm"``: vllm at the node's release; ``"vllm==X"``: that release; ``"flashinfer"``:
+    kernel truth alone; an engine request object (``SglangEngine``) names itself (``str``) and rides
+    along as ``request``. An ``EngineSpec`` is returned as it is (parsed once, where it entered).
+    Raises InvalidInputError naming the covered engines for anything the rules do not model."""
+    if isinstance(engine, EngineSpec):
+        return engine
+    request = None if engine is None or isinstance(engine, str) else engine
+    raw = (str(engine) if engine else rs.default_engine).strip().lower()
     name, sep, version = raw.partition("==")
     name, version = name.strip(), version.strip()
     allowed = engine_names(rs)
@@ -54,22 +97,38 @@ def resolve_engine(engine: Optional[str], node: NodeFacts, rs: RuleSet) -> Engin
                                 allowed)
     if name not in rs.engines:
         raise InvalidInputError("engine", f"unknown engine {engine!r}", allowed)
+    if name == "flashinfer" and version:
+        raise InvalidInputError("engine", "the flashinfer layer is the node's flashinfer (give --flashinfer-version)", allowed)
+    if version and not _covered(rs, name, version):
+        raise InvalidInputError("engine", f"{name} {version} is not modelled (covered: {_coverage(rs, name)})", allowed)
+    return EngineSpec(name, version or None, request)
+
+
+def _coverage(rs: RuleSet, name: str) -> str:
     spec = rs.engines[name]
+    return spec.covers or ", ".join(spec.versions)
+
+
+def resolve_engine(engine: EngineLike, node: Optional[NodeFacts], rs: RuleSet) -> EngineRef:
+    """The engine layer and release an answer speaks for: ``engine`` (an ``EngineSpec``; anything else
+    is parsed first) on ``node``. With no node, nothing is installed: vllm alone is the newest modelled
+    release. Raises InvalidInputError when the vllm installed on the node is not modelled."""
+    spec = parse_engine(engine, rs)
+    name = spec.name
     if name == "flashinfer":
-        if version:
-            raise InvalidInputError("engine", "the flashinfer layer is the node's flashinfer (give --flashinfer-version)", allowed)
-        fi = node.flashinfer_version.value
+        fi = node.flashinfer_version.value if node is not None else None
         return EngineRef(name="flashinfer", version=str(fi) if fi is not None else None)
-    if not version:
-        installed = node.vllm_version.value if name == "vllm" else None  # the one engine the probe reads
-        version = str(installed) if installed else (spec.versions[-1] if spec.versions else "")
+    version = spec.version
+    if version is None:
+        layer = rs.engines[name]
+        installed = node.vllm_version.value if name == "vllm" and node is not None else None  # the one engine the probe reads
+        version = str(installed).strip() if installed else (layer.versions[-1].strip() if layer.versions else "")
         if installed and not _covered(rs, name, version):
             raise InvalidInputError("engine", f"vllm {installed} is installed on this node, but the rules model "
-                                    f"{spec.covers or ', '.join(spec.versions)} only; pass --engine with a covered one", allowed)
-    version = version.strip()
-    if not _covered(rs, name, version):
-        raise InvalidInputError("engine", f"{name} {version} is not modelled (covered: {spec.covers or ', '.join(spec.versions)})",
-                                allowed)
+                                    f"{_coverage(rs, name)} only; pass --engine with a covered one", engine_names(rs))
+        if not _covered(rs, name, version):
+            raise InvalidInputError("engine", f"{name} {version} is not modelled (covered: {_coverage(rs, name)})",
+                                    engine_names(rs))
     return EngineRef(name=name, version=version)  # type: ignore[arg-type]
 
 
@@ -110,7 +169,7 @@ class EngineResolution:
 def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node: NodeFacts,
                       request: object = None) -> Optional[EngineResolution]:
     """The engine's own resolution when backends.yaml names a resolver for it (None otherwise).
-    ``request``: what the caller passed as ``engine`` (an engine request object may carry flags)."""
+    ``request``: the engine's own request object (``EngineSpec.request``: SGLang's flags), or None."""
     spec = rs.engines[ref.name]
     if spec.resolver is None:
         return None

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing import Optional
-
 from .answer import PlanAnswer, TraceEntry
 from .candidates import evaluate_candidate
 from .config import AttentionConfig
 from .engine import PHASES, default_ruleset, evaluate
+from .engines import EngineLike, parse_engine
 from .facts import NodeFacts
 from .rulepack import RuleSet
 
@@ -33,10 +32,11 @@ def backends_for(config: AttentionConfig, phase: str, rs: RuleSet) -> list[str]:
 
 
 def explain(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None = None, *,
-            engine: Optional[str] = None) -> Explanation:
+            engine: EngineLike = None) -> Explanation:
     """Every backend of the model's kind, per phase, against every rule of the engine layer (kernel and
     engine rules alike, each marked with its layer)."""
     rs = ruleset or default_ruleset()
+    engine = parse_engine(engine, rs)
     answer = evaluate(config, node, rs, engine=engine)
     cells: dict[tuple[str, str, str], TraceEntry] = {}
     columns: list[tuple[str, str]] = [("both", "-")]

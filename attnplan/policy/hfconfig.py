@@ -404,6 +404,9 @@ def make_config(fields: Mapping[str, Any]) -> AttentionConfig:
 
 def config_error(exc: ValidationError) -> InvalidInputError:
     e = exc.errors()[0]
+    cause = (e.get("ctx") or {}).get("error")
+    if isinstance(cause, InvalidInputError):  # a validator's own error names its field and the fix
+        return cause
     loc = ".".join(str(x) for x in e["loc"]) or "config"
     allowed = None
     ctx = e.get("ctx") or {}

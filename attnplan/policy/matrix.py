@@ -14,14 +14,12 @@ from .config import KV_CACHE_DTYPES, AttentionConfig
 from .devices import catalog
 from .candidates import evaluate_candidate, page_domain
 from .engine import default_ruleset
-from .engines import resolve_engine
+from .engines import EngineLike, EngineSpec, parse_engine
 from .facts import Fact, NodeFacts
+from .representative import HEAD_SIZES, LOGITS_SOFT_CAP, MLA, SLIDING_WINDOW, STANDARD
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER
 
-HEAD_SIZES = (64, 96, 128, 192, 256, 512)
-BASE_STANDARD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8, dtype="bf16")
-BASE_MLA = dict(num_qo_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, dtype="bf16")
 
 
 def _node(cap: int) -> NodeFacts:
@@ -35,22 +33,21 @@ def _node(cap: int) -> NodeFacts:
 
 
 def _passes(rs: RuleSet, cfg: AttentionConfig, node: NodeFacts, phase: str, backend: str,
-            engine: str | None = None) -> bool:
+            engine: EngineSpec) -> bool:
     return evaluate_candidate(cfg, node, phase, backend, ruleset=rs, engine=engine).ok
 
 
-def capability_matrix(ruleset: RuleSet | None = None, *, engine: str | None = None) -> list[dict[str, Any]]:
+def capability_matrix(ruleset: RuleSet | None = None, *, engine: EngineLike = None) -> list[dict[str, Any]]:
     """One row per (backend, model kind, phase) and group of capabilities, for one engine layer."""
     rs = ruleset or default_ruleset()
-    eng = engine or rs.default_engine
-    resolve_engine(eng, _node(90), rs)  # an unknown engine is an error before any work
+    eng = parse_engine(engine, rs)  # an unknown engine is an error before any work
     caps = sorted({d.capability_int for d in catalog().devices})
     rows: list[dict[str, Any]] = []
     for backend, spec in rs.backends.items():
         models = ["standard", "mla"] if spec.kind == "any" else [spec.kind]
         for model in models:
             phases = spec.phases if not (model == "mla" and spec.kind == "any") else ["prefill"]
-            base = AttentionConfig(**(BASE_MLA if model == "mla" else BASE_STANDARD))
+            base = AttentionConfig(**(MLA if model == "mla" else STANDARD))
             for cap in caps:
                 node = _node(cap)
                 for phase in phases:
@@ -71,8 +68,8 @@ def capability_matrix(ruleset: RuleSet | None = None, *, engine: str | None = No
                                               if _try(lambda k=k: _passes(rs, base.replace(kv_cache_dtype=k), node, phase, backend, eng))]
                     row["page_sizes"] = [p for p in sorted({1, 8, *page_domain(rs)}) if _passes(rs, base.replace(page_size=p), node, phase, backend, eng)]
                     row["sinks"] = model == "standard" and _passes(rs, base.replace(sinks=True), node, phase, backend, eng)
-                    row["logits_soft_cap"] = _passes(rs, base.replace(logits_soft_cap=30.0), node, phase, backend, eng)
-                    row["sliding_window"] = _passes(rs, base.replace(sliding_window=4096), node, phase, backend, eng)
+                    row["logits_soft_cap"] = _passes(rs, base.replace(logits_soft_cap=LOGITS_SOFT_CAP), node, phase, backend, eng)
+                    row["sliding_window"] = _passes(rs, base.replace(sliding_window=SLIDING_WINDOW), node, phase, backend, eng)
                     row["fp8_query"] = _passes(rs, base.replace(dtype="fp8_e4m3", kv_cache_dtype="fp8"), node, phase, backend, eng)
                     row["batch_invariant"] = _passes(rs, base.replace(batch_invariant=True), node, phase, backend, eng)
                     rows.append(row)
@@ -106,10 +103,10 @@ def _yn(v: bool) -> str:
     return "yes" if v else "no"
 
 
-def matrix_markdown(ruleset: RuleSet | None = None, *, engine: str | None = None) -> str:
+def matrix_markdown(ruleset: RuleSet | None = None, *, engine: EngineLike = None) -> str:
     """The matrix of one engine layer (``engine`` given), or of every engine layer in turn."""
     rs = ruleset or default_ruleset()
-    engines = [engine] if engine else list(rs.engines)
+    engines = [parse_engine(engine, rs)] if engine else [parse_engine(name, rs) for name in rs.engines]
     out = [
         "# Capability matrix",
         "",
@@ -129,9 +126,9 @@ def matrix_markdown(ruleset: RuleSet | None = None, *, engine: str | None = None
     return "\n".join(out) + "\n"
 
 
-def _engine_table(rs: RuleSet, engine: str) -> list[str]:
+def _engine_table(rs: RuleSet, engine: EngineSpec) -> list[str]:
     rows = capability_matrix(rs, engine=engine)
-    spec = rs.engines[resolve_engine(engine, _node(90), rs).name]
+    spec = rs.engines[engine.name]
     out = [
         "",
         f"## Engine `{engine}`" + (f" ({spec.covers})" if spec.covers else ""),

@@ -32,7 +32,9 @@ from .errors import InvalidInputError, ModelConfigError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
 from .layers import LayerGroup, ModelLayers, compact_layers, read_layers, text_config
+from .engines import parse_engine
 from .rulepack import RuleSet
+from .shipped import default_ruleset
 
 # The model decides these per group; an override would silently re-shape one group as another.
 PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
@@ -252,6 +254,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
                               int(over.get("dcp_world_size") or 1), mla=g.mla is not None)
         if errs:
             raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + errs[0])
+    engine = parse_engine(engine, ruleset or default_ruleset())  # once for every group
     answers = {i: _plan(_group_config(base, g, over, tp), node, ruleset, engine)
                for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []

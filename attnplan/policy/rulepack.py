@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .conditions import ConditionError, Pred, compile_condition
-from .errors import RulePackError
+from .errors import RuleError, RulePackError
 
 
 Phase = Literal["prefill", "decode"]
@@ -90,17 +90,17 @@ class RuleSpec(BaseModel):
     @model_validator(mode="after")
     def _layer_ranges(self) -> "RuleSpec":
         if self.layer == "kernel" and self.vllm is not None:
-            raise ValueError("a kernel rule has no vllm range (it says what FlashInfer runs)")
+            raise RuleError("a kernel rule has no vllm range (it says what FlashInfer runs)")
         if self.layer == "engine" and self.flashinfer is not None:
-            raise ValueError("an engine rule has no flashinfer range (give it a vllm range)")
+            raise RuleError("an engine rule has no flashinfer range (give it a vllm range)")
         if self.layer == "kernel" and (self.engine is not None or self.versions is not None):
-            raise ValueError("a kernel rule names no engine (it says what FlashInfer runs)")
+            raise RuleError("a kernel rule names no engine (it says what FlashInfer runs)")
         if self.vllm is not None and self.engine not in (None, "vllm"):
-            raise ValueError("a vllm range belongs to a vllm rule; give another engine's range as versions")
+            raise RuleError("a vllm range belongs to a vllm rule; give another engine's range as versions")
         if self.applied_by == "checks" and not self.checks:
-            raise ValueError("a rule needs at least one check (or applied_by: resolver, for an engine's resolver)")
+            raise RuleError("a rule needs at least one check (or applied_by: resolver, for an engine's resolver)")
         if self.applied_by == "resolver" and (self.checks or self.layer != "engine"):
-            raise ValueError("a resolver rule is an engine rule without checks")
+            raise RuleError("a resolver rule is an engine rule without checks")
         return self
 
     @model_validator(mode="before")
@@ -228,7 +228,7 @@ class EngineSizesSpec(BaseModel):
     decode_fixed_split_tokens: int = Field(ge=1)  # batch invariance: one KV split of this many tokens
 
 
-class EngineSpec(BaseModel):
+class EngineLayer(BaseModel):
     """One engine layer (SPEC §10): the versions modelled and its selection order."""
 
     model_config = ConfigDict(extra="forbid")
@@ -270,7 +270,7 @@ class BackendCatalogSpec(BaseModel):
     mla_modules: dict[Phase, str]
     engine_sizes: dict[str, EngineSizesSpec] = {}
     default_engine: str = "vllm"
-    engines: dict[str, EngineSpec]
+    engines: dict[str, EngineLayer]
     force: dict[Literal["standard", "mla"], dict[str, dict[Phase, str]]]
     cubins: Optional[CubinIndexSpec] = None
 
@@ -356,7 +356,7 @@ class RuleSet:
     force: dict[str, dict[str, dict[str, str]]]
     revision: str
     files: tuple[str, ...]
-    engines: dict[str, EngineSpec] = field(default_factory=dict)
+    engines: dict[str, EngineLayer] = field(default_factory=dict)
     default_engine: str = "vllm"
     cubins: Optional[CubinIndexSpec] = None
     families: dict[str, FamilySpec] = field(default_factory=dict)
@@ -383,7 +383,7 @@ class RuleSet:
         for r in self.rules:
             if r.id == rule_id:
                 return r
-        raise KeyError(rule_id)
+        raise KeyError(rule_id)  # a mapping-style lookup: ``rs.rule(id)`` misses as ``dict[id]`` does
 
 
 def _load_yaml(path: Path) -> Any:

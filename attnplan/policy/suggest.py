@@ -3,13 +3,15 @@ by re-evaluating every rule of the same engine layer - never a guess."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 from .answer import PlanAnswer, Suggestion
 from .candidates import page_domain
 from .config import KV_CACHE_DTYPES, AttentionConfig
 from .dtypes import kv_element_dtype
 from .engine import default_ruleset, evaluate
+from .engines import EngineLike, parse_engine
+from .errors import InvalidInputError
 from .facts import Fact, NodeFacts
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER
@@ -74,9 +76,10 @@ _FIELD_WORDS = {
 
 
 def suggestions_for(config: AttentionConfig, node: NodeFacts, rs: RuleSet | None = None, *,
-                    engine: Optional[str] = None) -> list[Suggestion]:
+                    engine: EngineLike = None) -> list[Suggestion]:
     """Single-field changes that make the config valid on this node, each verified by re-evaluation."""
     rs = rs or default_ruleset()
+    engine = parse_engine(engine, rs)
     out: list[Suggestion] = []
 
     def keep(field_: str, value: Any, target: str, answer: PlanAnswer) -> None:
@@ -106,4 +109,5 @@ def apply_suggestion(config: AttentionConfig, node: NodeFacts, s: Suggestion,
     for field_, value, trial in _node_candidates(node, ruleset or default_ruleset()):
         if field_ == s.field and value == s.value:
             return config, trial
-    raise ValueError(f"suggestion {s.field}={s.value} does not apply to this node")
+    raise InvalidInputError("suggestion", f"{s.field}={s.value} does not apply to this node: apply a suggestion "
+                            "to the (config, node) whose answer gave it")

@@ -77,21 +77,13 @@ def validate_data(data: Any, nc: NamedConfig) -> PlanAnswer:
         sent, got = nc.config.model_dump(), answer.config.model_dump()
         diff = next((k for k in sent if sent[k] != got.get(k)), "?")
         raise BadAnswer(f"answered for another config ({diff}: sent {sent.get(diff)!r}, got {got.get(diff)!r})")
-    if nc.engine is not None and not _same_engine(nc.engine, answer):
+    if nc.engine is not None and not nc.engine.matches(answer.engine):
         got = answer.engine.name + (f"=={answer.engine.version}" if answer.engine.version else "")
-        raise BadAnswer(f"answered for another engine (sent {nc.engine!r}, got {got!r})")
+        raise BadAnswer(f"answered for another engine (sent {str(nc.engine)!r}, got {got!r})")
     problem = incoherence(answer)
     if problem:
         raise BadAnswer(f"schema-invalid answer: {problem}")
     return answer
-
-
-def _same_engine(asked: str, answer: PlanAnswer) -> bool:
-    # "vllm" asks for the node's own vllm (any version); "vllm==X" for that release.
-    name, _, version = asked.strip().lower().partition("==")
-    if answer.engine.name != name.strip():
-        return False
-    return not version or answer.engine.version == version.strip()
 
 
 def incoherence(a: PlanAnswer) -> Optional[str]:

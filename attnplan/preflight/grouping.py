@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Sequence
 
-from attnplan.policy import node_json
+from attnplan.policy.answer import node_json
 
 from .model import VERDICT_ORDER, Cell, Group, GroupCell, NamedConfig, NodeRow, Outcome, Warning
 from .verdicts import STATUS_ORDER

@@ -211,7 +211,7 @@ async def _post_plan(client: Any, host: Host, nc: NamedConfig, opts: HttpOptions
     # Sent only when asked for: a node older than the field rejects any unknown key (422,
     # rest/models.py PlanRequest has extra="forbid"), so a default preflight still works with it.
     if nc.engine is not None:
-        payload["engine"] = nc.engine
+        payload["engine"] = str(nc.engine)
     attempt = 0
     while True:
         state["stage"] = "no response headers"

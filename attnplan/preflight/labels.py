@@ -22,7 +22,10 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from attnplan.policy import AttnplanError, NodeFacts, RuleSet, default_ruleset, plan_for, resolve_engine
+from attnplan.policy import (AttnplanError, EngineSpec, NodeFacts, RuleSet, default_ruleset, parse_engine, plan_for,
+                             resolve_engine)
+from attnplan.policy.engines import EngineLike
+from attnplan.policy import representative as rep
 
 from .files import replace_atomically
 
@@ -32,13 +35,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
-# Representative configs the capability labels are evaluated with (the capability matrix's
-# baselines: Llama-style GQA and DeepSeek-V3 MLA).
-REP_STANDARD: dict[str, Any] = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8, dtype="bf16")
-REP_MLA: dict[str, Any] = dict(num_qo_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                               v_head_dim=128, dtype="bf16")
-HEAD_SIZES = tuple(range(16, 1025, 16))
-PUBLISHED_HEAD_SIZES = (64, 96, 128, 192, 256, 512)  # head-dim-<h> labels; max-head-dim scans HEAD_SIZES
+# The capability labels are evaluated with the capability matrix's representative configs
+# (policy/representative.py); max-head-dim scans every multiple of 16 up to 1024.
+SCANNED_HEAD_SIZES = tuple(range(16, 1025, 16))
 
 
 def valid_label(name: str, value: str) -> bool:
@@ -61,19 +60,20 @@ def sanitize_value(value: Any) -> Optional[str]:
     return text if text and VALUE_RE.match(text) else None
 
 
-def _ok(fields: dict[str, Any], node: NodeFacts, rs: Optional[RuleSet] = None, engine: Optional[str] = None) -> bool:
+def _ok(fields: dict[str, Any], node: NodeFacts, rs: RuleSet, engine: EngineSpec) -> bool:
     try:
         return plan_for(fields, node, ruleset=rs, engine=engine).ok
     except AttnplanError:
         return False
 
 
-def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: Optional[str] = None) -> dict[str, str]:
+def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: EngineLike = None) -> dict[str, str]:
     """``{"attnplan.io/trtllm-gen": "true", ...}`` for ``node``, every capability from the rules
     (``ruleset``: the shipped rules by default) of the engine layer ``engine`` (vllm, vllm==X,
     flashinfer; None: the node's vllm, else the newest modelled). An engine the rules do not
     cover is InvalidInputError here, never a file of "false" labels."""
     rs = ruleset if ruleset is not None else default_ruleset()
+    engine = parse_engine(engine, rs)
     ref = resolve_engine(engine, node, rs)
     labels: dict[str, Any] = {"engine": ref.name, "engine-version": ref.version}
     cap = node.capability.value
@@ -87,17 +87,17 @@ def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: O
 
     # One label per backend of the catalog: the backend forced in both phases plans ok.
     for name, spec in rs.backends.items():
-        rep = REP_MLA if spec.kind == "mla" else REP_STANDARD
-        labels[name] = _ok(dict(rep, attention_backend=name), node, rs, engine)
-    labels["mla"] = _ok(REP_MLA, node, rs, engine)
-    labels["fp8-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="fp8"), node, rs, engine)
-    labels["nvfp4-kv"] = _ok(dict(REP_STANDARD, kv_cache_dtype="nvfp4"), node, rs, engine)
-    labels["sinks"] = _ok(dict(REP_STANDARD, sinks=True), node, rs, engine)
-    labels["soft-cap"] = _ok(dict(REP_STANDARD, logits_soft_cap=30.0), node, rs, engine)
-    labels["sliding-window"] = _ok(dict(REP_STANDARD, sliding_window=4096), node, rs, engine)
-    heads = [h for h in HEAD_SIZES if _ok(dict(REP_STANDARD, head_dim=h), node, rs, engine)]
+        base = rep.MLA if spec.kind == "mla" else rep.STANDARD
+        labels[name] = _ok(dict(base, attention_backend=name), node, rs, engine)
+    labels["mla"] = _ok(rep.MLA, node, rs, engine)
+    labels["fp8-kv"] = _ok(dict(rep.STANDARD, kv_cache_dtype="fp8"), node, rs, engine)
+    labels["nvfp4-kv"] = _ok(dict(rep.STANDARD, kv_cache_dtype="nvfp4"), node, rs, engine)
+    labels["sinks"] = _ok(dict(rep.STANDARD, sinks=True), node, rs, engine)
+    labels["soft-cap"] = _ok(dict(rep.STANDARD, logits_soft_cap=rep.LOGITS_SOFT_CAP), node, rs, engine)
+    labels["sliding-window"] = _ok(dict(rep.STANDARD, sliding_window=rep.SLIDING_WINDOW), node, rs, engine)
+    heads = [h for h in SCANNED_HEAD_SIZES if _ok(dict(rep.STANDARD, head_dim=h), node, rs, engine)]
     labels["max-head-dim"] = max(heads) if heads else 0
-    for h in PUBLISHED_HEAD_SIZES:
+    for h in rep.HEAD_SIZES:
         labels[f"head-dim-{h}"] = h in heads
 
     labels["flashinfer-version"] = node.flashinfer_version.value

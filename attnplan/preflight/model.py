@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from attnplan.policy import AttentionConfig, PlanAnswer
+from attnplan.policy import (AttentionConfig, EngineRef, EngineSpec, Fallback, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
+                             Violation)
 
 if TYPE_CHECKING:  # the request module imports the vLLM vocabulary; preflight reads it lazily
     from attnplan.vllm.request import ModelRequest
 
-    from .model_answers import ModelAnswer
 
 SCHEMA_VERSION = "1"
 
@@ -38,9 +38,10 @@ class NamedConfig:
 
     name: str
     config: Optional[AttentionConfig]
-    # The engine layer to plan for (vllm, vllm==X, flashinfer); None: each node's default (its
-    # installed vllm, else the newest modelled), and nothing is sent (an older node would 422).
-    engine: Optional[str] = None
+    # The engine layer to plan for (vllm, vllm==X, flashinfer), parsed where the query entered
+    # (``parse_engine``); None: each node's default (its installed vllm, else the newest modelled),
+    # and nothing is sent (an older node would 422).
+    engine: Optional[EngineSpec] = None
     # A whole model: every layer group planned per rank by each node (config is then None).
     request: Optional["ModelRequest"] = None
 
@@ -59,6 +60,64 @@ class NamedConfig:
             return " ".join(parts)
         assert self.config is not None
         return " ".join(f"{k}={v}" for k, v in self.config.model_dump(exclude_defaults=True).items())
+
+
+# vLLM's own refusal at startup (config/model.py ModelConfig.verify_with_parallel_config: heads
+# vs tensor parallelism, DCP limits): not a rule of the packs, named so a label can carry it.
+STARTUP = "vllm.startup"
+
+
+@dataclass(frozen=True)
+class GroupAnswer:
+    """One layer group of a node's answer: its verdict, and its rule answer when it is attention."""
+
+    index: int
+    kind: str
+    layers: tuple[int, ...]
+    label: str  # compact_layers, e.g. "5..59 every 6"
+    status: Literal["ok", "rejected", "not_served"]
+    answer: Optional[PlanAnswer]
+
+
+@dataclass(frozen=True)
+class ModelAnswer:
+    """A node's answer for a model request, with the attributes the report reads off a ``PlanAnswer``
+    (status, node, violations, suggestions, fallbacks, notes, rules_revision)."""
+
+    status: Literal["ok", "rejected"]
+    node: NodeFacts
+    engine: EngineRef
+    rules_revision: str
+    model_type: str
+    num_layers: int
+    groups: tuple[GroupAnswer, ...]
+    violations: tuple[Violation, ...] = ()  # every group's (tagged with its group) and the model's own
+    suggestions: tuple[Suggestion, ...] = ()
+    fallbacks: tuple[Fallback, ...] = ()
+    notes: tuple[str, ...] = ()
+    startup_error: Optional[str] = None
+    kv_cache_groups: Optional[KVCacheGroupsPlan] = None
+    plan: None = None  # no one plan serves every layer
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def attention_groups(self) -> tuple[GroupAnswer, ...]:
+        return tuple(g for g in self.groups if g.status != "not_served")
+
+    def first_failure(self) -> Optional[tuple[str, str]]:
+        """(where, rule) of the first failing group in layer order, else the model's own, else None."""
+        if self.startup_error is not None:
+            return "startup", STARTUP
+        for g in self.groups:
+            if g.status == "rejected" and g.answer is not None and g.answer.violations:
+                return f"{g.kind} layers {g.label}", g.answer.violations[0].rule
+        model_level = [v for v in self.violations if v.group is None]
+        if self.status == "rejected" and model_level:
+            return "model", model_level[0].rule
+        return None
 
 
 @dataclass

@@ -11,80 +11,17 @@ passes only when every group passes; the cell names the first failing group and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Optional
 
 from attnplan.policy import (EngineRef, Fallback, GroupPlan, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
                              Violation, compact_layers)
 
 from .answers import BadAnswer, incoherence
-from .model import Cell, LayerGroupCell, NamedConfig
+from .model import STARTUP, Cell, GroupAnswer, LayerGroupCell, ModelAnswer, NamedConfig
 
-# vLLM's own refusal at startup (config/model.py ModelConfig.verify_with_parallel_config: heads
-# vs tensor parallelism, DCP limits): not a rule of the packs, named so a label can carry it.
-STARTUP = "vllm.startup"
 # A real model has a handful of groups and at most thousands of layers; more is not an answer.
 MAX_GROUPS = 256
 MAX_LAYERS = 100_000
-
-
-@dataclass(frozen=True)
-class GroupAnswer:
-    """One layer group of a node's answer: its verdict, and its rule answer when it is attention."""
-
-    index: int
-    kind: str
-    layers: tuple[int, ...]
-    label: str  # compact_layers, e.g. "5..59 every 6"
-    status: Literal["ok", "rejected", "not_served"]
-    answer: Optional[PlanAnswer]
-
-
-@dataclass(frozen=True)
-class ModelAnswer:
-    """A node's answer for a model request, with the attributes the report reads off a ``PlanAnswer``
-    (status, node, violations, suggestions, fallbacks, notes, rules_revision)."""
-
-    status: Literal["ok", "rejected"]
-    node: NodeFacts
-    engine: EngineRef
-    rules_revision: str
-    model_type: str
-    num_layers: int
-    groups: tuple[GroupAnswer, ...]
-    violations: tuple[Violation, ...] = ()  # every group's (tagged with its group) and the model's own
-    suggestions: tuple[Suggestion, ...] = ()
-    fallbacks: tuple[Fallback, ...] = ()
-    notes: tuple[str, ...] = ()
-    startup_error: Optional[str] = None
-    kv_cache_groups: Optional[KVCacheGroupsPlan] = None
-    plan: None = None  # no one plan serves every layer
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
-    @property
-    def attention_groups(self) -> tuple[GroupAnswer, ...]:
-        return tuple(g for g in self.groups if g.status != "not_served")
-
-    def first_failure(self) -> Optional[tuple[str, str]]:
-        """(where, rule) of the first failing group in layer order, else the model's own, else None."""
-        if self.startup_error is not None:
-            return "startup", STARTUP
-        for g in self.groups:
-            if g.status == "rejected" and g.answer is not None and g.answer.violations:
-                return f"{g.kind} layers {g.label}", g.answer.violations[0].rule
-        model_level = [v for v in self.violations if v.group is None]
-        if self.status == "rejected" and model_level:
-            return "model", model_level[0].rule
-        return None
-
-
-def _engine_matches(asked: str, engine: EngineRef) -> bool:
-    # "vllm" asks for the node's own vllm (any version); "vllm==X" for that release (answers._same_engine).
-    name, _, version = asked.strip().lower().partition("==")
-    return engine.name == name.strip() and (not version or engine.version == version.strip())
 
 
 def _short(v: Any) -> str:
@@ -145,8 +82,8 @@ def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
         where = ".".join(str(p) for p in first.get("loc", ())) if first else ""
         msg = first.get("msg") if first else str(exc).splitlines()[0][:160]
         raise BadAnswer(f"schema-invalid answer: per_rank: {where}: {msg}".replace(": : ", ": ")) from None
-    if nc.engine is not None and not _engine_matches(nc.engine, engine):
-        raise BadAnswer(f"answered for another engine (sent {nc.engine!r}, got "
+    if nc.engine is not None and not nc.engine.matches(engine):
+        raise BadAnswer(f"answered for another engine (sent {str(nc.engine)!r}, got "
                         f"{engine.name + ('==' + engine.version if engine.version else '')!r})")
     groups: list[GroupAnswer] = []
     tagged: list[Violation] = []

@@ -20,15 +20,12 @@ import socket
 import time
 from typing import Any, Callable, MutableMapping, Optional, Sequence
 
-from attnplan.policy import AttnplanError, NodeFacts
+from attnplan.errors import RayConnectError
+from attnplan.policy import EngineSpec, NodeFacts
 
 from .model import NamedConfig, Outcome
 
 FactsFn = Callable[[dict[str, str]], NodeFacts]
-
-
-class RayConnectError(AttnplanError):
-    """The Ray cluster could not be reached at all (exit 3, not bad input)."""
 
 
 def declared_or_probed(labels: dict[str, str], declare_label: Optional[str]) -> NodeFacts:
@@ -42,7 +39,7 @@ def declared_or_probed(labels: dict[str, str], declare_label: Optional[str]) -> 
     return probe_node()
 
 
-def plan_item(item: dict[str, Any], node: NodeFacts, engine: Optional[str]) -> dict[str, Any]:
+def plan_item(item: dict[str, Any], node: NodeFacts, engine: Optional[EngineSpec]) -> dict[str, Any]:
     """One config's answer JSON on this node: ``{"config": ...}`` planned as ``plan_for``, or
     ``{"request": ...}`` (a whole model, ``ModelRequest``) as the REST service answers it."""
     from attnplan.policy import default_ruleset, plan_for
@@ -58,7 +55,7 @@ def plan_item(item: dict[str, Any], node: NodeFacts, engine: Optional[str]) -> d
 
 
 def node_task(target: str, configs: list[dict[str, Any]], declare_label: Optional[str],
-              facts_fn: Optional[FactsFn], engines: Optional[list[Optional[str]]] = None) -> dict[str, Any]:
+              facts_fn: Optional[FactsFn], engines: Optional[list[Optional[EngineSpec]]] = None) -> dict[str, Any]:
     """Runs on the pinned node: its facts, then one plan per config (JSON, no trace). Each of
     ``configs`` is an attention config's fields, or ``{"request": ModelRequest JSON}``."""
     import ray

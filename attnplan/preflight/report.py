@@ -48,7 +48,7 @@ def build_report(*, source: str, targets: Sequence[str], configs: Sequence[Named
         rules_revision=revision,
         generated_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         query=Query(source=source, targets=list(targets),  # type: ignore[arg-type]
-                    configs=[QueryConfig(name=c.name, engine=c.engine, description=c.describe(),
+                    configs=[QueryConfig(name=c.name, engine=str(c.engine) if c.engine is not None else None, description=c.describe(),
                                          config=c.config.model_dump(mode="json") if c.config is not None else None,
                                          request=c.request.echo() if c.request is not None else None)
                              for c in configs],

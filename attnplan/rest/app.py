@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from attnplan.policy import NodeCache, NodeFacts, ProbeIO, RulePackError, RuleSet, default_ruleset, load_rules
-from attnplan.policy import ARTIFACTORY_TTL_S, DEFAULT_TIMEOUT_S
+from attnplan.policy.probe import ARTIFACTORY_TTL_S, DEFAULT_TIMEOUT_S
 
 from .metrics import Metrics, MetricsMiddleware
 from .presets import default_examples_dir, load_presets

@@ -37,7 +37,7 @@ class CompareRequest(BaseModel):
     @model_validator(mode="after")
     def _one_model(self) -> "CompareRequest":
         if (self.model is None) == (self.config_json is None):
-            raise ValueError("give exactly one of model (a preset name) and config_json")
+            raise InvalidInputError("model", "give exactly one of model (a preset name) and config_json")
         return self
 
 

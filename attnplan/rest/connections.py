@@ -39,6 +39,8 @@ from typing import Any, Optional
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from attnplan.errors import InvalidInputError
+
 log = logging.getLogger("attnplan.api")
 
 HEADER_TIMEOUT_S = 5.0
@@ -54,7 +56,7 @@ class Guard:
     def __init__(self, max_connections: int, header_timeout: float, body_timeout: float = BODY_TIMEOUT_S,
                  request_timeout: float = REQUEST_TIMEOUT_S):
         if max_connections < 1:
-            raise ValueError("max_connections must be at least 1")
+            raise InvalidInputError("max_connections", f"{max_connections} accepts no connection: give 1 or more")
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout

@@ -16,7 +16,7 @@ from collections import OrderedDict
 from typing import Any, Optional
 
 import anyio
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
@@ -47,9 +47,7 @@ def _field_error(exc: InvalidInputError, prefix: tuple[str, ...] = ("body",)) ->
     return _invalid((*prefix, *field.split(".")), str(exc))
 
 
-def _not_ready(exc: NotReady) -> Exception:
-    from fastapi import HTTPException
-
+def _not_ready(exc: NotReady) -> HTTPException:
     return HTTPException(503, detail=f"node facts not ready: {exc.reason}", headers={"Retry-After": "1"})
 
 

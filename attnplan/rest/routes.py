@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from attnplan.render import rules_json
 from attnplan.policy import InvalidInputError
 from attnplan.policy import capability_matrix, matrix_markdown
-from attnplan.policy import DEFAULT_TIMEOUT_S
+from attnplan.policy.probe import DEFAULT_TIMEOUT_S
 
 from .metrics import Metrics
 from .models import (
@@ -85,7 +85,7 @@ async def plan(body: PlanRequest, request: Request,
     except InvalidInputError as exc:  # an unknown device, a bad capability or version
         raise invalid(("body", "node", exc.field), exc) from None
     try:
-        rendered = await svc.plan_async(body.config, node, trace, body.engine)
+        rendered = await svc.plan_async(body.config, node, trace, svc.engine(body.engine))
     except InvalidInputError as exc:  # an engine (or the node's installed vllm) the rules do not cover
         raise invalid(("body", exc.field), exc) from None
     return Response(rendered.body, media_type=JSON)
@@ -138,7 +138,7 @@ async def matrix(request: Request, format: Literal["json", "markdown"] = Query("
         return Response(text, media_type="text/markdown; charset=utf-8")
     body = await anyio.to_thread.run_sync(
         svc.once, f"matrix.json:{eng}",
-        lambda: dumps({"rules_revision": rs.revision, "engine": eng or rs.default_engine,
+        lambda: dumps({"rules_revision": rs.revision, "engine": str(eng) if eng else rs.default_engine,
                        "rows": capability_matrix(rs, engine=eng)}))
     return Response(body, media_type=JSON)
 

@@ -16,6 +16,7 @@ from typing import Any, Optional
 
 import uvicorn
 
+from attnplan.errors import SetupError
 from attnplan.policy import InvalidInputError
 
 from . import logs
@@ -111,7 +112,8 @@ class BackgroundServer:
         deadline = time.monotonic() + 20
         while not self.server.started:
             if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
+                raise SetupError(f"uvicorn did not start on port {self.port} within 20 s: see its log above (a port in use, "
+                                 "a bad certificate) and start it again")
             time.sleep(0.01)
         return self
 

@@ -21,8 +21,9 @@ from typing import Any, Callable, Optional
 from fastapi import HTTPException
 
 from attnplan.policy import ANSWER_SCHEMA_VERSION
-from attnplan.policy import AttentionConfig, NodeFacts, RuleSet, catalog, plan_for, resolve_engine, simulated_node
-from attnplan.policy import node_json
+from attnplan.policy import (AttentionConfig, EngineSpec, NodeFacts, RuleSet, catalog, parse_engine, plan_for,
+                             resolve_engine, simulated_node)
+from attnplan.policy.answer import node_json
 
 from .metrics import Metrics
 from .models import NodeSpec
@@ -48,7 +49,7 @@ def dumps(data: Any) -> bytes:
 
 
 def render_answer(config: AttentionConfig, node: NodeFacts, trace: bool, ruleset: RuleSet,
-                  engine: Optional[str] = None) -> Rendered:
+                  engine: Optional[EngineSpec] = None) -> Rendered:
     # Every argument is part of the answer cache's key: the engine layer changes the answer.
     answer = plan_for(config, node, ruleset=ruleset, engine=engine)
     prefill, decode = answer.backends()
@@ -119,7 +120,7 @@ class Service:
             raise HTTPException(503, detail=f"rule packs not loaded: {self.rules_error}", headers={"Retry-After": "30"})
         return self.ruleset
 
-    def cached(self, config: AttentionConfig, node: NodeFacts, trace: bool, engine: Optional[str] = None
+    def cached(self, config: AttentionConfig, node: NodeFacts, trace: bool, engine: Optional[EngineSpec] = None
                ) -> Optional[Rendered]:
         """The rendered answer when it is cached (counted as served), else None: cheap enough
         for the event loop."""
@@ -128,7 +129,7 @@ class Service:
             self.metrics.plans.labels(rendered.status, rendered.prefill, rendered.decode).inc()
         return rendered
 
-    def plan(self, config: AttentionConfig, node: NodeFacts, trace: bool, engine: Optional[str] = None) -> Rendered:
+    def plan(self, config: AttentionConfig, node: NodeFacts, trace: bool, engine: Optional[EngineSpec] = None) -> Rendered:
         """The answer, computed when not cached (call it off the event loop: ``plan_async``).
         Raises InvalidInputError (field ``engine``) for an engine the rules do not cover."""
         rs = self.rules()
@@ -141,7 +142,7 @@ class Service:
         return rendered
 
     async def plan_async(self, config: AttentionConfig, node: NodeFacts, trace: bool,
-                         engine: Optional[str] = None) -> Rendered:
+                         engine: Optional[EngineSpec] = None) -> Rendered:
         """A cache hit on the event loop; a miss in one of ``PLAN_THREADS`` worker threads."""
         rendered = self.cached(config, node, trace, engine)
         if rendered is not None:
@@ -167,13 +168,18 @@ class Service:
         return [{"name": d.name, "capability": d.capability, "memory_gib": d.memory_gib, "aliases": list(d.aliases)}
                 for d in catalog().devices]
 
-    def matrix_engine(self, engine: Optional[str]) -> Optional[str]:
-        """``engine`` in one canonical spelling (the matrix cache's key stays bounded however a
-        caller spells it), or None for the default; InvalidInputError when the rules do not cover it."""
+    def engine(self, engine: Optional[str]) -> EngineSpec:
+        """A request's ``engine``, parsed once where it enters; InvalidInputError (field ``engine``)
+        when the rules do not model it."""
+        return parse_engine(engine, self.rules())
+
+    def matrix_engine(self, engine: Optional[str]) -> Optional[EngineSpec]:
+        """``engine`` pinned to its release (the matrix is not a node's: vllm alone is the newest
+        modelled), so that the matrix cache's key stays bounded however a caller spells it; None for
+        the default; InvalidInputError when the rules do not cover it."""
         if engine is None:
             return None
-        ref = resolve_engine(engine, simulated_node("H100"), self.rules())
-        return ref.name if ref.name == "flashinfer" else f"{ref.name}=={ref.version}"
+        return EngineSpec.of(resolve_engine(self.engine(engine), None, self.rules()))
 
     def rules_revision(self) -> str:
         return self.rules().revision

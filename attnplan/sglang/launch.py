@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 from attnplan.policy import InvalidInputError, ModelPlanAnswer, NodeFacts, PlanAnswer, RuleSet
-from attnplan.policy import make_config, plan_for, plan_model, read_layers, read_model
-from attnplan.policy import per_rank_fields, startup_errors
+from attnplan.policy import make_config, plan_for, plan_model, read_layers
+from attnplan.policy.hfconfig import read_model
+from attnplan.policy.parallel import per_rank_fields, startup_errors
 
 from .flags import SglangEngine, SglangFlags, kv_dtype
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from attnplan.errors import SourceNotFoundError
+
 SRC = Path("/work/src/sglang/sglang/srt")
 FIELDS = ("prefill", "decode", "page_size", "refused")
 # attnplan refusals by a rule whose SGLang code the oracle does not run: such cases are counted, not compared
@@ -77,7 +79,7 @@ def _defs(path: Path, names: set[str]) -> list[ast.stmt]:
     missing = names - {getattr(n, "name", None) for n in out} - {t.id for n in out if isinstance(n, ast.Assign)
                                                                    for t in n.targets if isinstance(t, ast.Name)}
     if missing:
-        raise LookupError(f"{path}: not found: {sorted(missing)}")
+        raise SourceNotFoundError(f"{path}: not found: {sorted(missing)}")
     return out
 
 
@@ -90,7 +92,7 @@ def _platform_names(src: Path) -> dict[str, str]:
             if "is_hopper_with_cuda_12_3" in keys:
                 return {k.value: v.value for k, v in zip(node.keys, node.values)  # type: ignore[union-attr]
                         if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
-    raise LookupError("runtime_context.py: the platform name map")
+    raise SourceNotFoundError("runtime_context.py: the platform name map")
 
 
 class _Envs:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Iterable, Iterator
 
-from attnplan.policy import FactRef, Leaf, Pred
+from attnplan.policy.conditions import FactRef, Leaf, Pred
 from attnplan.policy import QUERY_DTYPES
 from attnplan.policy.dtypes import KV_CACHE_DTYPES, KV_DTYPES
 

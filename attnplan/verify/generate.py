@@ -23,8 +23,8 @@ from typing import Any, Optional
 
 from attnplan.policy import AttentionConfig
 from attnplan.policy import NodeFacts
-from attnplan.policy import base_context
-from attnplan.policy import attention_plan, phase_plan  # the plan's own derivation of the call
+from attnplan.policy.facts_catalog import base_context
+from attnplan.policy.plan import attention_plan, phase_plan  # the plan's own derivation of the call
 from attnplan.policy import Check, Rule, RuleSet
 
 from .domains import (CONFIG_FIELD, FIXED_BY_PROBE, dynamic_values, leaves, named_values, static_domains,

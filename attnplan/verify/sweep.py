@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from attnplan.policy import AttentionConfig, NodeFacts, RuleSet
-from attnplan.policy import phase_plan
+from attnplan.policy.plan import phase_plan
 
 from .generate import Boundary, Probe, Target, jit_identity, make_spec, refusals, targets
 from .select import is_kernel_rule, unrunnable_reason

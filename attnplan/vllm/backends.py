@@ -2,6 +2,6 @@
 (``attnplan/policy/backend_names.py``) so that every input path (CLI, REST, preflight configs,
 the plugin) reads a backend name the same way."""
 
-from attnplan.policy import VLLM_OTHER_BACKENDS, VLLM_TO_ATTNPLAN, backend_choice
+from attnplan.policy.backend_names import VLLM_OTHER_BACKENDS, VLLM_TO_ATTNPLAN, backend_choice
 
 __all__ = ["VLLM_OTHER_BACKENDS", "VLLM_TO_ATTNPLAN", "backend_choice"]

@@ -20,7 +20,7 @@ from typing import Any, Mapping, Optional
 from attnplan.policy import AttentionConfig
 from attnplan.policy import make_config
 
-from attnplan.policy import per_rank_fields, per_rank_heads, startup_errors  # noqa: F401 (re-exported)
+from attnplan.policy.parallel import per_rank_fields, per_rank_heads, startup_errors
 
 from .backends import backend_choice
 

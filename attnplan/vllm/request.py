@@ -30,8 +30,9 @@ from typing import Any, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
-from attnplan.policy import (InvalidInputError, ModelConfigError, NodeFacts, RuleSet, node_json,
-                             plan_model, startup_errors)
+from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet, plan_model
+from attnplan.policy.answer import node_json
+from attnplan.policy.parallel import startup_errors
 
 from .args import ServeLine, parse_serve_line, speculative_tokens
 from .serve import ServeAnswer, flag_fields, serve_json
@@ -278,9 +279,9 @@ def check_request(req: ModelRequest, *, allow_paths: bool = True) -> None:
     from attnplan.policy.layers import text_config
 
     if req.engine is not None:
-        from attnplan.policy import default_ruleset, resolve_engine
+        from attnplan.policy import default_ruleset, parse_engine
 
-        resolve_engine(req.engine, NodeFacts(), default_ruleset())
+        parse_engine(req.engine, default_ruleset())  # an engine the rules do not model: bad input
     from attnplan.policy.model_plan import PER_GROUP_FIELDS
 
     try:

@@ -10,7 +10,8 @@ from attnplan.policy import PlanAnswer
 from attnplan.policy import AttentionConfig
 from attnplan.policy import InvalidInputError
 from attnplan.policy import NodeFacts
-from attnplan.policy import make_config, read_model
+from attnplan.policy import make_config
+from attnplan.policy.hfconfig import read_model
 from attnplan.policy import RuleSet
 
 from .args import ServeLine, speculative_tokens
