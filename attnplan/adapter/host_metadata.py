@@ -20,6 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .step import PhaseBatch, StepMetadata
+
 # Up to this many KV pages in a step, the host also works out which block-table entry each page
 # index comes from (numpy: ~10 us for 4k on the H100's host) and sends it with the rest, so the
 # device does one gather; beyond it (256 requests x 32k tokens is 524k pages) the device expands.
@@ -75,8 +77,6 @@ class HostStaging:
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None) -> Any:
     """``StepMetadata`` for a batch whose KV lengths the host knows (``inp.seq_lens_cpu``)."""
     import torch
-
-    from .metadata import PhaseBatch, StepMetadata
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
     device = inp.seq_lens.device
