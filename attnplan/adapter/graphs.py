@@ -103,8 +103,9 @@ class DecodeGraph:
             raise ValueError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
         host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
         # The graph writes the page indices; the wrapper's plan copies none of them in - except
-        # MLA's, which checks their count, so it gets the graph's own buffer (a copy onto itself).
-        indices = lay.kv_indices[: host.num_pages] if self.mla else self._no_indices
+        # where it checks their count (``KernelCall.graph_plan_counts_indices``): that one gets the
+        # graph's own buffer (a copy onto itself).
+        indices = lay.kv_indices[: host.num_pages] if self.call.graph_plan_counts_indices else self._no_indices
         batch = lay.phase_batch(lay.seq_lens, lay.table, host.max_kv_len, indices, host)
         self.ex.backend.plan_wrapper(self.wrapper, batch, "decode")
 

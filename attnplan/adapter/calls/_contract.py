@@ -77,6 +77,9 @@ class KernelCall:
     # The kernel reads every slot of a request's last page and weights the unused ones by zero,
     # so those slots must hold finite values (0 x NaN = NaN): the cache is allocated zeroed.
     finite_page_tail: ClassVar[bool] = False
+    # In CUDA-graph mode the graph writes the page indices and the wrapper's plan is handed none,
+    # unless its plan checks their count against the lengths: then it gets the graph's own buffer.
+    graph_plan_counts_indices: ClassVar[bool] = False
 
     _resolved: Any = None
 

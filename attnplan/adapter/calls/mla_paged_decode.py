@@ -16,6 +16,8 @@ class MlaPagedDecode(KernelCall):
     returns_lse = True
     host_planned = True
     runs = "latent"
+    # Its plan checks the page indices' count (mla/_batch_mla/_wrapper.py plan).
+    graph_plan_counts_indices = True
 
     def construct(self, b: CallContext, pp: Any, **graph_buffers: Any) -> Any:
         return self.entry()(b.workspace, backend=pp.flashinfer_backend, **graph_buffers)
