@@ -28,8 +28,10 @@ from .host_metadata import HostStaging
 from .metadata import build_step, pinned_int32
 from .params import AttentionParams
 from .query_quant import quantize_query
+from .reference import ReferenceBackend
 from .startup import check_plan
 from .step import StepInput, StepMetadata
+from .warmup import WarmupReport, warmup
 
 
 class AttentionExecutor:
@@ -58,18 +60,14 @@ class AttentionExecutor:
 
             self.backend: AttentionBackend = FlashInferBackend(self.plan, self.params, self.device)
         elif backend == "reference":
-            from .reference import ReferenceBackend
-
             self.backend = ReferenceBackend(self.plan, self.params, self.device)
         else:
             raise ValueError(f"backend must be 'flashinfer' or 'reference', got {backend!r}")
 
     # -- startup -------------------------------------------------------------------------------
-    def warmup(self, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> Any:
+    def warmup(self, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> WarmupReport:
         """Compile/load every kernel the plan lists, then run one tiny step of each batch kind
         (prefill-only, decode-only, mixed) so that the first request compiles nothing."""
-        from .warmup import warmup
-
         return warmup(self, progress, parallel=parallel)
 
     def allocate_kv_cache(self, num_pages: int) -> kvc.PagedKVCache:

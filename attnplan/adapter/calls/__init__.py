@@ -18,8 +18,8 @@ from typing import Any
 
 from attnplan.policy import default_ruleset
 
-from . import _jit
 from ._contract import CallContext, JitBuild, JitGetter, KernelCall
+from ._jit import MERGE
 from ._registry import STRATEGIES, build_registry
 
 __all__ = ["CallContext", "JitBuild", "JitGetter", "KernelCall", "MERGE_JIT", "STRATEGIES", "build_registry",
@@ -27,7 +27,7 @@ __all__ = ["CallContext", "JitBuild", "JitGetter", "KernelCall", "MERGE_JIT", "S
 
 # FlashInfer's merge of partial states by LSE (flashinfer/cascade.py merge_state_in_place): the
 # one JIT module no call builds, loaded where a phase merges (warm-up's ``MERGE``).
-MERGE_JIT = JitBuild(_jit.MERGE, "", ())
+MERGE_JIT = JitBuild(MERGE, "", ())
 
 
 @functools.cache

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _jit
 from ._contract import CallContext, JitBuild, KernelCall
+from ._jit import MLA, module_dtypes
 
 
 class MlaPagedDecode(KernelCall):
@@ -42,8 +42,8 @@ class MlaPagedDecode(KernelCall):
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         import torch
 
-        q, kv, o, _, _ = _jit.module_dtypes(params)
-        return JitBuild(_jit.MLA, params["flashinfer_backend"],
+        q, kv, o, _, _ = module_dtypes(params)
+        return JitBuild(MLA, params["flashinfer_backend"],
                         (q, kv, o, torch.int32, params["kv_lora_rank"], params["qk_rope_head_dim"], False))
 
     def run_latent(self, b: CallContext, wrapper: Any, step: Any, q_nope: Any, q_pe: Any, cache: Any,

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _jit
 from ._contract import CallContext, JitBuild, KernelCall
+from ._jit import DECODE, PREFILL, module_dtypes, prefill_args
 from ._paged_wrappers import run_paged
 
 
@@ -36,11 +36,11 @@ class PagedDecode(KernelCall):
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         if params["use_tensor_cores"]:
-            return JitBuild(_jit.PREFILL, params["flashinfer_backend"], _jit.prefill_args(params))
-        q, kv, o, sw, cap = _jit.module_dtypes(params)
+            return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))
+        q, kv, o, sw, cap = module_dtypes(params)
         import torch
 
-        return JitBuild(_jit.DECODE, params["flashinfer_backend"],
+        return JitBuild(DECODE, params["flashinfer_backend"],
                         (q, kv, o, torch.int32, params["head_dim_qk"], params["head_dim_vo"], 0, sw, cap))
 
     def run(self, b: CallContext, wrapper: Any, step: Any, phase: str, q: Any, cache: Any, out: Any, *,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _jit
 from ._contract import CallContext, JitBuild, KernelCall
+from ._jit import PREFILL, prefill_args
 from ._paged_wrappers import plan_prefill, prefill_graph_buffers, run_paged
 
 
@@ -28,7 +28,7 @@ class PagedPrefill(KernelCall):
         plan_prefill(b, wrapper, batch, phase)
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
-        return JitBuild(_jit.PREFILL, params["flashinfer_backend"], _jit.prefill_args(params))
+        return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))
 
     def run(self, b: CallContext, wrapper: Any, step: Any, phase: str, q: Any, cache: Any, out: Any, *,
             k_scale: float, v_scale: float, sinks: Optional[Any]) -> None:

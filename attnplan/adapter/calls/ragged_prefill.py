@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _jit
 from ._contract import CallContext, JitBuild, KernelCall
+from ._jit import PREFILL, prefill_args
 
 
 class RaggedPrefill(KernelCall):
@@ -19,7 +19,7 @@ class RaggedPrefill(KernelCall):
     runs = "ragged"
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
-        return JitBuild(_jit.PREFILL, params["flashinfer_backend"], _jit.prefill_args(params))
+        return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))
 
     def plan_part(self, b: CallContext, step: Any, key: str, qo_indptr_cpu: Any, kv_indptr_cpu: Any,
                   causal: bool) -> None:

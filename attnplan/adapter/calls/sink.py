@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..dtypes import torch_dtype
-from . import _jit
 from ._contract import CallContext, JitBuild, KernelCall
+from ._jit import SINK, module_dtypes
 from ._paged_wrappers import plan_prefill, prefill_graph_buffers
 
 
@@ -49,9 +49,9 @@ class Sink(KernelCall):
         plan_prefill(b, wrapper, batch, phase)
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
-        q, kv, _, sw, _ = _jit.module_dtypes(params)
+        q, kv, _, sw, _ = module_dtypes(params)
         fb = params["flashinfer_backend"]
-        return JitBuild(_jit.SINK, fb, sink_jit_args(fb, q, kv, params["head_dim_qk"], params["head_dim_vo"], sw))
+        return JitBuild(SINK, fb, sink_jit_args(fb, q, kv, params["head_dim_qk"], params["head_dim_vo"], sw))
 
     def run(self, b: CallContext, wrapper: Any, step: Any, phase: str, q: Any, cache: Any, out: Any, *,
             k_scale: float, v_scale: float, sinks: Optional[Any]) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from . import _jit
 from ._contract import CallContext, JitBuild
+from ._jit import XQA, module_dtypes
 from .trtllm_decode import TrtllmDecode
 
 
@@ -41,8 +41,8 @@ class XqaDecode(TrtllmDecode):
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         # flashinfer/xqa.py get_xqa_module(input, kv, page, head_dim, group, sliding window, output, q_seq_len)
-        q, kv, o, sw, _ = _jit.module_dtypes(params)
+        q, kv, o, sw, _ = module_dtypes(params)
         p = params
-        return JitBuild(_jit.XQA, p["flashinfer_backend"],
+        return JitBuild(XQA, p["flashinfer_backend"],
                         (q, kv, p["page_size"], p["head_dim_qk"], p["num_qo_heads"] // p["num_kv_heads"], sw, o,
                          int(p.get("q_len_per_req", 1))))
