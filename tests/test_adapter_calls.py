@@ -81,7 +81,7 @@ def _with_call(table: str, phase: str, **call):
 
 @pytest.mark.parametrize("table, phase", [("calls", "decode"), ("sink_calls", "prefill"), ("mla_calls", "prefill")])
 def test_a_call_the_data_names_without_a_strategy_fails_the_registry_build(table, phase):
-    from attnplan.policy.errors import RulePackError
+    from attnplan.policy import RulePackError
 
     with pytest.raises(RulePackError, match=rf"backends\.fa2\.{table}\.{phase} names the kernel call "
                                             r"'cudnn_attention', which the adapter has no strategy for"):
@@ -89,7 +89,7 @@ def test_a_call_the_data_names_without_a_strategy_fails_the_registry_build(table
 
 
 def test_data_that_disagrees_with_its_strategy_fails_the_registry_build():
-    from attnplan.policy.errors import RulePackError
+    from attnplan.policy import RulePackError
 
     with pytest.raises(RulePackError, match="entry_point 'flashinfer.Elsewhere'.*paged_decode.py"):
         calls.build_registry(_with_call("calls", "decode", entry_point="flashinfer.Elsewhere"))

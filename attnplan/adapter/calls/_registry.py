@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from attnplan.policy.errors import RulePackError
+from attnplan.policy import RulePackError
 
 from ._contract import KernelCall
 from .mla_paged_decode import MlaPagedDecode
