@@ -104,14 +104,14 @@ def fi_graph(ex, cache, step, q, mla_q=None):
     import flashinfer
     import torch
 
-    from attnplan.adapter.graphs import _graph_buffers
     from attnplan.adapter.decode_layout import DecodeLayout
 
     backend, d, b = ex.backend, ex.plan.decode, step.decode
+    call = backend.calls["decode"]
     out = torch.empty(b.num_tokens, ex.params.num_qo_heads,
                       ex.params.kv_lora_rank if mla_q else ex.params.head_dim_vo, dtype=torch.bfloat16, device="cuda")
-    if d.call == "xqa_decode":
-        kw = backend.device_decode_kwargs(step, q, cache, out)
+    if not call.host_planned:            # XQA: device tensors only
+        kw = call.kwargs(backend, step, q, cache, out)
         kw = {k: (v.clone() if isinstance(v, torch.Tensor) and k in ("block_tables", "seq_lens") else v)
               for k, v in kw.items()}
 
@@ -123,9 +123,9 @@ def fi_graph(ex, cache, step, q, mla_q=None):
         # (a layout here only allocates buffers of the right sizes; nothing computes into them).
         buf = DecodeLayout(b.num_reqs, d.q_len_per_req, ex.plan.kv_cache.page_size,
                            int(b.block_table.shape[1]), ex.device)
-        w = backend.make_wrapper("decode", **_graph_buffers(d.call, buf))
+        w = backend.make_wrapper("decode", **call.graph_buffers(buf))
         prepared = b.kv_indices.clone()
-        if d.call == "mla_paged_decode":
+        if call.runs == "latent":
             from flashinfer.mla import MLAPlanMetadata
 
             p = ex.params
@@ -141,7 +141,7 @@ def fi_graph(ex, cache, step, q, mla_q=None):
             def run():
                 w.run(query=mla_q, kv_cache=cache.kernel_view(), out=out)
         else:
-            from attnplan.adapter.metadata import PhaseBatch
+            from attnplan.adapter.step import PhaseBatch
 
             pb = PhaseBatch(**{**b.__dict__, "kv_indices": prepared,
                                **{k: getattr(b, k).clone() for k in ("qo_indptr_cpu", "kv_page_indptr_cpu",
@@ -152,7 +152,7 @@ def fi_graph(ex, cache, step, q, mla_q=None):
                 w.plan(*a, **k)
 
             def run():
-                backend.run_wrapper(w, d.call, q, cache, out, k_scale=1.0, v_scale=1.0, sinks=None)
+                call.run(backend, w, step, "decode", q, cache, out, k_scale=1.0, v_scale=1.0, sinks=None)
         host()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

@@ -24,7 +24,9 @@ from attnplan.policy.answer import Call
 torch = pytest.importorskip("torch")
 
 from attnplan.adapter import AttentionExecutor, AttentionParams, StepInput, build_step  # noqa: E402
-from attnplan.adapter import calls, trtllm  # noqa: E402
+from attnplan.adapter import calls  # noqa: E402
+from attnplan.adapter.calls.trtllm_decode import decode_kwargs  # noqa: E402
+from attnplan.adapter.calls.xqa_decode import xqa_draft_mask  # noqa: E402
 from attnplan.adapter.signatures import flashinfer_root, real_signature  # noqa: E402
 
 ADAPTER = Path(__file__).resolve().parents[1] / "attnplan" / "adapter"
@@ -57,53 +59,143 @@ def xqa_answer(sinks: bool = False, **cfg):
     return a.model_copy(update={"plan": a.plan.model_copy(update={"decode": dec})})
 
 
-def test_every_call_has_an_adapter_mapping():
+def test_every_call_has_a_strategy_and_every_strategy_a_call():
+    """The plan's Call vocabulary, the strategies and the calls rules/backends.yaml declares are one set."""
     literal = set(typing.get_args(Call))
-    assert literal == set(calls.CALLS), f"unmapped: {literal - set(calls.CALLS)}, stale: {set(calls.CALLS) - literal}"
-    for name, cs in calls.CALLS.items():
-        assert cs.phases and set(cs.phases) <= {"prefill", "decode"}, name
-    with pytest.raises(ValueError, match="no calling convention"):
-        calls.spec("cudnn_prefill")
+    assert literal == set(calls.STRATEGIES), f"unserved: {literal - set(calls.STRATEGIES)}, stale: {set(calls.STRATEGIES) - literal}"
+    assert set(calls.registry()) == set(calls.STRATEGIES)
+    for name, st in calls.STRATEGIES.items():
+        assert st.name == name and st.phases and set(st.phases) <= {"prefill", "decode"}, name
+        assert st.runs in ("paged", "latent", "ragged"), name
+    with pytest.raises(ValueError, match="no kernel call 'cudnn_prefill'"):
+        calls.strategy("cudnn_prefill")
 
 
-@pytest.mark.skipif(not _flashinfer_importable(), reason="flashinfer does not import here")
-def test_every_call_is_run_by_the_flashinfer_backend():
-    """Each call is either built as a wrapper or run as a device-tensor function, never both,
-    and a wrapper call is one that calls.py says is planned on the host."""
-    from attnplan.adapter.flashinfer_backend import _WRAPPERS, UNWRAPPED
+def _with_call(table: str, phase: str, **call):
+    rs = default_ruleset()
+    fa2 = rs.backends["fa2"]
+    calls_ = dict(getattr(fa2, table))
+    calls_[phase] = calls_[phase].model_copy(update=call)
+    return {**rs.backends, "fa2": fa2.model_copy(update={table: calls_})}
 
-    assert set(_WRAPPERS) | UNWRAPPED == set(calls.CALLS) and not set(_WRAPPERS) & UNWRAPPED
-    assert all(calls.CALLS[c].wrapper for c in _WRAPPERS)
-    assert {c for c in UNWRAPPED if calls.CALLS[c].wrapper} == {"ragged_prefill"}    # one wrapper per part
+
+@pytest.mark.parametrize("table, phase", [("calls", "decode"), ("sink_calls", "prefill"), ("mla_calls", "prefill")])
+def test_a_call_the_data_names_without_a_strategy_fails_the_registry_build(table, phase):
+    from attnplan.policy import RulePackError
+
+    with pytest.raises(RulePackError, match=rf"backends\.fa2\.{table}\.{phase} names the kernel call "
+                                            r"'cudnn_attention', which the adapter has no strategy for"):
+        calls.build_registry(_with_call(table, phase, call="cudnn_attention"))
+
+
+def test_data_that_disagrees_with_its_strategy_fails_the_registry_build():
+    from attnplan.policy import RulePackError
+
+    with pytest.raises(RulePackError, match="entry_point 'flashinfer.Elsewhere'.*paged_decode.py"):
+        calls.build_registry(_with_call("calls", "decode", entry_point="flashinfer.Elsewhere"))
+    with pytest.raises(RulePackError, match="returns_lse False"):
+        calls.build_registry(_with_call("calls", "decode", returns_lse=False))
+    with pytest.raises(RulePackError, match="phase 'prefill'"):
+        calls.build_registry(_with_call("calls", "prefill", call="paged_decode",
+                                        entry_point="flashinfer.BatchDecodeWithPagedKVCacheWrapper"))
+
+
+def _overrides(st, method: str) -> bool:
+    return getattr(type(st), method) is not getattr(calls.KernelCall, method)
+
+
+def test_each_strategy_implements_what_its_kind_of_call_does():
+    """A host-planned call with a wrapper per phase constructs, plans and captures one; a
+    device-tensor call does none of that; MLA's ragged prefill makes its wrappers per part. Each
+    call runs through exactly the entry of its kind (paged, latent, ragged)."""
+    runs = {"paged": ("run",), "latent": ("run_latent",), "ragged": ("plan_part", "run_part")}
+    for name, st in calls.STRATEGIES.items():
+        per_phase = st.host_planned and st.runs != "ragged"
+        for method in ("construct", "plan", "graph_buffers"):
+            assert _overrides(st, method) == per_phase, (name, method)
+        for kind, methods in runs.items():
+            assert all(_overrides(st, m) == (kind == st.runs) for m in methods), (name, kind)
+        if not per_phase:
+            assert st.construct(None, None) is None, name
+    assert {n for n, st in calls.STRATEGIES.items() if st.host_planned and st.runs == "ragged"} == {"ragged_prefill"}
+
+
+def test_a_strategy_refuses_what_its_call_does_not_do():
+    with pytest.raises(ValueError, match="'xqa_decode' .* has no wrapper to capture"):
+        calls.strategy("xqa_decode").graph_buffers(None)
+    with pytest.raises(ValueError, match="'paged_decode' .* has no latent"):
+        calls.strategy("paged_decode").run_latent(None, None, None, None, None, None, None)
 
 
 @pytest.mark.skipif(not _flashinfer_importable(), reason="flashinfer does not import here")
 def test_entry_points_exist_in_the_installed_flashinfer():
-    for name, cs in calls.CALLS.items():
-        module, attr = cs.entry_point.rsplit(".", 1)
-        assert callable(getattr(importlib.import_module(module), attr)), f"{name}: {cs.entry_point}"
+    for name, st in calls.STRATEGIES.items():
+        assert callable(st.entry()), f"{name}: {st.entry_point}"
 
 
 def test_rule_data_agrees_with_the_adapter():
-    """rules/backends.yaml's calls: every entry point and LSE flag is the adapter's for that call."""
+    """rules/backends.yaml's calls: every entry point and LSE flag is the strategy's for that call."""
     rs = default_ruleset()
     seen = set()
     for name, b in rs.backends.items():
-        for phase, c in [*b.calls.items(), *b.mla_calls.items()]:
-            cs = calls.spec(c.call)
+        for phase, c in [*b.calls.items(), *b.mla_calls.items(), *b.sink_calls.items()]:
+            st = calls.strategy(c.call)
             seen.add(c.call)
-            assert phase in cs.phases, (name, phase, c.call)
-            assert c.entry_point == cs.entry_point, (name, phase, c.entry_point, cs.entry_point)
-            assert c.returns_lse == cs.returns_lse, (name, phase)
-    assert seen, "the catalog names no call"
+            assert phase in st.phases, (name, phase, c.call)
+            assert c.entry_point == st.entry_point, (name, phase, c.entry_point, st.entry_point)
+            assert c.returns_lse == st.returns_lse, (name, phase)
+    assert seen == set(calls.STRATEGIES)
+
+
+def test_xqa_draft_mask_is_the_strategys_not_the_graphs():
+    """XQA's speculative decode carries a causal draft mask (q_len > 1 only), built once per batch
+    size; TRTLLM-gen's decode carries none, whatever its q_len."""
+
+    class Ctx:
+        device = "cpu"
+
+        def __init__(self):
+            self.built = {}
+
+        def memo(self, key, make):
+            if key not in self.built:
+                self.built[key] = make()
+            return self.built[key]
+
+    pp = xqa_answer(num_speculative_tokens=2).plan.decode
+    ctx = Ctx()
+    extras = calls.strategy("xqa_decode").device_extras(ctx, pp, 3)
+    assert set(extras) == {"xqa_mask"} and extras["xqa_mask"].shape == (3, 3, 2)
+    assert calls.strategy("xqa_decode").device_extras(ctx, pp, 3)["xqa_mask"] is extras["xqa_mask"]
+    one = pp.model_copy(update={"q_len_per_req": 1})
+    assert calls.strategy("xqa_decode").device_extras(ctx, one, 3) == {}
+    assert calls.strategy("trtllm_decode").device_extras(ctx, pp, 3) == {}
+
+
+def test_both_backends_are_attention_backends():
+    """The executor's backend is typed by a Protocol (adapter/backend.py) that both backends meet."""
+    from attnplan.adapter.backend import AttentionBackend
+    from attnplan.adapter.reference import ReferenceBackend
+
+    a = plan_for(AttentionConfig(**LLAMA), H100)
+    ex = AttentionExecutor(a, device="cpu", backend="reference")
+    assert isinstance(ex.backend, ReferenceBackend) and isinstance(ex.backend, AttentionBackend)
+    members = [m for m in dir(AttentionBackend) if not m.startswith("_")]
+    if _flashinfer_importable():
+        from attnplan.adapter.flashinfer_backend import FlashInferBackend
+
+        assert all(hasattr(FlashInferBackend, m) for m in members if m != "name")
+        assert FlashInferBackend.name == "flashinfer"
 
 
 def _backend_names() -> set[str]:
     return set(default_ruleset().backends)
 
 
-@pytest.mark.parametrize("module", ["flashinfer_backend.py", "graphs.py", "warmup.py", "trtllm.py", "executor.py",
-                                    "metadata.py", "kv_cache.py", "params.py", "calls.py"])
+ADAPTER_MODULES = sorted(str(p.relative_to(ADAPTER)) for p in ADAPTER.rglob("*.py"))
+
+
+@pytest.mark.parametrize("module", ADAPTER_MODULES)
 def test_no_string_test_on_backend_names(module):
     """No ``startswith``/``removesuffix``/``in``/``==`` on a catalog backend name: the adapter reads
     ``call``, ``flashinfer_backend`` and ``family``. (FlashInfer's own backend arguments, e.g.
@@ -121,6 +213,24 @@ def test_no_string_test_on_backend_names(module):
             assert node.value not in plan_only, f"{module}:{node.lineno}: backend name {node.value!r}"
         if isinstance(node, ast.Attribute) and node.attr == "backend" and isinstance(node.value, ast.Attribute):
             assert node.value.attr not in ("decode", "prefill"), f"{module}:{node.lineno}: reads plan.<phase>.backend"
+
+
+CALL_NAMES = set(typing.get_args(Call)) | {"xqa", "attention_sink"}      # and the old alias spellings
+VERIFY = ADAPTER.parent / "verify"
+
+
+@pytest.mark.parametrize("path", [*(ADAPTER / m for m in ADAPTER_MODULES),
+                                  *(VERIFY / m for m in ("generate.py", "tolerance.py", "calls.py"))],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_comparison_with_a_call_name(path):
+    """Issue 25.4: behaviour per call lives in its strategy (adapter/calls/) or, in verify, in the
+    per-call table (verify/call_facts.py): no ``== "xqa_decode"`` or ``in ("sink", ...)`` chains."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            consts = [n.value for side in (node.left, *node.comparators) for n in ast.walk(side)
+                      if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+            assert not set(consts) & CALL_NAMES, f"{path.name}:{node.lineno}: compares with a call name {consts}"
 
 
 def test_attention_scalars_come_from_the_plan():
@@ -190,8 +300,8 @@ def test_xqa_decode_call_binds_and_names_xqa(spec_tokens):
     cache = allocate(plan.kv_cache, 6, "cpu")
     q = torch.zeros(2 * qd, 32, 128, dtype=torch.bfloat16)
     sinks = torch.zeros(32)
-    mask = trtllm.xqa_draft_mask(qd, 2, "cpu") if qd > 1 else None
-    kw = trtllm.decode_kwargs(plan, params, step.decode, q, cache, torch.zeros(16, dtype=torch.uint8),
+    mask = xqa_draft_mask(qd, 2, "cpu") if qd > 1 else None
+    kw = decode_kwargs(plan, params, step.decode, q, cache, torch.zeros(16, dtype=torch.uint8),
                               torch.empty_like(q), sinks=sinks, mask=mask)
     sig, _ = real_signature("flashinfer.decode", "trtllm_batch_decode_with_kv_cache")
     sig.bind(**kw)

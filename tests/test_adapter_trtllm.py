@@ -15,7 +15,11 @@ from attnplan.policy import AttentionConfig, plan_for, simulated_node
 torch = pytest.importorskip("torch")
 
 from attnplan.adapter import AttentionParams, StepInput, allocate, build_step  # noqa: E402
-from attnplan.adapter import trtllm  # noqa: E402
+from attnplan.adapter.calls import strategy  # noqa: E402
+from attnplan.adapter.calls.trtllm_context import context_kwargs  # noqa: E402
+from attnplan.adapter.calls.trtllm_decode import decode_kwargs  # noqa: E402
+from attnplan.adapter.calls.trtllm_mla_decode import mla_decode_kwargs  # noqa: E402
+from attnplan.adapter.calls.trtllm_ragged import ragged_kwargs  # noqa: E402
 from attnplan.adapter.signatures import flashinfer_root, flashinfer_version, real_signature  # noqa: E402
 from attnplan.errors import SourceNotFoundError  # noqa: E402
 
@@ -36,7 +40,7 @@ def test_installed_flashinfer_is_the_supported_one():
 
 
 def bind(entry: str, kwargs: dict):
-    module, name = trtllm.ENTRY_POINTS[entry]
+    module, name = strategy(entry).entry_point.rsplit(".", 1)   # the call's strategy names its entry point
     sig, how = real_signature(module, name)
     bound = sig.bind(**kwargs)          # TypeError on a missing required or an unknown argument
     return bound, sig, how
@@ -70,7 +74,7 @@ def test_decode_and_context_calls_bind(cfg, kv_dtype):
     assert answer.backends() == ("trtllm-gen", "trtllm-gen") and plan.kv_cache.layout == "HND"
     hd, qd = cfg["head_dim"], plan.decode.q_len_per_req
     q_dtype = getattr(torch, plan.decode.query_dtype)
-    dec = trtllm.decode_kwargs(plan, params, step.decode, torch.zeros(2 * qd, 32, hd, dtype=q_dtype), cache, ws,
+    dec = decode_kwargs(plan, params, step.decode, torch.zeros(2 * qd, 32, hd, dtype=q_dtype), cache, ws,
                                torch.empty(2 * qd, 32, hd, dtype=torch.bfloat16), k_scale=0.5, v_scale=2.0)
     bound, sig, how = bind("trtllm_decode", dec)
     assert set(dec) <= set(sig.parameters)
@@ -86,7 +90,7 @@ def test_decode_and_context_calls_bind(cfg, kv_dtype):
     else:
         assert dec["kv_cache_sf"] is None
 
-    ctx = trtllm.context_kwargs(plan, params, step.prefill, torch.zeros(7, 32, hd, dtype=q_dtype), cache, ws,
+    ctx = context_kwargs(plan, params, step.prefill, torch.zeros(7, 32, hd, dtype=q_dtype), cache, ws,
                                 torch.empty(7, 32, hd, dtype=torch.bfloat16))
     bind("trtllm_context", ctx)
     assert ctx["causal"] is True and ctx["batch_size"] == 1 and ctx["max_q_len"] == 7
@@ -99,7 +103,7 @@ def test_decode_and_context_calls_bind(cfg, kv_dtype):
 def test_binding_is_real():
     """The same check refuses a call FlashInfer would refuse."""
     _, plan, params, step, cache, ws = setup(dict(LLAMA), [1], [9], 1)
-    kw = trtllm.decode_kwargs(plan, params, step.decode, torch.zeros(1, 32, 128), cache, ws, None)
+    kw = decode_kwargs(plan, params, step.decode, torch.zeros(1, 32, 128), cache, ws, None)
     with pytest.raises(TypeError):
         bind("trtllm_decode", {**kw, "logits_soft_cap": 30.0})     # trtllm-gen has no soft cap (rule trtllm.softcap)
     kw.pop("max_seq_len")
@@ -112,13 +116,13 @@ def test_mla_decode_and_ragged_calls_bind():
     assert answer.backends() == ("trtllm-ragged", "trtllm-gen-mla")
     assert plan.kv_cache.page_size in (32, 64)
     q = torch.zeros(2, 1, 16, 576, dtype=torch.bfloat16)
-    dec = trtllm.mla_decode_kwargs(plan, params, step.decode, q, cache, ws, torch.empty(2, 1, 16, 512, dtype=torch.bfloat16))
+    dec = mla_decode_kwargs(plan, params, step.decode, q, cache, ws, torch.empty(2, 1, 16, 512, dtype=torch.bfloat16))
     _, _, how = bind("trtllm_mla_decode", dec)
     assert (dec["kv_lora_rank"], dec["qk_rope_head_dim"], dec["qk_nope_head_dim"]) == (512, 64, 128)
     assert dec["kv_cache"].shape[1:] == (plan.kv_cache.page_size, 576) and dec["backend"] == "trtllm-gen"
     assert math.isclose(dec["bmm1_scale"], 1 / math.sqrt(192))
     qo = torch.tensor([0, 6], dtype=torch.int32)
-    rag = trtllm.ragged_kwargs(params, q=torch.zeros(6, 16, 192), k=torch.zeros(20, 16, 192), v=torch.zeros(20, 16, 128),
+    rag = ragged_kwargs(params, q=torch.zeros(6, 16, 192), k=torch.zeros(20, 16, 192), v=torch.zeros(20, 16, 128),
                                workspace=ws, seq_lens=torch.tensor([20], dtype=torch.int32), cum_seq_lens_q=qo,
                                cum_seq_lens_kv=torch.tensor([0, 20], dtype=torch.int32), max_q_len=6, max_kv_len=20,
                                batch_size=1, causal=False, out=torch.empty(6, 16, 128), lse=torch.empty(6, 16))
@@ -134,3 +138,6 @@ def test_signature_reader_agrees_with_the_source():
     sig = source_signature("flashinfer.decode", "trtllm_batch_decode_with_kv_cache")
     assert list(sig.parameters)[:6] == ["query", "kv_cache", "workspace_buffer", "block_tables", "seq_lens", "max_seq_len"]
     assert sig.parameters["kv_layout"].default is not sig.parameters["query"].default
+    # A re-export is read where it is defined: flashinfer/decode.py imports the MLA decode from .mla.
+    mla = source_signature("flashinfer.decode", "trtllm_batch_decode_with_kv_cache_mla")
+    assert list(mla.parameters)[:5] == ["query", "kv_cache", "workspace_buffer", "qk_nope_head_dim", "kv_lora_rank"]

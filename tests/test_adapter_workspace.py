@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from attnplan.adapter.calls import spec, workspace_layout
+from attnplan.adapter.calls import strategy, workspace_layout
 from attnplan.policy import AttentionConfig, default_ruleset, plan_for, simulated_node
 
 CFG = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8, dtype="bf16")
@@ -28,7 +28,7 @@ def test_each_phase_shares_or_gets_its_own_zeroed_buffer_as_its_backend_says(dev
     for ph, pp in phases.items():
         zero = bool(backends[pp.backend].zero_workspace)         # the data, not the name
         assert pp.zero_workspace == zero
-        want = "private" if zero and not spec(pp.call).wrapper else "shared"
+        want = "private" if zero and not strategy(pp.call).host_planned else "shared"
         assert layout["roles"][ph] == want, (ph, pp.backend, pp.call)
     if "private" in layout["roles"].values():
         assert layout["private"] > 0

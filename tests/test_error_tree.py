@@ -19,6 +19,7 @@ PROTOCOL = {
     "AttributeError": "a module's __getattr__ (PEP 562) misses as attribute access does",
     "KeyError": "RuleSet.rule(id) misses as a mapping lookup does",
     "NotImplementedError": "an abstract method of conditions.Pred",
+    "KeyboardInterrupt": "verify's SIGTERM handler stops a run as Ctrl-C does (cli/main.py answers it)",
     "argparse.ArgumentTypeError": "argparse's type= callables report a bad flag value so",
     "HTTPException": "FastAPI's HTTP status answers (401, 404, 503)",
     "RequestValidationError": "FastAPI's 422 answer naming the field",

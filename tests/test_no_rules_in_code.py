@@ -27,21 +27,21 @@ ROOT = Path(__file__).resolve().parent.parent / "attnplan"
 # Modules that model other programs' code (vLLM's and SGLang's own names and numbers), and the loader.
 EXCLUDED = ("oracle/", "sglang/", "policy/rulepack.py")
 
-ADAPTER = "adapter call registry: issue 25 item 4 (h25b)"
+ADAPTER = "the adapter's call registry (adapter/calls/: one KernelCall strategy per call named in backends.yaml)"
 VERIFY_CALLS = "verify's call registry: verify/calls.py CALLS is keyed by the call names backends.yaml lists (issue 25 item 4)"
 # (file relative to attnplan/, the literal as written, why)
 ALLOWED: tuple[tuple[str, str, str], ...] = (
     # The request vocabulary: the names a user may write (SPEC §1); tests/test_rulepack.py keeps them equal
     # to backends.yaml's backends and auto names.
-    ("policy/config.py", "flashinfer-mla", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "fa2", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "fa3", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "trtllm-gen", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "xqa", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "fa2-mla", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "fa3-mla", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "trtllm-gen-mla", "the request vocabulary (Backend Literal, SPEC §1)"),
-    ("policy/config.py", "trtllm-ragged", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/backend_names.py", "fa2", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/backend_names.py", "fa3", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/backend_names.py", "trtllm-gen", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/backend_names.py", "xqa", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/backend_names.py", "fa2-mla", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/backend_names.py", "fa3-mla", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/backend_names.py", "trtllm-gen-mla", "the request vocabulary (Backend Literal, SPEC §1)"),
+    ("policy/config.py", "trtllm-gen", "input aliases: trtllm -> trtllm-gen (AttentionConfig._norm_backend)"),
+    ("policy/config.py", "fa2-mla", "input aliases: fa2mla -> fa2-mla (AttentionConfig._norm_backend)"),
     ("policy/backend_names.py", "flashinfer-mla", "vLLM's AttentionBackendEnum name -> attnplan's name (input aliases)"),
     ("policy/backend_names.py", "trtllm-ragged", "vLLM's AttentionBackendEnum name -> attnplan's name (input aliases)"),
     # The plan's call vocabulary: PhasePlan.call is a Literal of the calls (SPEC §5, the answer's JSON schema);
@@ -54,13 +54,16 @@ ALLOWED: tuple[tuple[str, str, str], ...] = (
     ("preflight/labels.py", "// 10", "the capability-major node label (a capability's family, not a rule)"),
     # Representative nodes/configs: issue 25 item 3 (h25c) removes the dummy node.
     ("policy/probe.py", "trtllm-gen", "FlashInfer's artifact path fmha/trtllm-gen/ (flashinfer/artifacts.py), a directory, not the backend"),
-    ("policy/matrix.py", "90", "a dummy node to resolve the engine name: issue 25 item 3 (h25c)"),
     # Verify's registry and the if-chains over calls (issue 25 item 4, h25b).
     *(("verify/calls.py", c, VERIFY_CALLS) for c in (
         "paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill", "xqa")),
-    *(("verify/generate.py", c, "if pp.call == chain: issue 25 item 4 (h25b)") for c in (
-        "xqa_decode", "mla_paged_decode", "sink", "paged_decode")),
-    *(("verify/tolerance.py", c, "if call == chain: issue 25 item 4 (h25b)") for c in ("paged_decode", "xqa_decode")),
+    # verify's per-call facts (JIT family, inputs, tensor-core kernel, query quantization), keyed by the
+    # call names backends.yaml declares; tests/test_verify_call_facts.py keeps the keys equal to the data.
+    *(("verify/call_facts.py", c, "verify's per-call table, keyed by backends.yaml's call names") for c in (
+        "paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill",
+        "trtllm_context", "trtllm_decode", "trtllm_mla_decode", "trtllm_ragged", "xqa")),
+    ("verify/generate.py", "xqa", "the JIT identity per module family (call_facts.JitFamily), not a backend"),
+    ("verify/generate.py", "sink", "the JIT identity per module family (call_facts.JitFamily), not a backend"),
 )
 
 
@@ -123,7 +126,7 @@ def _findings() -> list[tuple[str, int, str]]:
 
 
 def _allowed(rel: str, literal: str) -> bool:
-    return rel.startswith("adapter/") or any(f == rel and lit == literal for f, lit, _ in ALLOWED)
+    return rel.startswith("adapter/calls/") or any(f == rel and lit == literal for f, lit, _ in ALLOWED)
 
 
 def test_no_capability_numbers_or_backend_names_in_code():
@@ -193,7 +196,8 @@ def _edited_ruleset(tmp_path, old: str, new: str):
 
 
 def test_the_artifactory_check_follows_the_data(tmp_path):
-    from attnplan.policy import Fact, NodeFacts, needs_artifactory_check
+    from attnplan.policy import Fact, NodeFacts
+    from attnplan.policy.probe import needs_artifactory_check
 
     node = NodeFacts(capability=Fact.measured(121))
     assert needs_artifactory_check(node)

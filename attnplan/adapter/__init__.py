@@ -17,9 +17,9 @@ from typing import Any
 
 _EXPORTS = {
     "AttentionExecutor": "executor",
-    "StepInput": "metadata",
-    "StepMetadata": "metadata",
-    "PhaseBatch": "metadata",
+    "StepInput": "step",
+    "StepMetadata": "step",
+    "PhaseBatch": "step",
     "build_step": "metadata",
     "PagedKVCache": "kv_cache",
     "allocate": "kv_cache",

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
 
 
@@ -119,8 +120,6 @@ class DecodeLayout:
         """The decode ``PhaseBatch`` over this layout's outputs (the eager step and the whole-step
         graph both hand the kernels this): the KV lengths and table the kernel reads, the host
         arrays a host ``plan`` reads."""
-        from .metadata import PhaseBatch
-
         b, t = self.batch_size, self.num_tokens
         return PhaseBatch(
             phase="decode", req=slice(0, b), tok=slice(0, t), num_reqs=b, num_tokens=t, max_q_len=self.q_len,
@@ -292,8 +291,6 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: O
     ``plan`` can run first - FlashInfer's plan copies pageable host arrays, and such a copy waits
     for the work already in the stream (measured on the H100: ~60 us per step when the metadata
     graph was enqueued just before it)."""
-    from .metadata import StepMetadata
-
     table = inp.block_table
     b, q = len(inp.query_lens), plan.decode.q_len_per_req
     width = int(table.shape[1])

@@ -21,11 +21,18 @@ from attnplan.errors import AdapterCallError
 from attnplan.policy import NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError
 
 from . import kv_cache as kvc
+from .backend import AttentionBackend
+from .calls import needs_finite_page_tail
+from .decode_layout import DecodeLayouts
 from .dtypes import torch_dtype
-from .metadata import StepInput, StepMetadata, build_step, pinned_int32
+from .host_metadata import HostStaging
+from .metadata import build_step, pinned_int32
 from .params import AttentionParams
 from .query_quant import quantize_query
+from .reference import ReferenceBackend
 from .startup import check_plan
+from .step import StepInput, StepMetadata
+from .warmup import WarmupReport, warmup
 
 
 class AttentionExecutor:
@@ -45,36 +52,26 @@ class AttentionExecutor:
         import torch
 
         self.device = torch.device(device)
-        from .host_metadata import HostStaging
-
         self._staging = HostStaging(self.device)
-        from .decode_layout import DecodeLayouts
-
         self._layouts = DecodeLayouts(self.plan.kv_cache.page_size, self.device,
                                       indices=self.plan.metadata.decode_only.needs_paged_kv_indices)
         self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
         if backend == "flashinfer":
             from .flashinfer_backend import FlashInferBackend
 
-            self.backend: Any = FlashInferBackend(self.plan, self.params, self.device)
+            self.backend: AttentionBackend = FlashInferBackend(self.plan, self.params, self.device)
         elif backend == "reference":
-            from .reference import ReferenceBackend
-
             self.backend = ReferenceBackend(self.plan, self.params, self.device)
         else:
             raise AdapterCallError(f"backend must be 'flashinfer' or 'reference', got {backend!r}")
 
     # -- startup -------------------------------------------------------------------------------
-    def warmup(self, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> Any:
+    def warmup(self, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> WarmupReport:
         """Compile/load every kernel the plan lists, then run one tiny step of each batch kind
         (prefill-only, decode-only, mixed) so that the first request compiles nothing."""
-        from .warmup import warmup
-
         return warmup(self, progress, parallel=parallel)
 
     def allocate_kv_cache(self, num_pages: int) -> kvc.PagedKVCache:
-        from .calls import needs_finite_page_tail
-
         return kvc.allocate(self.plan.kv_cache, num_pages, self.device, zeroed=needs_finite_page_tail(self.plan))
 
     # -- per step ------------------------------------------------------------------------------

@@ -3,12 +3,12 @@
 The graph holds, in order: the step's metadata from its lengths and block table
 (``DecodeLayout.compute``: KV page indptr, page indices, last-page lengths, each new token's
 slot), the append of the new K/V (MLA: latent rows) at those slots, and the attention call the
-plan names (``PhasePlan.call``, looked up in ``calls.py``). Per step the host copies the lengths
+plan names (the strategy of ``PhasePlan.call``, ``calls/``). Per step the host copies the lengths
 and the block table into the graph's buffers (``update``) and replays.
 
 Host-planned calls (FlashInfer wrappers: paged_decode, paged_prefill for speculative decode or fa3
 decode, sink, mla_paged_decode) also need FlashInfer's scheduler, which runs on the host: their
-wrapper is built in CUDA-graph mode over the layout's own buffers, and ``update`` calls its
+wrapper is built in CUDA-graph mode over the layout's own buffers (``KernelCall.graph_buffers``), and ``update`` calls its
 ``plan`` with the host lengths and an empty page-index
 tensor - the wrapper copies nothing into the indices buffer, which the graph fills on the device
 (MLA's plan checks the count, so it gets the buffer itself: a copy onto itself). That ``plan`` is FlashInfer's own cost,
@@ -22,27 +22,11 @@ from typing import Any, Optional
 
 import torch
 
-from attnplan.errors import AdapterCallError
-
 from . import kv_cache as kvc
-from .calls import spec
 from .decode_layout import DecodeLayout, HostDecodeArrays
 from .flashinfer_backend import FlashInferBackend
-from .metadata import StepMetadata
-
-
-def _graph_buffers(call: str, layout: DecodeLayout) -> dict[str, Any]:
-    """The CUDA-graph buffer arguments of the wrapper that runs ``call`` (FlashInfer names them
-    differently per wrapper: decode.py, prefill.py and mla/_batch_mla/_wrapper.py ``__init__``)."""
-    indices = layout.kv_indices[:-1]                       # the spare last entry stays ours
-    if call == "paged_decode":
-        return dict(use_cuda_graph=True, paged_kv_indptr_buffer=layout.kv_indptr, paged_kv_indices_buffer=indices,
-                    paged_kv_last_page_len_buffer=layout.last_page_len)
-    if call == "mla_paged_decode":
-        return dict(use_cuda_graph=True, qo_indptr=layout.qo_indptr, kv_indptr=layout.kv_indptr, kv_indices=indices,
-                    kv_len_arr=layout.seq_lens)
-    return dict(use_cuda_graph=True, qo_indptr_buf=layout.qo_indptr, paged_kv_indptr_buf=layout.kv_indptr,
-                paged_kv_indices_buf=indices, paged_kv_last_page_len_buf=layout.last_page_len)
+from .step import StepMetadata
+from attnplan.errors import AdapterCallError
 
 
 class DecodeGraph:
@@ -53,19 +37,20 @@ class DecodeGraph:
     def __init__(self, executor: Any, batch_size: int, max_pages_per_req: int, cache: Any, *,
                  sinks: Optional[Any] = None):
         plan = executor.plan
-        if executor.backend.name != "flashinfer":
+        backend = executor.backend
+        if not isinstance(backend, FlashInferBackend):
             raise AdapterCallError("DecodeGraph captures the FlashInfer backend's decode kernels")
         self.ex = executor
         self.cache = cache
         self.batch_size = batch_size
         self.sinks = sinks
         self.mla = plan.kv_cache.mla
-        backend: FlashInferBackend = executor.backend
         dev = executor.device
         d = plan.decode
         p = executor.params
         self.q_len = d.q_len_per_req
-        self.host_planned = spec(d.call).wrapper
+        self.call = backend.calls["decode"]
+        self.host_planned = self.call.host_planned
         # Wrappers read paged KV indices; XQA and TRTLLM-gen read the block table itself.
         self.layout = DecodeLayout(batch_size, d.q_len_per_req, plan.kv_cache.page_size, max_pages_per_req, dev,
                                    indices=self.host_planned)
@@ -89,11 +74,12 @@ class DecodeGraph:
             kind="decode_only", needs=plan.metadata.decode_only, num_tokens=tokens, slots=lay.slots,
             decode=lay.phase_batch(lay.seq_lens, lay.table, max_pages_per_req * plan.kv_cache.page_size,
                                    lay.kv_indices[:-1]))
+        self.wrapper: Any = None
         if self.host_planned:
-            self.wrapper = backend.make_wrapper("decode", **_graph_buffers(d.call, lay))
+            self.wrapper = backend.make_wrapper("decode", **self.call.graph_buffers(lay))
             self._no_indices = torch.empty(0, dtype=torch.int32, device=dev)
-        elif d.call == "xqa_decode" and d.q_len_per_req > 1:
-            self.step.extra["xqa_mask"] = backend.xqa_mask(batch_size)
+        else:
+            self.step.extra.update(self.call.device_extras(backend, d, batch_size))
 
     # -- host side, each step ------------------------------------------------------------------
     def update(self, seq_lens: Any, block_table: Any, seq_lens_cpu: Optional[Any] = None) -> None:
@@ -118,29 +104,23 @@ class DecodeGraph:
             raise AdapterCallError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
         host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
         # The graph writes the page indices; the wrapper's plan copies none of them in - except
-        # MLA's, which checks their count, so it gets the graph's own buffer (a copy onto itself).
-        indices = lay.kv_indices[: host.num_pages] if self.mla else self._no_indices
+        # where it checks their count (``KernelCall.graph_plan_counts_indices``): that one gets the
+        # graph's own buffer (a copy onto itself).
+        indices = lay.kv_indices[: host.num_pages] if self.call.graph_plan_counts_indices else self._no_indices
         batch = lay.phase_batch(lay.seq_lens, lay.table, host.max_kv_len, indices, host)
         self.ex.backend.plan_wrapper(self.wrapper, batch, "decode")
 
     # -- captured work ---------------------------------------------------------------------------
     def _run(self) -> None:
         backend: FlashInferBackend = self.ex.backend
-        call = self.ex.plan.decode.call
         self.layout.compute()
         if self.mla:
             kvc.append(self.cache, self.layout.slots, self.latent, pages_offsets=self._parts)
-            if self.host_planned:
-                self.wrapper.run(query=(self.q_nope, self.q_pe), kv_cache=self.cache.kernel_view(), out=self.out)
-            else:
-                backend.run_mla_decode(self.step, self.q_nope, self.q_pe, self.cache, self.out)
+            self.call.run_latent(backend, self.wrapper, self.step, self.q_nope, self.q_pe, self.cache, self.out)
             return
         kvc.append(self.cache, self.layout.slots, self.k_new, self.v_new, pages_offsets=self._parts)
-        if self.host_planned:
-            backend.run_wrapper(self.wrapper, call, self.q, self.cache, self.out, k_scale=1.0, v_scale=1.0,
-                                sinks=self.sinks)
-        else:
-            backend.run_decode(self.step, self.q, self.cache, self.out, sinks=self.sinks)
+        self.call.run(backend, self.wrapper, self.step, "decode", self.q, self.cache, self.out, k_scale=1.0,
+                      v_scale=1.0, sinks=self.sinks)
 
     def capture(self) -> None:
         stream = torch.cuda.Stream()

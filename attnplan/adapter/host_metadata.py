@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
 
 # Up to this many KV pages in a step, the host also works out which block-table entry each page
@@ -77,8 +78,6 @@ class HostStaging:
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None) -> Any:
     """``StepMetadata`` for a batch whose KV lengths the host knows (``inp.seq_lens_cpu``)."""
     import torch
-
-    from .metadata import PhaseBatch, StepMetadata
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
     device = inp.seq_lens.device

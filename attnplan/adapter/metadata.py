@@ -15,69 +15,17 @@ indptr is an on-device cumsum, TRTLLM-gen plans). Both give the same step; tests
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from attnplan.errors import AdapterCallError
 from attnplan.policy import BatchMetadata, Plan
 
+from .decode_layout import HostDecodeArrays, decode_step
+from .host_metadata import from_host
+from .step import PhaseBatch, StepInput, StepMetadata
 
-@dataclass
-class StepInput:
-    query_lens: Sequence[int]            # tokens per request this step (host); decodes first
-    seq_lens: Any                        # int32 [B] on the device: KV length after this step's tokens
-    block_table: Any                     # int32 [B, max_pages] on the device
-    num_decodes: int                     # the first num_decodes requests are decode requests
-    seq_lens_cpu: Optional[Any] = None   # host copy of seq_lens, when the plan needs one
-    max_seq_len: Optional[int] = None    # host upper bound of seq_lens (default: block table width)
-
-
-@dataclass
-class PhaseBatch:
-    """One phase's slice of the batch; indptrs restart at 0 (each kernel sees its own batch)."""
-
-    phase: str
-    req: slice
-    tok: slice
-    num_reqs: int
-    num_tokens: int
-    max_q_len: int
-    max_kv_len: int                      # host: exact with host seq lens, else the bound
-    qo_indptr: Any                       # device int32 [n + 1]
-    seq_lens: Any                        # device int32 [n]
-    block_table: Any                     # device int32 [n, W]
-    kv_page_indptr: Any                  # device int32 [n + 1], on-device cumsum of pages
-    last_page_len: Any                   # device int32 [n]
-    kv_indices: Optional[Any] = None     # device int32 [total pages], when the plan needs it
-    qo_indptr_cpu: Optional[Any] = None
-    seq_lens_cpu: Optional[Any] = None
-    kv_page_indptr_cpu: Optional[Any] = None
-    last_page_len_cpu: Optional[Any] = None
-    query_lens: tuple[int, ...] = ()
-
-    @property
-    def context_lens_cpu(self) -> Optional[Any]:
-        if self.seq_lens_cpu is None:
-            return None
-        import torch
-
-        return self.seq_lens_cpu - torch.tensor(self.query_lens, dtype=self.seq_lens_cpu.dtype)
-
-
-@dataclass
-class StepMetadata:
-    kind: str                            # prefill_only | decode_only | mixed
-    needs: BatchMetadata
-    num_tokens: int
-    slots: Any                           # device int64 [T]: page * page_size + offset of each new token
-    decode: Optional[PhaseBatch] = None
-    prefill: Optional[PhaseBatch] = None
-    extra: dict[str, Any] = field(default_factory=dict)   # backend plan state (ragged plans, ...)
-    # slots // page_size and slots % page_size, when the metadata already has them (decode
-    # layouts): appends, once per layer, then launch no arithmetic of their own.
-    slot_pages: Optional[Any] = None
-    slot_offsets: Optional[Any] = None
+__all__ = ["PhaseBatch", "StepInput", "StepMetadata", "batch_kind", "build_step", "pinned_int32"]
 
 
 def batch_kind(num_decodes: int, num_prefills: int) -> str:
@@ -197,8 +145,6 @@ def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = N
         if needs_dec.needs_host_seq_lens and inp.seq_lens_cpu is None:
             raise AdapterCallError("the plan's metadata for decode_only batches needs host seq lens (seed 001: some "
                              "phase runs a native kernel, which plans on the host); pass seq_lens_cpu")
-        from .decode_layout import HostDecodeArrays, decode_step
-
         host = None
         if inp.seq_lens_cpu is not None:
             host = HostDecodeArrays(inp.seq_lens_cpu, q_dec, plan.kv_cache.page_size, int(inp.block_table.shape[1]))
@@ -219,7 +165,5 @@ def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = N
         raise AdapterCallError(f"the plan's metadata for {kind} batches needs host seq lens (seed 001: some phase "
                          "runs a native kernel, which plans on the host); pass seq_lens_cpu")
     if inp.seq_lens_cpu is not None:
-        from .host_metadata import from_host
-
         return from_host(plan, inp, needs, kind, staging)
     return _on_device(plan, inp, needs, kind)

@@ -13,8 +13,8 @@ from typing import Any, Optional
 
 from . import kv_cache as kvc
 from .merge import merge_context_into
-from .metadata import PhaseBatch, StepMetadata
 from .params import AttentionParams
+from .step import PhaseBatch, StepMetadata
 
 LOG2E = 1.0 / math.log(2.0)
 

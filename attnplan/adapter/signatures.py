@@ -8,14 +8,14 @@ defaults - enough for ``Signature.bind`` to reject a missing or unknown argument
 
 from __future__ import annotations
 
+from attnplan.errors import SourceNotFoundError
+
 import ast
 import functools
 import importlib
 import importlib.util
 import inspect
 from pathlib import Path
-
-from attnplan.errors import SourceNotFoundError
 
 
 def flashinfer_root() -> Path:
@@ -73,6 +73,16 @@ def source_signature(module: str, name: str) -> inspect.Signature:
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return _from_ast(node)
+    for node in tree.body:
+        # A re-export (flashinfer/decode.py imports trtllm_batch_decode_with_kv_cache_mla from
+        # .mla): read the defining module, as ``import`` would.
+        if isinstance(node, ast.ImportFrom) and any((a.asname or a.name) == name for a in node.names):
+            alias = next(a for a in node.names if (a.asname or a.name) == name)
+            package = module if path.name in ("__init__.py", "_core.py") else module.rpartition(".")[0]
+            for _ in range(max(node.level - 1, 0)):
+                package = package.rpartition(".")[0]
+            target = f"{package}.{node.module}" if node.level else str(node.module)
+            return source_signature(target, alias.name)
     raise SourceNotFoundError(f"{name} is not defined at the top level of {path}")
 
 

@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from attnplan.errors import AdapterCallError
 from attnplan.policy import JitModule
 
-from .dtypes import NVFP4, torch_dtype
-from .metadata import StepInput
+from .calls import MERGE_JIT, JitBuild, strategy
+from .dtypes import torch_dtype
 from .ninja_builds import NinjaBuild, build_together
+from .step import StepInput
+from attnplan.errors import AdapterCallError
 
 
 @dataclass
@@ -51,53 +52,30 @@ class WarmupReport:
         return f"warm-up {self.seconds:.1f}s (build {self.build_seconds:.1f}s): modules [{mods}]; batch kinds [{kinds}]{late}"
 
 
-# Kernel kinds a plan's modules name (``JitModule.params["kernel"]``) and how each is loaded. The
-# new calls' modules use the call's own name as their kind ("xqa_decode", "sink").
-XQA_KINDS = ("xqa_decode", "xqa")
-SINK_KINDS = ("sink", "attention_sink")
-MERGE_KINDS = ("merge_state", "merge")
+# The merge of partial states by LSE (flashinfer/cascade.py) is no call's module: the policy lists
+# it where a phase merges (policy/plan.py _merge_modules), and warm-up adds it for MLA (``MERGE``).
+MERGE_KIND = "merge_state"
+MERGE = JitModule(name="merge_state_in_place (cascade)", kind="jit", phase="prefill", backend="flashinfer",
+                  params={"kernel": MERGE_KIND})
+
+
+def _build(mod: JitModule) -> JitBuild:
+    """The JIT module ``mod`` names: the merge module, else what the strategy of its phase's call
+    builds from the module's params (``_with_phase`` adds the call and what the strategy reads
+    from the phase plan: FlashInfer's backend argument, never derived from the backend's name)."""
+    p = mod.params
+    if p["kernel"] == MERGE_KIND:
+        return MERGE_JIT
+    build = strategy(p["call"]).jit(p)
+    if build is None:
+        raise AdapterCallError(f"no loader for plan module {mod.name} (the call {p['call']!r} loads cubins)")
+    return build
 
 
 def _module_args(mod: JitModule) -> tuple[str, str, tuple]:
-    """(getter kind, FlashInfer backend argument, the positional args its caller passes at plan
-    time). The backend argument is the phase plan's ``flashinfer_backend`` (``plan_modules`` puts
-    it in the module's params when the policy did not), never derived from the backend's name."""
-    import torch
-
-    p = mod.params
-    if p["kernel"] in MERGE_KINDS:
-        return "merge", "", ()
-    fb = p["flashinfer_backend"]
-    q, o = torch_dtype(p["dtype_q"]), torch_dtype(p["dtype_o"])
-    kv = torch.uint8 if p["dtype_kv"] == NVFP4 else torch_dtype(p["dtype_kv"])
-    sw, cap = bool(p["sliding_window"]), bool(p["logits_soft_cap"])
-    if p["kernel"] in ("batch_prefill", "ragged_prefill"):
-        return "prefill", fb, (q, kv, o, torch.int32, p["head_dim_qk"], p["head_dim_vo"], 0, sw, cap, False)
-    if p["kernel"] == "batch_decode":
-        return "decode", fb, (q, kv, o, torch.int32, p["head_dim_qk"], p["head_dim_vo"], 0, sw, cap)
-    if p["kernel"] == "mla_decode":
-        return "mla", fb, (q, kv, o, torch.int32, p["kv_lora_rank"], p["qk_rope_head_dim"], False)
-    if p["kernel"] in XQA_KINDS:
-        # flashinfer/xqa.py get_xqa_module(input, kv, page, head_dim, group, sliding window, output, q_seq_len)
-        return "xqa", fb, (q, kv, p["page_size"], p["head_dim_qk"], p["num_qo_heads"] // p["num_kv_heads"], sw, o,
-                           int(p.get("q_len_per_req", 1)))
-    if p["kernel"] in SINK_KINDS:
-        return "sink", fb, _sink_jit_args(fb, q, kv, p["head_dim_qk"], p["head_dim_vo"], sw)
-    raise AdapterCallError(f"no loader for plan module {mod.name} (kernel {p['kernel']!r})")
-
-
-def _sink_jit_args(backend: str, q: Any, kv: Any, hd_qk: int, hd_vo: int, sw: bool) -> tuple:
-    """What ``BatchAttentionWithAttentionSinkWrapper.__init__`` (flashinfer/attention/_core.py)
-    passes to ``get_customize_batch_prefill_module``: (args, kwargs), the same URI included."""
-    import torch
-    from flashinfer.jit.attention.variants import attention_sink_decl
-    from flashinfer.jit.utils import filename_safe_dtype_map
-
-    args = (f"batch_prefill_attention_sink_{filename_safe_dtype_map[q]}_swa_{sw}_{backend}", q, kv, q, torch.int32,
-            hd_qk, hd_vo, ["sink"], ["float"], ["sm_scale"], ["double"], "AttentionSink", attention_sink_decl[backend])
-    kwargs = dict(use_sliding_window=sw, use_fp16_qk_reduction=False, pos_encoding_mode=0,
-                  paged_kv_stride_mode="independent" if backend == "fa2" else "runtime", module_surface="full")
-    return args, kwargs
+    """(getter kind, FlashInfer backend argument, the positional args its caller passes at plan time)."""
+    b = _build(mod)
+    return b.getter.kind, b.backend, b.args
 
 
 def _module_loader(mod: JitModule) -> Optional[Callable[[], Any]]:
@@ -105,65 +83,23 @@ def _module_loader(mod: JitModule) -> Optional[Callable[[], Any]]:
     time with the same arguments (FlashInfer memoises it, so the wrapper reuses the module)."""
     if mod.kind == "cubin":
         return None              # trtllm-gen cubins load on first call: the exercise pass does it
-    what, backend, args = _module_args(mod)
-    if what == "prefill":
-        from flashinfer.prefill import get_batch_prefill_module
-
-        return lambda: get_batch_prefill_module(backend, *args)
-    if what == "decode":
-        from flashinfer.decode import get_batch_decode_module
-
-        return lambda: get_batch_decode_module(*args)
-    if what == "mla":
-        from flashinfer.mla import get_batch_mla_module
-
-        return lambda: get_batch_mla_module(backend, *args)
-    if what == "xqa":
-        from flashinfer.xqa import get_xqa_module
-
-        return lambda: get_xqa_module(*args)
-    if what == "sink":
-        from flashinfer.prefill import get_customize_batch_prefill_module
-
-        return lambda: get_customize_batch_prefill_module(backend, *args[0], **args[1])
-    from flashinfer.cascade import get_cascade_module
-
-    return get_cascade_module
+    b = _build(mod)
+    return b.getter.loader(b.backend, b.args)
 
 
 def _module_spec(mod: JitModule) -> Any:
     """The JitSpec ``_module_loader`` builds (FlashInfer 0.7.2.post1's getters, unrolled)."""
-    from flashinfer.jit.attention import modules as m
-
-    what, backend, args = _module_args(mod)
-    if what == "prefill":
-        # fa2's getter builds the "primary" (equal K/V strides) module; fa3's the public one
-        # (flashinfer/prefill.py get_batch_prefill_module branches on the backend argument).
-        return (m._gen_batch_prefill_primary_module if backend == "fa2" else m.gen_batch_prefill_module)(backend, *args)
-    if what == "decode":
-        return m.gen_batch_decode_module(*args)
-    if what == "mla":
-        return m.gen_batch_mla_module(backend, *args)
-    if what == "xqa":
-        from flashinfer.jit.xqa import gen_xqa_module
-
-        return gen_xqa_module(*args)
-    if what == "sink":
-        return m.gen_customize_batch_prefill_module(backend, *args[0], **args[1])
-    from flashinfer.jit.cascade import gen_cascade_module
-
-    return gen_cascade_module()
-
-
-MERGE = JitModule(name="merge_state_in_place (cascade)", kind="jit", phase="prefill", backend="flashinfer",
-                  params={"kernel": "merge"})
+    b = _build(mod)
+    return b.getter.spec(b.backend, b.args)
 
 
 def _with_phase(mod: JitModule, plan: Any) -> JitModule:
-    """``mod`` with what its loader needs from its phase plan (FlashInfer's backend argument, the
-    query rows per request), where the policy's module params do not carry them already."""
+    """``mod`` with what its loader needs from its phase plan (the call whose strategy builds it,
+    FlashInfer's backend argument, the query rows per request, tensor-core decode), where the
+    policy's module params do not carry them already."""
     pp = getattr(plan, mod.phase)
-    extra = {k: v for k, v in (("flashinfer_backend", pp.flashinfer_backend), ("q_len_per_req", pp.q_len_per_req))
+    extra = {k: v for k, v in (("call", pp.call), ("flashinfer_backend", pp.flashinfer_backend),
+                                ("q_len_per_req", pp.q_len_per_req), ("use_tensor_cores", pp.use_tensor_cores))
              if k not in mod.params}
     return mod.model_copy(update={"params": {**mod.params, **extra}}) if extra else mod
 
@@ -173,7 +109,7 @@ def plan_modules(plan: Any) -> list[JitModule]:
     FlashInfer's merge kernel where the plan merges partial states (a prefill phase that must
     return LSE to merge MLA chunked-prefill context, seed 004) and the plan does not list it."""
     mods = {m.name: _with_phase(m, plan) for m in (*plan.prefill.modules, *plan.decode.modules)}
-    if needs_merge(plan) and not any(m.params.get("kernel") in MERGE_KINDS for m in mods.values()):
+    if needs_merge(plan) and not any(m.params.get("kernel") == MERGE_KIND for m in mods.values()):
         mods[MERGE.name] = MERGE
     return list(mods.values())
 

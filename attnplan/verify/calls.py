@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .call_facts import facts
+
 KV_LENS = (45, 160, 301)           # three requests: one partial page, a few pages, many pages
 PREFILL_Q = (7, 33, 64)            # new tokens per request in prefill (the last of its keys)
 WORKSPACE_BYTES = 128 * 1024 * 1024
@@ -100,10 +102,11 @@ def make_inputs(spec: dict[str, Any], torch: Any, device: Any) -> Inputs:
     # Sinks near log(sum of a request's exp(logits)) (~6 for ~300 keys of unit-variance logits),
     # so they take a large share of the softmax and a kernel that drops them is visibly wrong.
     sinks = (torch.randn(hq, device=device) + 6.0).float() if spec.get("sinks") else None
-    if spec["mla"] and spec["call"] == "mla_paged_decode":
+    inputs = facts(spec["call"]).inputs
+    if spec["mla"] and inputs == "latent":
         return _mla_inputs(spec, torch, device, q_lens, kv_lens, sinks)
     q = (torch.randn(sum(q_lens), hq, d, device=device) * _q_std(spec)).to(qdt)
-    if spec["call"] == "ragged_prefill":
+    if inputs == "ragged":
         k, _, kf = _random_kv(torch, (sum(kv_lens), hk, d), view, device)
         v, _, vf = _random_kv(torch, (sum(kv_lens), hk, dv), view, device)
         bounds = [0, *itertools.accumulate(kv_lens)]

@@ -30,6 +30,7 @@ from attnplan.policy import Check, Rule, RuleSet
 from .domains import (CONFIG_FIELD, FIXED_BY_PROBE, dynamic_values, leaves, named_values, static_domains,
                       why_unprobeable)
 from . import tolerance as tol
+from .call_facts import facts
 from .select import is_kernel_rule, kernel_rules, unrunnable_reason
 
 STANDARD_BASE: dict[str, Any] = dict(head_dim=128, num_qo_heads=8, num_kv_heads=2, dtype="bf16",
@@ -315,16 +316,21 @@ def jit_identity(config: AttentionConfig, pp: Any) -> str:
     flags = f"swa={config.sliding_window is not None}:cap={config.logits_soft_cap is not None}"
     dt = f"{pp.query_dtype}:{pp.kv_view_dtype}:{pp.output_dtype}"
     hd = f"{config.qk_head_dim}x{config.vo_head_dim}"
-    if pp.call == "xqa_decode":
-        return (f"xqa:{dt}:p={config.page_size}:hd={hd}:g={config.group_size}:swa={config.sliding_window is not None}"
-                f":q={pp.q_len_per_req}")
-    if pp.call == "mla_paged_decode":
-        return f"mla:{pp.flashinfer_backend}:{dt}:ckv={config.kv_lora_rank}:kpe={config.qk_rope_head_dim}"
-    if pp.call == "sink":
-        return f"sink:{pp.flashinfer_backend}:{dt}:{hd}:{flags}"
-    if pp.call == "paged_decode" and not pp.use_tensor_cores:
-        return f"decode:{dt}:{hd}:{flags}"
-    return f"prefill:{pp.flashinfer_backend}:{dt}:{hd}:{flags}"
+    f = facts(pp.call)
+    family = "prefill" if f.tensor_core_kernel and pp.use_tensor_cores else f.jit
+    return _JIT_IDENTITY[family](config, pp, dt, hd, flags)
+
+
+_JIT_IDENTITY = {
+    "xqa": lambda config, pp, dt, hd, flags: (
+        f"xqa:{dt}:p={config.page_size}:hd={hd}:g={config.group_size}:swa={config.sliding_window is not None}"
+        f":q={pp.q_len_per_req}"),
+    "mla": lambda config, pp, dt, hd, flags: (
+        f"mla:{pp.flashinfer_backend}:{dt}:ckv={config.kv_lora_rank}:kpe={config.qk_rope_head_dim}"),
+    "sink": lambda config, pp, dt, hd, flags: f"sink:{pp.flashinfer_backend}:{dt}:{hd}:{flags}",
+    "decode": lambda config, pp, dt, hd, flags: f"decode:{dt}:{hd}:{flags}",
+    "prefill": lambda config, pp, dt, hd, flags: f"prefill:{pp.flashinfer_backend}:{dt}:{hd}:{flags}",
+}
 
 
 def _pick(check: Check, rule: Rule, rules: list[Rule], node: NodeFacts, t: Target, base: dict[str, Any],

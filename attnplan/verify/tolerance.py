@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from .call_facts import facts
+
 DATA = Path(__file__).resolve().parent.parent / "rules" / "verify_tolerances.yaml"
 
 
@@ -42,14 +44,14 @@ def _load(path: str) -> dict[str, Any]:
 
 def kernel_key(spec: dict[str, Any]) -> str:
     """One kernel: backend, call (tensor-core decode is another kernel), query and cache dtype."""
-    call = spec["call"] + (":tc" if spec["call"] == "paged_decode" and spec.get("use_tensor_cores") else "")
+    call = spec["call"] + (":tc" if facts(spec["call"]).tensor_core_kernel and spec.get("use_tensor_cores") else "")
     q = spec.get("quantize_query") or spec["query_dtype"]
     return f"{spec['backend']}:{call}:q={q}:kv={spec['kv_view_dtype']}"
 
 
 def query_quantized_to(spec: dict[str, Any]) -> str | None:
     """The dtype the kernel converts the query to before its first MMA, when it does."""
-    if spec["call"] == "xqa_decode" and str(spec["kv_view_dtype"]).startswith("float8"):
+    if facts(spec["call"]).query_to_fp8_over_fp8_kv and str(spec["kv_view_dtype"]).startswith("float8"):
         return "float8_e4m3fn"
     return None
 

@@ -1,0 +1,37 @@
+"""What the paged-KV wrappers share (paged_prefill, paged_decode, sink): FlashInfer's prefill
+planner, the run arguments of a paged cache, and the prefill wrappers' CUDA-graph buffers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dtypes import NVFP4
+from ._contract import CallContext
+
+
+def plan_prefill(b: CallContext, wrapper: Any, batch: Any, phase: str) -> None:
+    """The (causal) prefill planner: BatchPrefillWithPagedKVCacheWrapper.plan and its subclasses."""
+    p = b.params
+    wrapper.plan(batch.qo_indptr_cpu, batch.kv_page_indptr_cpu, batch.kv_indices, batch.last_page_len_cpu,
+                 p.num_qo_heads, p.num_kv_heads, p.head_dim_qk, b.plan.kv_cache.page_size, head_dim_vo=p.head_dim_vo,
+                 causal=p.causal, seq_lens=batch.seq_lens_cpu, **b.common[phase])
+
+
+def run_kwargs(b: CallContext, cache: Any, k_scale: float, v_scale: float) -> dict[str, Any]:
+    kw: dict[str, Any] = dict(k_scale=None if k_scale == 1.0 else k_scale,
+                              v_scale=None if v_scale == 1.0 else v_scale)
+    if b.kv_view == NVFP4:
+        # Packed e2m1 pages plus their fp8 block scales, same [pages, 2, ...] layout (kv_cache.py).
+        kw["kv_cache_sf"] = cache.scales
+    return kw
+
+
+def run_paged(b: CallContext, wrapper: Any, q: Any, cache: Any, out: Any, k_scale: float, v_scale: float) -> None:
+    wrapper.run(q, cache.kernel_view(), out=out, **run_kwargs(b, cache, k_scale, v_scale))
+
+
+def prefill_graph_buffers(layout: Any) -> dict[str, Any]:
+    """flashinfer/prefill.py BatchPrefillWithPagedKVCacheWrapper.__init__'s CUDA-graph buffers."""
+    return dict(use_cuda_graph=True, qo_indptr_buf=layout.qo_indptr, paged_kv_indptr_buf=layout.kv_indptr,
+                paged_kv_indices_buf=layout.kv_indices[:-1],       # the spare last entry stays ours
+                paged_kv_last_page_len_buf=layout.last_page_len)

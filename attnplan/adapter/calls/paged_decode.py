@@ -1,0 +1,48 @@
+"""``paged_decode``: flashinfer.BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores, backend=...).
+With tensor cores FlashInfer runs its prefill module for decode (flashinfer/decode.py
+BatchDecodeWithPagedKVCacheWrapper.__init__: ``use_tensor_cores`` selects the prefill getter)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ._contract import CallContext, JitBuild, KernelCall
+from ._jit import DECODE, PREFILL, module_dtypes, prefill_args
+from ._paged_wrappers import run_paged
+
+
+class PagedDecode(KernelCall):
+    name = "paged_decode"
+    entry_point = "flashinfer.BatchDecodeWithPagedKVCacheWrapper"
+    phases = ("decode",)
+    returns_lse = True
+    host_planned = True
+    runs = "paged"
+
+    def construct(self, b: CallContext, pp: Any, **graph_buffers: Any) -> Any:
+        return self.entry()(b.workspace, b.plan.kv_cache.layout, use_tensor_cores=bool(pp.use_tensor_cores),
+                            backend=pp.flashinfer_backend, **graph_buffers)
+
+    def graph_buffers(self, layout: Any) -> dict[str, Any]:
+        # flashinfer/decode.py names its CUDA-graph buffers apart from the prefill wrapper's.
+        return dict(use_cuda_graph=True, paged_kv_indptr_buffer=layout.kv_indptr,
+                    paged_kv_indices_buffer=layout.kv_indices[:-1], paged_kv_last_page_len_buffer=layout.last_page_len)
+
+    def plan(self, b: CallContext, wrapper: Any, batch: Any, phase: str) -> None:
+        p = b.params
+        wrapper.plan(batch.kv_page_indptr_cpu, batch.kv_indices, batch.last_page_len_cpu, p.num_qo_heads,
+                     p.num_kv_heads, p.head_dim_qk, b.plan.kv_cache.page_size, seq_lens=batch.seq_lens_cpu,
+                     **b.common[phase])
+
+    def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
+        if params["use_tensor_cores"]:
+            return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))
+        q, kv, o, sw, cap = module_dtypes(params)
+        import torch
+
+        return JitBuild(DECODE, params["flashinfer_backend"],
+                        (q, kv, o, torch.int32, params["head_dim_qk"], params["head_dim_vo"], 0, sw, cap))
+
+    def run(self, b: CallContext, wrapper: Any, step: Any, phase: str, q: Any, cache: Any, out: Any, *,
+            k_scale: float, v_scale: float, sinks: Optional[Any]) -> None:
+        run_paged(b, wrapper, q, cache, out, k_scale, v_scale)

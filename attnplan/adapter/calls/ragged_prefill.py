@@ -1,0 +1,35 @@
+"""``ragged_prefill``: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(backend=...), MLA prefill
+over decompressed K/V with LSE for the context merge. One wrapper per part (``new`` causal,
+``context`` not), made on first use and planned on the host each step; none per phase."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ._contract import CallContext, JitBuild, KernelCall
+from ._jit import PREFILL, prefill_args
+
+
+class RaggedPrefill(KernelCall):
+    name = "ragged_prefill"
+    entry_point = "flashinfer.BatchPrefillWithRaggedKVCacheWrapper"
+    phases = ("prefill",)
+    returns_lse = True
+    host_planned = True
+    runs = "ragged"
+
+    def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
+        return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))
+
+    def plan_part(self, b: CallContext, step: Any, key: str, qo_indptr_cpu: Any, kv_indptr_cpu: Any,
+                  causal: bool) -> None:
+        if key not in b.parts:
+            b.parts[key] = self.entry()(b.workspace, "NHD", backend=b.plan.prefill.flashinfer_backend)
+        p = b.params
+        b.parts[key].plan(qo_indptr_cpu, kv_indptr_cpu, p.num_qo_heads, p.num_qo_heads, p.head_dim_qk,
+                          head_dim_vo=p.head_dim_vo, causal=causal, sm_scale=p.sm_scale,
+                          q_data_type=b.q_dtype["prefill"], kv_data_type=b.q_dtype["prefill"],
+                          o_data_type=b.o_dtype, non_blocking=True)
+
+    def run_part(self, b: CallContext, step: Any, key: str, q: Any, k: Any, v: Any, out: Any, lse: Any) -> None:
+        b.parts[key].run(q, k, v, out=out, lse=lse, return_lse=True)

@@ -1,0 +1,71 @@
+"""What one step's attention reads: the scheduler's input and the per-phase metadata built from it.
+
+Plain dataclasses shared by the builders - ``metadata.build_step`` (the general path),
+``host_metadata.from_host`` (host KV lengths) and ``decode_layout`` (decode-only steps through a
+captured layout) - and by the backends that read them. They live apart from the builders so that
+the builders import them at the top and none imports another (issue 25: no import circle).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+from attnplan.policy import BatchMetadata
+
+
+@dataclass
+class StepInput:
+    query_lens: Sequence[int]            # tokens per request this step (host); decodes first
+    seq_lens: Any                        # int32 [B] on the device: KV length after this step's tokens
+    block_table: Any                     # int32 [B, max_pages] on the device
+    num_decodes: int                     # the first num_decodes requests are decode requests
+    seq_lens_cpu: Optional[Any] = None   # host copy of seq_lens, when the plan needs one
+    max_seq_len: Optional[int] = None    # host upper bound of seq_lens (default: block table width)
+
+
+@dataclass
+class PhaseBatch:
+    """One phase's slice of the batch; indptrs restart at 0 (each kernel sees its own batch)."""
+
+    phase: str
+    req: slice
+    tok: slice
+    num_reqs: int
+    num_tokens: int
+    max_q_len: int
+    max_kv_len: int                      # host: exact with host seq lens, else the bound
+    qo_indptr: Any                       # device int32 [n + 1]
+    seq_lens: Any                        # device int32 [n]
+    block_table: Any                     # device int32 [n, W]
+    kv_page_indptr: Any                  # device int32 [n + 1], on-device cumsum of pages
+    last_page_len: Any                   # device int32 [n]
+    kv_indices: Optional[Any] = None     # device int32 [total pages], when the plan needs it
+    qo_indptr_cpu: Optional[Any] = None
+    seq_lens_cpu: Optional[Any] = None
+    kv_page_indptr_cpu: Optional[Any] = None
+    last_page_len_cpu: Optional[Any] = None
+    query_lens: tuple[int, ...] = ()
+
+    @property
+    def context_lens_cpu(self) -> Optional[Any]:
+        if self.seq_lens_cpu is None:
+            return None
+        import torch
+
+        return self.seq_lens_cpu - torch.tensor(self.query_lens, dtype=self.seq_lens_cpu.dtype)
+
+
+@dataclass
+class StepMetadata:
+    kind: str                            # prefill_only | decode_only | mixed
+    needs: BatchMetadata
+    num_tokens: int
+    slots: Any                           # device int64 [T]: page * page_size + offset of each new token
+    decode: Optional[PhaseBatch] = None
+    prefill: Optional[PhaseBatch] = None
+    extra: dict[str, Any] = field(default_factory=dict)   # backend plan state (ragged plans, ...)
+    # slots // page_size and slots % page_size, when the metadata already has them (decode
+    # layouts): appends, once per layer, then launch no arithmetic of their own.
+    slot_pages: Optional[Any] = None
+    slot_offsets: Optional[Any] = None
