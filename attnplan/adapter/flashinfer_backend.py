@@ -49,7 +49,7 @@ class FlashInferBackend:
                                  if layout["private"] else self.workspace)
         self.q_dtype = {p: torch_dtype(getattr(plan, p).query_dtype) for p in ("prefill", "decode")}
         self.o_dtype = torch_dtype(plan.decode.output_dtype)
-        self.kv_view = plan.kv_cache.view_dtype
+        self.kv_view = plan.kv_cache.kv_view_dtype
         # plan() arguments that never change for the plan, built once (per step only the batch's).
         p = params
         self.common = {ph: dict(window_left=p.window_left, logits_soft_cap=p.soft_cap, sm_scale=p.sm_scale,

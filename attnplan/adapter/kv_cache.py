@@ -38,7 +38,7 @@ class PagedKVCache:
 
     def kernel_view(self) -> Any:
         """What the kernels read: the storage reinterpreted as the plan's view dtype."""
-        return view_as(self.data, self.plan.view_dtype)
+        return view_as(self.data, self.plan.kv_view_dtype)
 
     # -- MLA latent parts ---------------------------------------------------------------
     def ckv(self) -> Any:
@@ -58,17 +58,17 @@ def allocate(plan: KVCachePlan, num_pages: int, device: Any, *, zeroed: bool = F
     import torch
 
     empty = torch.zeros if zeroed else torch.empty
-    storage = torch_dtype(plan.storage_dtype)
+    storage = torch_dtype(plan.kv_storage_dtype)
     if plan.mla:
         data = empty((num_pages, plan.page_size, plan.head_dim_k), dtype=storage, device=device)
         return PagedKVCache(plan, data)
     if plan.head_dim_k != plan.head_dim_v:
         raise AdapterCallError(f"a combined K/V page needs head_dim_k == head_dim_v, got {plan.head_dim_k}/{plan.head_dim_v}")
-    dim = plan.head_dim_k // elements_per_byte(plan.view_dtype)
+    dim = plan.head_dim_k // elements_per_byte(plan.kv_view_dtype)
     inner = ((plan.page_size, plan.num_kv_heads) if plan.layout == "NHD" else (plan.num_kv_heads, plan.page_size))
     data = empty((num_pages, 2, *inner, dim), dtype=storage, device=device)
     scales = None
-    if plan.view_dtype == NVFP4:
+    if plan.kv_view_dtype == NVFP4:
         block = int(plan.nvfp4_block_size or 16)
         scales = empty((num_pages, 2, *inner, plan.head_dim_k // block),
                              dtype=torch_dtype(plan.nvfp4_scale_dtype or "float8_e4m3fn"), device=device)
@@ -102,15 +102,15 @@ def append(cache: PagedKVCache, slots: Any, k: Any, v: Optional[Any] = None, *,
     if plan.mla:
         cache.data[page, off] = k.to(cache.data.dtype)
         return
-    if plan.view_dtype == NVFP4:
+    if plan.kv_view_dtype == NVFP4:
         kq, ks = nvfp4_quantize(k, int(plan.nvfp4_block_size or 16), k_scale)
         vq, vs = nvfp4_quantize(v, int(plan.nvfp4_block_size or 16), v_scale)
         for i, (d, s) in enumerate(((kq, ks), (vq, vs))):
             _scatter(cache.data, plan.layout, i, page, off, d)
             _scatter(cache.scales, plan.layout, i, page, off, s.to(cache.scales.dtype))
         return
-    _scatter(cache.data, plan.layout, 0, page, off, _quantize(k, plan.view_dtype, k_scale).to(cache.data.dtype))
-    _scatter(cache.data, plan.layout, 1, page, off, _quantize(v, plan.view_dtype, v_scale).to(cache.data.dtype))
+    _scatter(cache.data, plan.layout, 0, page, off, _quantize(k, plan.kv_view_dtype, k_scale).to(cache.data.dtype))
+    _scatter(cache.data, plan.layout, 1, page, off, _quantize(v, plan.kv_view_dtype, v_scale).to(cache.data.dtype))
 
 
 def _scatter(data: Any, layout: str, kv: int, page: Any, off: Any, x: Any) -> None:
@@ -129,7 +129,7 @@ def gather(cache: PagedKVCache, pages: Any, length: int, *, k_scale: float = 1.0
     view = cache.kernel_view()[pages]
     if plan.mla:
         return view.reshape(-1, plan.head_dim_k)[:length].float(), None
-    if plan.view_dtype == NVFP4:
+    if plan.kv_view_dtype == NVFP4:
         sc = cache.scales[pages]
         parts = [nvfp4_dequantize(view[:, i], sc[:, i], int(plan.nvfp4_block_size or 16)) for i in (0, 1)]
     else:

@@ -186,15 +186,6 @@ class KVCachePlan(BaseModel):
         None, description="the engine's KV block (vLLM --block-size) when it differs in kind from the kernel page: "
                           "page_size is then the largest kernel page dividing it")
 
-    # The adapter's spellings before issue 25 (attnplan/adapter/ reads these until its item 4 lands).
-    @property
-    def storage_dtype(self) -> str:
-        return self.kv_storage_dtype
-
-    @property
-    def view_dtype(self) -> str:
-        return self.kv_view_dtype
-
 
 class BatchMetadata(BaseModel):
     """What a step's metadata builder needs for one batch kind (seed 001)."""

@@ -35,7 +35,7 @@ class CallContext(Protocol):
     device_workspace: Any           # zeroed, private to device-tensor calls that need it (workspace_layout)
     q_dtype: dict[str, Any]         # torch dtype of each phase's query
     o_dtype: Any
-    kv_view: str                    # the plan's KV view dtype (kv_cache.view_dtype)
+    kv_view: str                    # the plan's KV view dtype (kv_cache.kv_view_dtype)
     common: dict[str, dict[str, Any]]   # per phase: plan() arguments fixed for the plan
     parts: dict[str, Any]           # MLA prefill: one ragged wrapper per part ("new", "context")
 

@@ -22,7 +22,7 @@ def scales(params: AttentionParams, q_scale: float, k_scale: float, v_scale: flo
 
 
 def _kv_and_scales(plan: Plan, cache: Any) -> tuple[Any, Optional[tuple[Any, Any]]]:
-    if plan.kv_cache.view_dtype == NVFP4:
+    if plan.kv_cache.kv_view_dtype == NVFP4:
         # Packed e2m1 bytes plus the fp8 block scales, split per K and V as trtllm-gen takes them.
         return cache.data, (cache.scales[:, 0], cache.scales[:, 1])
     return cache.kernel_view(), None
