@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, Batch, answer, derived_executor, prebuild, random_lens, rel_err  # noqa: E402
+from gpu_common import TOL, Batch, executor_for, prebuild, random_lens, real_plan, rel_err  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -26,9 +26,8 @@ TOL_FP8 = 2.0 ** -4 * 0.75
 
 @pytest.fixture(scope="module")
 def fp8_plan():
-    a = answer(engine="vllm", **CFG)
-    if a.plan.prefill.query_dtype != "float8_e4m3fn":
-        pytest.skip(f"the vLLM plan on this node keeps a {a.plan.prefill.query_dtype} prefill query")
+    a = real_plan(CFG, "vllm", lambda a: a.plan.prefill.query_dtype == "float8_e4m3fn",
+                  "vLLM 0.33's fp8-query prefill over an fp8 cache on 9.0")
     prebuild(a)
     return a
 
@@ -41,7 +40,7 @@ def test_plan_is_fa3_with_an_fp8_prefill_query(fp8_plan):
 
 @pytest.mark.parametrize("k_scale", [1.0, 0.5])
 def test_fp8_query_prefill_matches_the_reference(fp8_plan, k_scale):
-    ex = derived_executor(fp8_plan)
+    ex = executor_for(fp8_plan)
     n = 5
     q = random_lens(n, 1, 300)
     seq = [x + random_lens(1, 0, 1200)[0] for x in q]   # fresh and chunked prefills
@@ -59,6 +58,6 @@ def test_fp8_query_prefill_matches_the_reference(fp8_plan, k_scale):
 def test_mixed_batch_decode_keeps_its_16bit_query(fp8_plan):
     """The decode tokens of the same step run XQA with a bf16 query (get_q_data_type: decode on 9.0)."""
     assert fp8_plan.plan.decode.query_dtype == "bfloat16"
-    ex = derived_executor(fp8_plan)
+    ex = executor_for(fp8_plan)
     b = Batch(ex, [1] * 6, random_lens(6, 1, 2000), 6, poison="finite")
     assert rel_err(b.run(), b.reference()) <= TOL
