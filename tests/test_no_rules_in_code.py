@@ -57,13 +57,8 @@ ALLOWED: tuple[tuple[str, str, str], ...] = (
     # Verify's registry and the if-chains over calls (issue 25 item 4, h25b).
     *(("verify/calls.py", c, VERIFY_CALLS) for c in (
         "paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill", "xqa")),
-    # verify's per-call facts (JIT family, inputs, tensor-core kernel, query quantization), keyed by the
-    # call names backends.yaml declares; tests/test_verify_call_facts.py keeps the keys equal to the data.
-    *(("verify/call_facts.py", c, "verify's per-call table, keyed by backends.yaml's call names") for c in (
-        "paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill",
-        "trtllm_context", "trtllm_decode", "trtllm_mla_decode", "trtllm_ragged", "xqa")),
-    ("verify/generate.py", "xqa", "the JIT identity per module family (call_facts.JitFamily), not a backend"),
-    ("verify/generate.py", "sink", "the JIT identity per module family (call_facts.JitFamily), not a backend"),
+    ("verify/generate.py", "xqa", "the JIT identity per module family (backends.yaml calls: verify.jit), not a backend"),
+    ("verify/generate.py", "sink", "the JIT identity per module family (backends.yaml calls: verify.jit), not a backend"),
 )
 
 
@@ -228,7 +223,7 @@ def test_the_loader_refuses_a_call_or_family_it_does_not_describe(tmp_path):
     from attnplan.policy import RulePackError
 
     with pytest.raises(RulePackError, match="call 'xqa_decode' has no calls entry"):
-        _edited_ruleset(tmp_path, "  xqa_decode: {module: xqa_decode,", "  xqa_decodes: {module: xqa_decode,")
+        _edited_ruleset(tmp_path, "  xqa_decode: {verify:", "  xqa_decodes: {verify:")
     with pytest.raises(RulePackError, match="family 'xqa' has no families entry"):
         _edited_ruleset(tmp_path, "\n  xqa:\n    doc: XQA decode, JIT", "\n  xqa2:\n    doc: XQA decode, JIT")
 

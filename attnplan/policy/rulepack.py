@@ -135,6 +135,17 @@ class CallSpec(BaseModel):
     returns_lse: bool
 
 
+class VerifyCallSpec(BaseModel):
+    """What ``attnplan verify`` needs of a call besides invoking it (attnplan/verify/call_facts.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    jit: Literal["prefill", "decode", "mla", "xqa", "sink"]   # the JIT module family a probe builds
+    inputs: Literal["paged", "ragged", "latent"] = "paged"     # what a probe reads
+    tensor_core_kernel: bool = False        # use_tensor_cores runs the prefill module (its own tolerance key)
+    query_to_fp8_over_fp8_kv: bool = False  # converts the query to e4m3 over an fp8 cache (the reference mirrors it)
+
+
 class CallInfoSpec(BaseModel):
     """What one kernel call is, whichever backend names it (backends.yaml ``calls:``): the JIT module the
     plan lists for it, where it runs at all, and whether ``attnplan verify`` has a probe for it."""
@@ -146,6 +157,7 @@ class CallInfoSpec(BaseModel):
     module_tensor_cores: Optional[str] = None    # ... when the decode runs on tensor cores
     capability_majors: Optional[list[int]] = None  # the families it runs on at all (None: where its rules allow)
     verify_probe: bool = False                   # attnplan/verify/calls.py CALLS runs it directly
+    verify: VerifyCallSpec                       # verify's facts about the call
 
 
 class SplitKVSpec(BaseModel):
