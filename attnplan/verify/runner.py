@@ -81,6 +81,43 @@ def build_order(probes: list[Probe]) -> list[Probe]:
 _BUILD_FAILURE = ("ninja", "nvcc", "compil", "build failed", "static_assert")
 
 
+def _skipped(probes: list[Probe]) -> dict[str, dict[str, Any]]:
+    """The results of probes the generator marked unrunnable here, with its reason."""
+    return {p.id: {"outcome": "skipped", "error": p.skip, "seconds": 0.0} for p in probes if p.skip}
+
+
+def _time_spent() -> dict[str, Any]:
+    return {"outcome": "skipped", "error": "time budget spent before this probe started", "seconds": 0.0}
+
+
+def _build_timeout(limit: float) -> dict[str, Any]:
+    # A module's first probe compiles it and then runs it under one limit: running out of it there
+    # says the build was slow (fa3 modules take minutes), not that the kernel hangs. The probe is
+    # untested, never a hang verdict; a later run with a longer --build-timeout (or a warm JIT
+    # cache) settles it.
+    return {"outcome": "build-timeout", "error": f"no answer within the {limit:g}s build limit (JIT build and run together)"}
+
+
+def _build_failed(res: dict[str, Any]) -> bool:
+    """Whether a module's first probe says the module itself is unusable (its followers inherit it)."""
+    err = str(res.get("error") or "").lower()
+    return res["outcome"] in ("hang", "build-timeout") or (
+        res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
+
+
+def _inherited(first: Probe, res: dict[str, Any]) -> dict[str, Any]:
+    return {"outcome": res["outcome"], "seconds": 0.0,
+            "error": f"its JIT module's first probe {first.id} ended so: {res.get('error')}"}
+
+
+def _in_threads(worker: Callable[[], None], jobs: int) -> None:
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_timeout: float = 420.0,
                probe_timeout: float = 90.0, deadline: Optional[float] = None,
                progress: Callable[[str], None] = lambda s: None,
@@ -92,10 +129,7 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
     probe hung, or failed compiling the module, the others are not run (they would only build it
     again): they carry that result, naming the probe it came from."""
     start = time.monotonic()
-    results: dict[str, dict[str, Any]] = {}
-    for p in probes:
-        if p.skip:
-            results[p.id] = {"outcome": "skipped", "error": p.skip, "seconds": 0.0}
+    results = _skipped(probes)
     todo = [p for p in probes if not p.skip]
     builds = build_order(todo)
     builds += [p for p in todo if p.module not in {b.module for b in builds}]
@@ -120,13 +154,10 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                  f"{p.backend}/{p.phase} {p.call}" + (f"  ({p.module})" if label == "build" else ""))
 
     def after_build(p: Probe, res: dict[str, Any]) -> None:
-        err = str(res.get("error") or "").lower()
-        inherited = res["outcome"] in ("hang", "build-timeout") or (
-            res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
+        inherited = _build_failed(res)
         for f in followers.get(p.module, []):
             if inherited:
-                finish(f, {"outcome": res["outcome"], "seconds": 0.0,
-                           "error": f"its JIT module's first probe {p.id} ended so: {res.get('error')}"}, "same")
+                finish(f, _inherited(p, res), "same")
             else:
                 state["seq"] += 1
                 heapq.heappush(heap, (0, state["seq"], "probe", f))
@@ -142,22 +173,15 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                 _prio, _seq, label, p = heapq.heappop(heap)
                 late = deadline is not None and time.monotonic() - start > deadline
                 if late:
-                    finish(p, {"outcome": "skipped", "error": "time budget spent before this probe started",
-                               "seconds": 0.0}, label)
+                    finish(p, _time_spent(), label)
                     if label == "build":
                         for f in followers.get(p.module, []):
-                            finish(f, {"outcome": "skipped", "error": "time budget spent before this probe started",
-                                       "seconds": 0.0}, "probe")
+                            finish(f, _time_spent(), "probe")
                     continue
                 state["in_flight"] += 1
             res = runner(p, build_timeout if label == "build" else probe_timeout)
             if label == "build" and res.get("outcome") == "hang":
-                # The module's first probe compiles it and then runs it under one limit: running out
-                # of it there says the build was slow (fa3 modules take minutes), not that the kernel
-                # hangs. The probe is untested, never a hang verdict; a later run with a longer
-                # --build-timeout (or a warm JIT cache) settles it.
-                res = {**res, "outcome": "build-timeout",
-                       "error": f"no answer within the {build_timeout:g}s build limit (JIT build and run together)"}
+                res = {**res, **_build_timeout(build_timeout)}
             with lock:
                 state["in_flight"] -= 1
                 finish(p, res, label)
@@ -165,11 +189,7 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                     after_build(p, res)
                 lock.notify_all()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, jobs)
     return results
 
 
@@ -268,9 +288,8 @@ def batch_subprocess_runner(command: Sequence[str] = BATCH_CHILD, env: Optional[
                                 os.killpg(p.pid, signal.SIGKILL)
                             p.wait()
                             if res is None:
-                                res = {"outcome": "build-timeout" if first else "hang",
-                                       "error": (f"no answer within the {limit:g}s build limit (JIT build and run together)"
-                                                 if first else f"no answer within {limit:g}s (killed)")}
+                                res = (_build_timeout(limit) if first
+                                       else {"outcome": "hang", "error": f"no answer within {limit:g}s (killed)"})
                             else:
                                 errf.seek(0)
                                 tail = " ".join(errf.read().strip().splitlines()[-3:])[-600:]
@@ -282,8 +301,7 @@ def batch_subprocess_runner(command: Sequence[str] = BATCH_CHILD, env: Optional[
                         was_first, first = first, False
                         if was_first and _build_failed(res):
                             for f in todo[done:]:
-                                report(f, {"outcome": res["outcome"], "seconds": 0.0,
-                                           "error": f"its JIT module's first probe {probe.id} ended so: {res.get('error')}"})
+                                report(f, _inherited(probe, res))
                             return
                         if res["outcome"] not in ("ok", "wrong"):
                             break                      # the process is gone or stopping: a fresh one for the rest
@@ -320,12 +338,6 @@ def _next_result(lines: Any, limit: float) -> Any:
             return res
 
 
-def _build_failed(res: dict[str, Any]) -> bool:
-    err = str(res.get("error") or "").lower()
-    return res["outcome"] in ("hang", "build-timeout") or (
-        res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
-
-
 def module_order(probes: list[Probe]) -> list[list[Probe]]:
     """The probes grouped by JIT module, the groups round-robin over (backend, call): every kernel
     gets its first module early (a run cut short still reaches each), and a kind with many slow
@@ -354,10 +366,7 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
     its other probes without running them. ``deadline``: no module starts after it (its probes are
     recorded as skipped)."""
     start = time.monotonic()
-    results: dict[str, dict[str, Any]] = {}
-    for p in probes:
-        if p.skip:
-            results[p.id] = {"outcome": "skipped", "error": p.skip, "seconds": 0.0}
+    results = _skipped(probes)
     groups = module_order([p for p in probes if not p.skip])
     total = sum(len(g) for g in groups)
     lock = threading.Lock()
@@ -385,14 +394,9 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
                 state["next"] += 1
             if deadline is not None and time.monotonic() - start > deadline:
                 for p in g:
-                    finish(p, {"outcome": "skipped", "error": "time budget spent before this probe started",
-                               "seconds": 0.0})
+                    finish(p, _time_spent())
                 continue
             runner(g, build_timeout, probe_timeout, finish)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, jobs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, jobs)
     return results
