@@ -129,3 +129,24 @@ def test_a_probe_killed_because_the_run_stops_gets_no_result(tmp_path):
     assert table.kill_all(grace=0.5) == 1
     t.join(10)
     assert got == [("p00", "ok")]                 # p01 was running when the run stopped: not an error
+
+
+def test_a_stop_also_ends_the_per_probe_runners_processes(tmp_path):
+    # --isolate runs subprocess_runner: its processes are in the same table, so SIGTERM ends them too.
+    import time
+
+    from attnplan.verify.runner import subprocess_runner
+
+    script = tmp_path / "sleeper.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    table = ProcessTable()
+    run = subprocess_runner((sys.executable, str(script)), table=table)
+    got = []
+    t = threading.Thread(target=lambda: got.append(run(_probe(0, "m", "ok"), 60.0)))
+    t.start()
+    end = time.monotonic() + 20
+    while table.kill_all(grace=0.5) == 0 and time.monotonic() < end:
+        table.stopping.clear()
+        time.sleep(0.05)
+    t.join(10)
+    assert not t.is_alive() and got and got[0]["outcome"] == "error"

@@ -30,25 +30,75 @@ Runner = Callable[[Probe, float], dict[str, Any]]
 CHILD = (sys.executable, "-m", "attnplan.verify.child")
 
 
-def subprocess_runner(command: Sequence[str] = CHILD, env: Optional[dict[str, str]] = None) -> Runner:
+class ProcessTable:
+    """The probe processes alive now, so that a run stopped from outside (SIGTERM at the end of a
+    lease) takes them down with it instead of leaving builds running on the machine."""
+
+    def __init__(self) -> None:
+        self._live: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self.stopping = threading.Event()     # set by kill_all: a process ending now was ended by us
+
+    def add(self, p: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.add(p)
+
+    def discard(self, p: subprocess.Popen) -> None:
+        with self._lock:
+            self._live.discard(p)
+
+    def kill_all(self, grace: float = 3.0) -> int:
+        """SIGTERM first: ninja, stopped so, removes the half-written outputs of the commands it was
+        running (a SIGKILLed link left a truncated .so that the next call loaded: 'symbol lookup
+        error', bench/logs/h100-2026-11-24d); then SIGKILL whatever is left."""
+        self.stopping.set()
+        with self._lock:
+            live = list(self._live)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for p in live:
+                try:
+                    os.killpg(p.pid, sig)
+                except OSError:
+                    pass
+            if sig == signal.SIGTERM:
+                end = time.monotonic() + grace
+                while time.monotonic() < end and any(p.poll() is None for p in live):
+                    time.sleep(0.1)
+        return len(live)
+
+
+PROCESSES = ProcessTable()
+
+
+def _result(line: str) -> Optional[dict[str, Any]]:
+    """A probe's result line (a JSON object with an outcome), or None for any other output."""
+    try:
+        res = json.loads(line)
+    except ValueError:
+        return None
+    return res if isinstance(res, dict) and "outcome" in res else None
+
+
+def subprocess_runner(command: Sequence[str] = CHILD, env: Optional[dict[str, str]] = None,
+                      table: ProcessTable = PROCESSES) -> Runner:
     """Each probe in a fresh process running ``command`` (spec on stdin, one JSON line out)."""
 
     def run(probe: Probe, timeout: float) -> dict[str, Any]:
         t0 = time.monotonic()
         p = subprocess.Popen(list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, start_new_session=True, env=env)
+        table.add(p)
         try:
             out, err = p.communicate(json.dumps(probe.spec), timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)     # its own session: the child and anything it started
             p.communicate()
             return {"outcome": "hang", "error": f"no answer within {timeout:g}s (killed)", "seconds": time.monotonic() - t0}
+        finally:
+            table.discard(p)
         for line in reversed(out.strip().splitlines()):
-            try:
-                res = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(res, dict) and "outcome" in res:
+            res = _result(line)
+            if res is not None:
                 res["seconds"] = time.monotonic() - t0
                 return res
         tail = " ".join((err or "").strip().splitlines()[-3:])[-600:]
@@ -204,44 +254,6 @@ BatchRunner = Callable[[list[Probe], float, float, Report], None]
 BATCH_CHILD = (sys.executable, "-m", "attnplan.verify.child", "--batch")
 
 
-class ProcessTable:
-    """The probe processes alive now, so that a run stopped from outside (SIGTERM at the end of a
-    lease) takes them down with it instead of leaving builds running on the machine."""
-
-    def __init__(self) -> None:
-        self._live: set[subprocess.Popen] = set()
-        self._lock = threading.Lock()
-        self.stopping = threading.Event()     # set by kill_all: a process ending now was ended by us
-
-    def add(self, p: subprocess.Popen) -> None:
-        with self._lock:
-            self._live.add(p)
-
-    def discard(self, p: subprocess.Popen) -> None:
-        with self._lock:
-            self._live.discard(p)
-
-    def kill_all(self, grace: float = 3.0) -> int:
-        """SIGTERM first: ninja, stopped so, removes the half-written outputs of the commands it was
-        running (a SIGKILLed link left a truncated .so that the next call loaded: 'symbol lookup
-        error', bench/logs/h100-2026-11-24d); then SIGKILL whatever is left."""
-        self.stopping.set()
-        with self._lock:
-            live = list(self._live)
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for p in live:
-                try:
-                    os.killpg(p.pid, sig)
-                except OSError:
-                    pass
-            if sig == signal.SIGTERM:
-                end = time.monotonic() + grace
-                while time.monotonic() < end and any(p.poll() is None for p in live):
-                    time.sleep(0.1)
-        return len(live)
-
-
-PROCESSES = ProcessTable()
 
 
 def batch_subprocess_runner(command: Sequence[str] = BATCH_CHILD, env: Optional[dict[str, str]] = None,
@@ -330,11 +342,8 @@ def _next_result(lines: Any, limit: float) -> Any:
             return None
         if line is None:
             return "eof"
-        try:
-            res = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(res, dict) and "outcome" in res:
+        res = _result(line)
+        if res is not None:
             return res
 
 
