@@ -218,7 +218,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         v.add("dtype.query")
     if not mla:
         if (backend == "fa2" and not (qk in (64, 128, 256, 512) and qk == vo)) \
-                or (backend == "fa3" and not ((qk in (64, 128, 256) and qk == vo) or (qk, vo) == (192, 128))) \
+                or (backend == "fa3" and not (qk in (64, 128, 256) and qk == vo)) \
                 or (backend == "trtllm-gen" and not (qk in (64, 128, 256, 512) and qk == vo)):
             v.add("head-size")
         if backend == "fa2" and kv not in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "nvfp4"):
@@ -248,6 +248,13 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     if backend == "fa2" and phase == "decode" and kv == "nvfp4" and major is not None and major <= 9 \
             and (g is None or g < 4):
         v.add("kv.nvfp4-decode")
+    # the H100 sweep, second session: fa2 prefill over nvfp4 at head 64 computed wrong on 9.x, and the
+    # sink wrapper's attention variant has no logits transform (a soft cap would be dropped)
+    if backend == "fa2" and phase == "prefill" and kv == "nvfp4" and major is not None and major <= 9 \
+            and not mla and qk == 64:
+        v.add("kv.nvfp4-prefill")
+    if backend in ("fa2", "fa3") and cfg.sinks and not mla and cfg.logits_soft_cap is not None:
+        v.add("sinks.softcap")
     if backend == "xqa" and g is None:
         v.add("xqa.group")   # an unknown group (heads not divisible) never satisfies "at most 64": fail closed
     if backend == "xqa" and g is not None:
