@@ -1136,3 +1136,15 @@ def test_suggestion_install_flashinfer_cubin():
 def test_no_suggestion_when_nothing_helps():
     a = run(cfg(), simulated_node("T4"))
     assert a.status == "rejected" and a.suggestions == ()
+
+
+def test_fa3_sink_wrapper_reads_the_phase_query_not_the_model_dtype():
+    # vLLM 0.33 quantizes the prefill query to fp8 over an fp8 cache on 9.0 (get_q_data_type), and
+    # fa3's sink wrapper does not build for an fp8 query (H100 sweep, sinks rule): a bf16 model with
+    # sinks and an fp8 cache is refused under vLLM, and runs under the kernel layer alone.
+    c = cfg(head_dim=64, num_qo_heads=8, num_kv_heads=1, kv_cache_dtype="fp8", sinks=True)
+    a = run(c, simulated_node("H100"), engine="vllm")
+    v = the_violation(a, "sinks", "prefill", "fa3")
+    assert v.fact == "phase.query_dtype" and v.observed == "fp8_e4m3"
+    ok = run(c, simulated_node("H100"), engine="flashinfer")
+    assert not viols(ok, "sinks", "prefill", "fa3")
