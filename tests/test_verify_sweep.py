@@ -3,6 +3,7 @@ by an accepted probe; only accepted configs; deterministic per seed; a partial r
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import textwrap
@@ -169,3 +170,16 @@ def test_calibration_reseeds_each_kernels_plainest_probe(rs):
     assert table["spreads"]["bad"]["suspect"] is True
     assert tolerance.tolerance("bad", data=table) == 5 * 1e-3          # a suspect spread is never used
     assert tolerance.tolerance("k", data=table) == 0.015
+
+
+def test_a_target_run_is_the_full_sweeps_probes_of_that_target(rs):
+    # A target's rows reuse the modules of the targets covered before it, so `--target` must
+    # cover those too: its probes (digests) are the full sweep's, and a --target run resumes into
+    # a whole sweep (the 2026-11-25 H100 run of `--target xqa` matched 27 of 118 digests before).
+    fa2 = dataclasses.replace(rs, backends={"fa2": rs.backends["fa2"]})   # 5 targets: seconds, not minutes
+    full = sweep(fa2, NODE, seed=0)
+    label = "fa2/decode+sinks"                                               # covered after three others
+    part = sweep(fa2, NODE, seed=0, only=[label])
+    want = {p.id.split("-", 1)[1] for p in full.probes if p.spec["sweep_target"] == label}
+    assert want and {p.id.split("-", 1)[1] for p in part.probes} == want
+    assert [c.target.label for c in part.coverage] == [label]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from typing import Any
@@ -30,11 +31,25 @@ def run_probe(spec: dict[str, Any], device: str = "cuda", execute: Any = None) -
         if dev.type == "cuda":
             torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - every failure of the kernel call is the probe's result
-        msg = " ".join(str(exc).split())[:600]
-        return {"outcome": "error", "error": f"{type(exc).__name__}: {msg}", "seconds": time.perf_counter() - t0}
+        return {"outcome": "error", "error": error_text(exc), "seconds": time.perf_counter() - t0}
     out = inp.out if result is None or isinstance(result, tuple) else result
     ref = calls.reference(spec, inp)
     return compare(out.float(), ref, float(spec["tolerance"]), time.perf_counter() - t0)
+
+
+def error_text(exc: BaseException, head: int = 300, limit: int = 1500) -> str:
+    """The exception's first words and, for a failed JIT build, the compiler's own diagnostics:
+    FlashInfer's "Ninja build failed" message starts with the nvcc command line, so its first 600
+    characters never reached the error that made the build fail (the XQA builds of the 2026-11-25
+    sweep are recorded without their cause)."""
+    text = str(exc)
+    flat = " ".join(text.split())
+    msg = f"{type(exc).__name__}: {flat[:head]}"
+    diags = [" ".join(ln.split()) for ln in text.splitlines()
+             if re.search(r"\berror\b|static assertion|static_assert|FAILED:", ln) and "nvcc " not in ln and not ln.lstrip().startswith("[")]
+    if len(flat) > head and diags:
+        msg += " ... " + " | ".join(dict.fromkeys(diags))
+    return msg[:limit]
 
 
 def compare(out: Any, ref: Any, tol: float, seconds: float = 0.0) -> dict[str, Any]:

@@ -355,14 +355,19 @@ def sweep(ruleset: RuleSet, node: NodeFacts, *, seed: int = 0, only: Optional[It
     wanted = set(only or ())
     known: list[dict[str, Any]] = []
     for t, why in sweep_targets(ruleset, cap):
-        if wanted and t.label not in wanted and t.backend not in wanted:
-            continue
+        chosen = not wanted or t.label in wanted or t.backend in wanted
         if why:
-            cov.append(Coverage(t, _target_call(ruleset, t), [], 0, 0, skip=why))
+            if chosen:
+                cov.append(Coverage(t, _target_call(ruleset, t), [], 0, 0, skip=why))
             continue
+        # A target's rows reuse the JIT modules of the targets covered before it (``known``), so
+        # those are covered even when not chosen: ``only`` picks probes out of the full sweep,
+        # digests and all, and a --target run resumes into (and from) a whole sweep's results.
         c = cover(ruleset, node, t, seed=seed, known=known)
-        cov.append(c)
         known += c.rows
+        if not chosen:
+            continue
+        cov.append(c)
         for row in c.rows:
             cfg = config_of(t, row)
             config = AttentionConfig.model_validate(cfg)
