@@ -76,7 +76,7 @@ STD_FIELDS = {
     "dtype": (["bf16", "fp16"], ["bf16", "fp16", "fp32", "fp8_e4m3"]),
     "kv_cache_dtype": (["auto", "auto", "fp8"], ["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "fp8_e5m2", "nvfp4"]),
     "page_size": ([None], [None, 1, 8, 16, 32, 64, 128, 256]),
-    "head_dim": ([64, 128, 128, 256], [64, 80, 96, 128, 192, 256, 512]),
+    "head_dim": ([64, 128, 128, 256], [64, 80, 96, 128, 160, 192, 256, 512]),
     "head_dim_vo": ([None], [None, 64, 128]),
     "sliding_window": ([None, 4096], [None, 4096]),
     "logits_soft_cap": ([None], [None, 30.0]),
@@ -231,6 +231,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         if not (qk == vo and qk % 16 == 0 and (16 <= qk <= 256 or (qk == 512 and cfg.num_speculative_tokens == 0
                                                                       and g is not None and g <= 16))):
             v.add("head-size")
+        if major == 9 and kv in ("fp16", "bf16") and qk in (144, 160, 176):
+            v.add("head-size")          # the H100 sweep, third session: 16-bit XQA does not build these
         if not (kv in ("fp16", "bf16", "fp8_e4m3") or (kv == "nvfp4" and major == 12)):
             v.add("kv.dtype")
         if major not in (9, 10, 12):
@@ -265,6 +267,10 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             bad = bad or not (g <= 16 or g == 32)
         if major == 9 and cfg.num_speculative_tokens >= 1 and qk > 128:
             bad = True
+        if major == 9 and kv in ("fp16", "bf16") and g >= 57 and qk > 128:
+            bad = True                  # 16-bit groups 57-64 build up to head 128 (H100 sweep)
+        if major == 9 and kv in ("fp16", "bf16") and cfg.num_speculative_tokens >= 1 and g > 32:
+            bad = True                  # 16-bit speculative decode at group 64 computed wrong (H100 sweep)
         if major == 12 and qk == 128 and g > 32:
             bad = True
         if bad:

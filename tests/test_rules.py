@@ -228,6 +228,35 @@ def test_head_size_xqa_decodes_96_but_vllm_lists_64_128_256_512():
     assert ev.layer == "engine" and "512" in ev.required
 
 
+@pytest.mark.parametrize("hd", [144, 160, 176])
+def test_head_size_xqa_16bit_cache_does_not_build_144_to_176_on_9x(hd):
+    # the H100 sweep, 2026-11-25: every 16-bit XQA module at these heads failed to build
+    h100 = simulated_node("H100")
+    for dtype in ("bf16", "fp16"):
+        a = run(cfg(head_dim=hd, dtype=dtype, attention_backend="xqa"), h100, FI)
+        assert "16-bit cache" in the_violation(a, "head-size", "decode", "xqa").message
+    assert not viols(run(cfg(head_dim=hd, kv_cache_dtype="fp8", attention_backend="xqa"), h100, FI),
+                     "head-size", "decode", "xqa")                        # an fp8 cache built them
+    for ok in (112, 128, 192, 208):                                        # the heads around them built
+        assert not viols(run(cfg(head_dim=ok, attention_backend="xqa"), h100, FI), "head-size", "decode", "xqa")
+    assert not viols(run(cfg(head_dim=hd, attention_backend="xqa"), simulated_node("RTX PRO 6000"), FI),
+                     "head-size", "decode", "xqa")                        # measured on 9.x only
+
+
+def test_xqa_16bit_group_64_builds_up_to_head_128_and_decodes_spec_only_to_group_32():
+    h100 = simulated_node("H100")
+    g64 = dict(num_qo_heads=64, num_kv_heads=1, attention_backend="xqa")
+    assert not viols(run(cfg(head_dim=128, **g64), h100, FI), "xqa.group", "decode", "xqa")
+    v = the_violation(run(cfg(head_dim=192, **g64), h100, FI), "xqa.group", "decode", "xqa")
+    assert "57-64 only up to head 128" in v.message
+    assert not viols(run(cfg(head_dim=192, kv_cache_dtype="fp8", num_qo_heads=32, num_kv_heads=1,
+                             attention_backend="xqa"), h100, FI), "xqa.group", "decode", "xqa")
+    spec = the_violation(run(cfg(head_dim=128, num_speculative_tokens=1, **g64), h100, FI), "xqa.group", "decode", "xqa")
+    assert "computed wrong at GQA group 64" in spec.message
+    g32 = dict(num_qo_heads=32, num_kv_heads=1, attention_backend="xqa")
+    assert not viols(run(cfg(head_dim=128, num_speculative_tokens=3, **g32), h100, FI), "xqa.group", "decode", "xqa")
+
+
 def test_head_size_fa2_needs_qk_equal_vo():
     a = run(cfg(head_dim=128, head_dim_vo=64), simulated_node("A100"))
     assert a.status == "rejected"
