@@ -269,12 +269,13 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             bad = True
         if major == 9 and kv in ("fp16", "bf16") and g >= 57 and qk > 128:
             bad = True                  # 16-bit groups 57-64 build up to head 128 (H100 sweep)
-        if major == 9 and kv in ("fp16", "bf16") and cfg.num_speculative_tokens >= 1 and g > 32:
-            bad = True                  # 16-bit speculative decode at group 64 computed wrong (H100 sweep)
         if major == 12 and qk == 128 and g > 32:
             bad = True
         if bad:
             v.add("xqa.group")
+    if backend == "xqa" and major == 9 and kv in ("fp16", "bf16") and cfg.num_speculative_tokens >= 1 \
+            and g is not None and g > 32:
+        v.add("xqa.spec-group")         # 16-bit speculative decode at group 64 computed wrong (H100 sweep)
     if cfg.sliding_window is not None and (backend in MLA_BACKENDS or (mla and backend in ("fa2", "fa3"))):
         v.add("mla.window")
     if backend in ("fa2-mla", "fa3-mla") and cfg.logits_soft_cap is not None:
