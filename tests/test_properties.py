@@ -274,7 +274,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         if bad:
             v.add("xqa.group")
     if backend == "xqa" and major == 9 and kv in ("fp16", "bf16") and cfg.num_speculative_tokens >= 1 \
-            and g is not None and g > 32:
+            and (g is None or g > 32):  # an unknown group fails closed, as in xqa.group
         v.add("xqa.spec-group")         # 16-bit speculative decode at group 64 computed wrong (H100 sweep)
     if cfg.sliding_window is not None and (backend in MLA_BACKENDS or (mla and backend in ("fa2", "fa3"))):
         v.add("mla.window")
