@@ -354,8 +354,10 @@ def sweep(ruleset: RuleSet, node: NodeFacts, *, seed: int = 0, only: Optional[It
     cov: list[Coverage] = []
     wanted = set(only or ())
     known: list[dict[str, Any]] = []
-    for t, why in sweep_targets(ruleset, cap):
-        chosen = not wanted or t.label in wanted or t.backend in wanted
+    targets = sweep_targets(ruleset, cap)
+    picked = [not wanted or t.label in wanted or t.backend in wanted for t, _ in targets]
+    last = max((i for i, p in enumerate(picked) if p), default=-1)   # the targets after it change nothing
+    for (t, why), chosen in zip(targets[:last + 1], picked):
         if why:
             if chosen:
                 cov.append(Coverage(t, _target_call(ruleset, t), [], 0, 0, skip=why))

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from ..dtypes import torch_dtype
-from ._contract import CallContext, JitBuild, KernelCall
+from ._contract import CallContext, JitBuild
 from ._jit import SINK, module_dtypes
-from ._paged_wrappers import plan_prefill, prefill_graph_buffers
+from .paged_prefill import PagedPrefill
 from attnplan.errors import AdapterCallError
 
 
@@ -27,13 +27,12 @@ def sink_jit_args(backend: str, q: Any, kv: Any, hd_qk: int, hd_vo: int, sw: boo
     return args, kwargs
 
 
-class Sink(KernelCall):
+class Sink(PagedPrefill):
+    """FlashInfer's sink wrapper subclasses BatchPrefillWithPagedKVCacheWrapper: planned, and
+    graph-captured, as the paged prefill; constructed, built and run as its variant."""
+
     name = "sink"
     entry_point = "flashinfer.BatchAttentionWithAttentionSinkWrapper"
-    phases = ("prefill", "decode")
-    returns_lse = True
-    host_planned = True
-    runs = "paged"
 
     def construct(self, b: CallContext, pp: Any, **graph_buffers: Any) -> Any:
         # The sink variant is compiled in the constructor: dtypes, dims and the window's presence.
@@ -42,12 +41,6 @@ class Sink(KernelCall):
             b.workspace, b.plan.kv_cache.layout, backend=pp.flashinfer_backend, q_data_type=torch_dtype(pp.query_dtype),
             kv_data_type=b.kv_data_type(), head_dim_qk=p.head_dim_qk, head_dim_vo=p.head_dim_vo,
             window_left=p.window_left, **graph_buffers)
-
-    def graph_buffers(self, layout: Any) -> dict[str, Any]:
-        return prefill_graph_buffers(layout)
-
-    def plan(self, b: CallContext, wrapper: Any, batch: Any, phase: str) -> None:
-        plan_prefill(b, wrapper, batch, phase)
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         q, kv, _, sw, _ = module_dtypes(params)
