@@ -227,6 +227,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             v.add("kv.dtype")
     if backend == "fa3" and kv != q:                       # MLA prefill too (issue 22, H100 sweep)
         v.add("fa3.dtype")
+    if backend == "fa3" and q in ("fp8_e4m3", "fp8_e5m2") and cfg.logits_soft_cap is not None:
+        v.add("fa3.fp8-softcap")                           # its fp8 variant has no cap (issue 22, H100 sweep)
     if backend == "xqa":
         if not (qk == vo and qk % 16 == 0 and (16 <= qk <= 256 or (qk == 512 and cfg.num_speculative_tokens == 0
                                                                       and g is not None and g <= 16))):

@@ -265,6 +265,26 @@ def test_xqa_16bit_group_64_builds_up_to_head_128_and_decodes_spec_only_to_group
     assert not vllm.ok and viols(vllm, "xqa.spec-group", "decode", "xqa")   # vLLM 0.33 would pick XQA
 
 
+def test_fa3_fp8_query_drops_no_soft_cap_it_is_refused():
+    # bench/logs/h100-2026-11-25b machine 1: fa3's fp8 variant (DefaultFP8Attention) ran a soft cap of 30
+    # uncapped in both phases (rel err 0.61-11.7); 16-bit fa3 applies it, fp8 without a cap ran.
+    h100 = simulated_node("H100")
+    shape = dict(head_dim=64, num_qo_heads=8, num_kv_heads=2)
+    fp8 = dict(dtype="fp8_e4m3", kv_cache_dtype="fp8", attention_backend="fa3", **shape)
+    capped = run(cfg(logits_soft_cap=30.0, **fp8), h100, FI)
+    for phase in ("prefill", "decode"):
+        v = the_violation(capped, "fa3.fp8-softcap", phase, "fa3")
+        assert "no logits soft-cap" in v.message and obs(v) == "30.0"
+    assert run(cfg(**fp8), h100, FI).ok                                    # fp8 without a cap runs
+    assert run(cfg(logits_soft_cap=30.0, attention_backend="fa3", **shape), h100, FI).ok   # 16-bit fa3 caps
+    # the flashinfer engine prefills the capped model over fp8 on fa2 with a 16-bit query ...
+    auto = run(cfg(logits_soft_cap=30.0, kv_cache_dtype="fp8", **shape), h100, FI)
+    assert auto.ok and auto.plan.prefill.backend == "fa2" and auto.plan.prefill.query_dtype == "bfloat16"
+    # ... while vLLM 0.33 quantizes that query to fp8 on 9.0 (get_q_data_type), so fa3 would drop the cap
+    vllm = run(cfg(logits_soft_cap=30.0, kv_cache_dtype="fp8", attention_backend="flashinfer", **shape), h100)
+    assert not vllm.ok and viols(vllm, "fa3.fp8-softcap", "prefill", "fa3")
+
+
 def test_head_size_fa2_needs_qk_equal_vo():
     a = run(cfg(head_dim=128, head_dim_vo=64), simulated_node("A100"))
     assert a.status == "rejected"
