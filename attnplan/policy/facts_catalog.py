@@ -107,9 +107,22 @@ FACTS: dict[str, FactInfo] = {
 PAGE_SIZE = "config.page_size"
 
 
-def base_context(config: AttentionConfig, node: NodeFacts) -> dict[str, Any]:
-    """Every fact's value for one (config, node); ``backend``/``phase`` are set per candidate."""
-    return {name: (info.get(config, node) if info.get is not None else None) for name, info in FACTS.items()}
+def base_context(config: AttentionConfig, node: NodeFacts, node_part: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+    """Every fact's value for one (config, node); ``backend``/``phase`` are set per candidate.
+    ``node_part``: ``node_context(node)`` computed once, for a caller judging many configs on one node."""
+    if node_part is None:
+        return {name: (info.get(config, node) if info.get is not None else None) for name, info in FACTS.items()}
+    out = {name: (info.get(config, node) if info.get is not None else None) for name, info in _NOT_NODE}
+    out.update(node_part)
+    return out
+
+
+def node_context(node: NodeFacts) -> dict[str, Any]:
+    """The node's facts alone (they do not depend on the config)."""
+    return {name: info.get(None, node) for name, info in FACTS.items() if name.startswith("node.")}
+
+
+_NOT_NODE = [(name, info) for name, info in FACTS.items() if not name.startswith("node.")]
 
 
 def display(fact: str, value: Any) -> str:

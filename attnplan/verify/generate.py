@@ -108,12 +108,15 @@ def targets(ruleset: RuleSet) -> list[Target]:
     return out
 
 
-def _applies(check: Check, t: Target) -> bool:
+def applies(check: Check, t: Target) -> bool:
+    """Whether ``check`` is evaluated on (backend, phase) of ``t`` (pair checks always are)."""
     return check.scope == "pair" or check.applies_to(t.backend, t.phase)
 
 
-def _contexts(config: AttentionConfig, node: NodeFacts, t: Target) -> tuple[dict[str, Any], dict[str, Any]]:
-    pair = base_context(config, node)
+def contexts(config: AttentionConfig, node: NodeFacts, t: Target,
+             node_part: Optional[dict[str, Any]] = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fact contexts of a pair check (no backend) and of a candidate check on ``t``."""
+    pair = base_context(config, node, node_part)
     cand = dict(pair, backend=t.backend, phase=t.phase)
     return pair, cand
 
@@ -121,11 +124,11 @@ def _contexts(config: AttentionConfig, node: NodeFacts, t: Target) -> tuple[dict
 def refusals(rules: list[Rule], config: AttentionConfig, node: NodeFacts, t: Target) -> tuple[str, ...]:
     """The kernel rules that refuse ``config`` on (backend, phase) of this node, as the engine
     evaluates them (pair checks without a backend, candidate checks with it)."""
-    pair, cand = _contexts(config, node, t)
+    pair, cand = contexts(config, node, t)
     out = []
     for rule in rules:
         for c in rule.checks:
-            if not _applies(c, t):
+            if not applies(c, t):
                 continue
             ctx = pair if c.scope == "pair" else cand
             if (c.when is None or c.when.test(ctx)) and not c.require.test(ctx):
@@ -168,7 +171,7 @@ class _Cand:
 def _evaluate(check: Check, rules: list[Rule], node: NodeFacts, t: Target, cfg: dict[str, Any],
               changed: dict[str, Any]) -> _Cand:
     config = AttentionConfig.model_validate(cfg)
-    pair, cand = _contexts(config, node, t)
+    pair, cand = contexts(config, node, t)
     ctx = pair if check.scope == "pair" else cand
     when_ok = check.when is None or check.when.test(ctx)
     return _Cand(cfg, changed, when_ok, check.require.test(ctx), refusals(rules, config, node, t))
@@ -248,7 +251,7 @@ def base_for(rules: list[Rule], node: NodeFacts, t: Target, domains: dict[str, s
     base = dict(MLA_BASE if t.mla else STANDARD_BASE)
     if not refusals(rules, AttentionConfig.model_validate(base), node, t):
         return base
-    facts = sorted({f for r in rules for c in r.checks if _applies(c, t) for f in _mutable_reads(c)})
+    facts = sorted({f for r in rules for c in r.checks if applies(c, t) for f in _mutable_reads(c)})
     singles = [(f, v) for f in facts for v in sorted(domains.get(f, ()), key=str)]
     for n in (1, 2):
         for combo in itertools.combinations(singles, n):
@@ -271,7 +274,7 @@ def generate(ruleset: RuleSet, node: NodeFacts, *, only: Optional[list[str]] = N
     for rule in chosen:
         for check in rule.checks:
             for t in targets(ruleset):
-                if not _applies(check, t):
+                if not applies(check, t):
                     continue
                 if t not in bases:
                     bases[t] = base_for(all_kernel, node, t, domains)
@@ -416,5 +419,5 @@ def make_spec(ruleset: RuleSet, node: NodeFacts, t: Target, cfg: dict[str, Any],
     return spec, _module_key(ruleset, t, cfg), skip
 
 
-__all__ = ["Probe", "Boundary", "Gap", "Generated", "Target", "generate", "targets", "refusals", "mutate",
+__all__ = ["Probe", "Boundary", "Gap", "Generated", "Target", "generate", "targets", "refusals", "applies", "contexts", "mutate",
            "base_for", "make_spec", "FIXED_BY_PROBE"]

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
 from attnplan.policy import AttentionConfig, NodeFacts, RuleSet
+from attnplan.policy.facts_catalog import node_context
 from attnplan.policy.plan import phase_plan
 
-from .generate import Boundary, Probe, Target, jit_identity, make_spec, refusals, targets
+from .generate import Boundary, Probe, Target, applies, contexts, jit_identity, make_spec, targets
 from .select import is_kernel_rule, unrunnable_reason
 
 # -- factors -------------------------------------------------------------------------------------
@@ -134,18 +135,22 @@ class _Judge:
     def __init__(self, ruleset: RuleSet, node: NodeFacts, t: SweepTarget, call: str):
         self.rules = [r for r in ruleset.rules if is_kernel_rule(r)]
         self.ruleset, self.node, self.t, self.call = ruleset, node, t, call
-        self.memo: dict[tuple, bool] = {}
-        self.modules: dict[tuple, str] = {}
+        # The checks that can refuse on this target, chosen once: a sweep judges ~10^6 rows, and
+        # whether a check applies to (backend, phase) does not depend on the row.
+        self.checks = [c for r in self.rules for c in r.checks if applies(c, t.base)]
+        self.node_part = node_context(node)
+        self.memo: dict[frozenset, bool] = {}
+        self.modules: dict[frozenset, str] = {}
 
     def __call__(self, row: dict[str, Any]) -> bool:
-        key = tuple(sorted(row.items(), key=lambda kv: kv[0]))
+        key = frozenset(row.items())
         if key not in self.memo:
             self.memo[key] = self._accepted(row)
         return self.memo[key]
 
     def module(self, row: dict[str, Any]) -> str:
         """The JIT modules the row's plan builds (what a probe costs on a fresh machine)."""
-        key = tuple(sorted(row.items(), key=lambda kv: kv[0]))
+        key = frozenset(row.items())
         if key not in self.modules:
             config = AttentionConfig.model_validate(config_of(self.t, row))
             pp = phase_plan(config, self.t.phase, self.t.backend, self.ruleset, int(config.page_size or 16))
@@ -158,8 +163,14 @@ class _Judge:
         except ValueError:
             return False
         # The call is the plan's: speculative decode on a native backend runs its prefill call
-        # (plan.py runs_on_prefill_kernel), still this target's (backend, phase).
-        return not refusals(self.rules, config, self.node, self.t.base)
+        # (plan.py runs_on_prefill_kernel), still this target's (backend, phase). Accepted when no
+        # check refuses: generate.refusals, stopping at the first refusal.
+        pair, cand = contexts(config, self.node, self.t.base, self.node_part)
+        for c in self.checks:
+            ctx = pair if c.scope == "pair" else cand
+            if (c.when is None or c.when.test(ctx)) and not c.require.test(ctx):
+                return False
+        return True
 
 
 Pair = tuple[tuple[str, Any], tuple[str, Any]]
@@ -287,8 +298,11 @@ def cover(ruleset: RuleSet, node: NodeFacts, t: SweepTarget, *, seed: int = 0, t
         row = {n: other[n] if n in other and other[n] in domains[n] else base[n] for n in names}
         if judge(row):
             reps.setdefault(judge.module(row), row)
+    order, nxt = sorted(all_pairs, key=_pair_sort), 0      # the next pair: the least uncovered one
     while uncovered:
-        pair = min(uncovered, key=_pair_sort)
+        while order[nxt] not in uncovered:
+            nxt += 1
+        pair = order[nxt]
         row = _search_row(pair, names, domains, uncovered, judge, rng, base, tries, list(reps.values()))
         if row is None:
             uncovered.discard(pair)
