@@ -183,3 +183,31 @@ def test_a_target_run_is_the_full_sweeps_probes_of_that_target(rs):
     want = {p.id.split("-", 1)[1] for p in full.probes if p.spec["sweep_target"] == label}
     assert want and {p.id.split("-", 1)[1] for p in part.probes} == want
     assert [c.target.label for c in part.coverage] == [label]
+
+
+def test_the_sweeps_judge_answers_as_refusals_on_the_shipped_packs():
+    # The judge picks the checks of its (backend, phase) once and stops at the first refusal (half the
+    # sweep's generation time); it must accept exactly what generate.refusals accepts, on every target.
+    import random
+
+    from attnplan.policy import default_ruleset
+    from attnplan.verify.sweep import _Judge
+
+    shipped = default_ruleset()
+    rng = random.Random(7)
+    answers = set()
+    for t, _ in sweep_targets(shipped, 90):
+        judge = _Judge(shipped, NODE, t, "")
+        domains = dict(factors(t))
+        for _ in range(120):
+            row = {n: rng.choice(d) for n, d in domains.items()}
+            try:
+                config = AttentionConfig.model_validate(config_of(t, row))
+            except ValueError:
+                assert not judge(row)
+                continue
+            ok = refusals(judge.rules, config, NODE, t.base) == ()
+            assert judge(row) == ok, (t.label, row)
+            answers.add((t.backend, ok))
+    assert {ok for _, ok in answers} == {True, False}
+    assert {b for b, ok in answers if ok} >= {"fa2", "fa3", "xqa", "fa2-mla"}
