@@ -121,20 +121,18 @@ def contexts(config: AttentionConfig, node: NodeFacts, t: Target,
     return pair, cand
 
 
+def refuses(check: Check, pair: dict[str, Any], cand: dict[str, Any]) -> bool:
+    """Whether ``check`` refuses in these contexts (``contexts``): its condition holds, or it has
+    none, and its requirement fails."""
+    ctx = pair if check.scope == "pair" else cand
+    return (check.when is None or check.when.test(ctx)) and not check.require.test(ctx)
+
+
 def refusals(rules: list[Rule], config: AttentionConfig, node: NodeFacts, t: Target) -> tuple[str, ...]:
     """The kernel rules that refuse ``config`` on (backend, phase) of this node, as the engine
     evaluates them (pair checks without a backend, candidate checks with it)."""
     pair, cand = contexts(config, node, t)
-    out = []
-    for rule in rules:
-        for c in rule.checks:
-            if not applies(c, t):
-                continue
-            ctx = pair if c.scope == "pair" else cand
-            if (c.when is None or c.when.test(ctx)) and not c.require.test(ctx):
-                out.append(rule.id)
-                break
-    return tuple(out)
+    return tuple(rule.id for rule in rules if any(applies(c, t) and refuses(c, pair, cand) for c in rule.checks))
 
 
 def mutate(config: dict[str, Any], fact: str, value: Any, mla: bool) -> Optional[dict[str, Any]]:
@@ -419,5 +417,5 @@ def make_spec(ruleset: RuleSet, node: NodeFacts, t: Target, cfg: dict[str, Any],
     return spec, _module_key(ruleset, t, cfg), skip
 
 
-__all__ = ["Probe", "Boundary", "Gap", "Generated", "Target", "generate", "targets", "refusals", "applies", "contexts", "mutate",
+__all__ = ["Probe", "Boundary", "Gap", "Generated", "Target", "generate", "targets", "refusals", "refuses", "applies", "contexts", "mutate",
            "base_for", "make_spec", "FIXED_BY_PROBE"]

@@ -28,7 +28,7 @@ from attnplan.policy import AttentionConfig, NodeFacts, RuleSet
 from attnplan.policy.facts_catalog import node_context
 from attnplan.policy.plan import phase_plan
 
-from .generate import Boundary, Probe, Target, applies, contexts, jit_identity, make_spec, targets
+from .generate import Boundary, Probe, Target, applies, contexts, jit_identity, make_spec, refuses, targets
 from .select import is_kernel_rule, unrunnable_reason
 
 # -- factors -------------------------------------------------------------------------------------
@@ -166,11 +166,7 @@ class _Judge:
         # (plan.py runs_on_prefill_kernel), still this target's (backend, phase). Accepted when no
         # check refuses: generate.refusals, stopping at the first refusal.
         pair, cand = contexts(config, self.node, self.t.base, self.node_part)
-        for c in self.checks:
-            ctx = pair if c.scope == "pair" else cand
-            if (c.when is None or c.when.test(ctx)) and not c.require.test(ctx):
-                return False
-        return True
+        return not any(refuses(c, pair, cand) for c in self.checks)
 
 
 Pair = tuple[tuple[str, Any], tuple[str, Any]]
@@ -368,10 +364,10 @@ def sweep(ruleset: RuleSet, node: NodeFacts, *, seed: int = 0, only: Optional[It
     cov: list[Coverage] = []
     wanted = set(only or ())
     known: list[dict[str, Any]] = []
-    targets = sweep_targets(ruleset, cap)
-    picked = [not wanted or t.label in wanted or t.backend in wanted for t, _ in targets]
+    every = sweep_targets(ruleset, cap)
+    picked = [not wanted or t.label in wanted or t.backend in wanted for t, _ in every]
     last = max((i for i, p in enumerate(picked) if p), default=-1)   # the targets after it change nothing
-    for (t, why), chosen in zip(targets[:last + 1], picked):
+    for (t, why), chosen in zip(every[:last + 1], picked):
         if why:
             if chosen:
                 cov.append(Coverage(t, _target_call(ruleset, t), [], 0, 0, skip=why))
