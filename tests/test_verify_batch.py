@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 from attnplan.verify.generate import Probe
 from attnplan.verify.runner import ProcessTable, batch_subprocess_runner, module_order, run_modules
@@ -150,3 +151,40 @@ def test_a_stop_also_ends_the_per_probe_runners_processes(tmp_path):
         time.sleep(0.05)
     t.join(10)
     assert not t.is_alive() and got and got[0]["outcome"] == "error"
+
+
+def test_modules_flashinfer_names_alike_never_run_at_once_the_others_do(tmp_path):
+    """The 2026-11-25 H100 sweep built fa3 sink modules of head 64, 128 and 256 at once; FlashInfer
+    names them alike (backends.yaml calls.sink.jit_name), so they raced in one build directory and
+    the sweep read the races as kernel failures. The runner holds a name while its module runs."""
+    live: dict[str, int] = {}
+    most: dict[str, int] = {}
+    lock = threading.Lock()
+    order: list[str] = []
+
+    def runner(group, build_timeout, probe_timeout, report):
+        name = group[0].spec.get("jit_name") or group[0].module
+        with lock:
+            live[name] = live.get(name, 0) + 1
+            live["*"] = live.get("*", 0) + 1
+            for k in (name, "*"):
+                most[k] = max(most.get(k, 0), live[k])
+            order.append(group[0].module)
+        time.sleep(0.2)
+        with lock:
+            live[name] -= 1
+            live["*"] -= 1
+        for p in group:
+            report(p, {"outcome": "ok"})
+
+    def probe(i, module, name):
+        return Probe(id=f"p{i:02d}", backend="fa3", phase="prefill", call="sink", config={}, refused_by=(),
+                     spec={"jit_name": name}, module=module)
+
+    same = [probe(i, f"sink:hd{64 * (i + 1)}", "attention_sink:fa3:dtype_q=bfloat16:sliding_window=True") for i in range(3)]
+    apart = [probe(10 + i, f"prefill:{i}", None) for i in range(3)]
+    res = run_modules(same + apart, runner, jobs=4)
+    assert all(r["outcome"] == "ok" for r in res.values()) and len(res) == 6
+    assert most["attention_sink:fa3:dtype_q=bfloat16:sliding_window=True"] == 1   # one at a time
+    assert most["*"] >= 3                                                       # the rest alongside
+    assert sorted(order) == sorted(p.module for p in same + apart)

@@ -69,3 +69,42 @@ def test_module_built_once_then_its_probes_run_and_a_failed_build_is_inherited(t
             assert ran[0].id in results[p.id]["error"]
     others = [p for p in gen.probes if p.module != failing]
     assert all(calls[p.id] == 1 and results[p.id]["outcome"] == "ok" for p in others)
+
+
+def test_isolated_probes_of_modules_flashinfer_names_alike_never_overlap():
+    """--isolate (run_probes): a module FlashInfer names like another (backends.yaml calls.sink.jit_name)
+    neither builds nor runs while the other's processes are in flight; its own probes may run
+    together, and unrelated modules run alongside."""
+    import time
+
+    from attnplan.verify.generate import Boundary, Probe
+
+    def probe(i, module, name):
+        return Probe(id=f"p{i:02d}", backend="fa3", phase="prefill", call="sink", config={}, refused_by=(),
+                     boundaries=[Boundary(rule="sweep", check=0, side="accept", changed={})],
+                     spec={"jit_name": name}, module=module)
+
+    name = "attention_sink:fa3:dtype_q=bfloat16:sliding_window=True"
+    probes = [probe(i, f"sink:hd{hd}", name) for i, hd in enumerate((64, 64, 128, 128, 256, 256))]
+    probes += [probe(10 + i, f"prefill:{i}", None) for i in range(4)]
+    lock = threading.Lock()
+    live: dict[str, int] = {}
+    bad: list[tuple[str, str]] = []
+    most = {"all": 0}
+
+    def runner(p, timeout):
+        with lock:
+            for m, n in live.items():
+                if n and m != p.module and m.startswith("sink:") and p.module.startswith("sink:"):
+                    bad.append((m, p.module))
+            live[p.module] = live.get(p.module, 0) + 1
+            most["all"] = max(most["all"], sum(live.values()))
+        time.sleep(0.1)
+        with lock:
+            live[p.module] -= 1
+        return {"outcome": "ok", "rel_err": 0.0, "tolerance": 0.01, "seconds": 0.1}
+
+    results = run_probes(probes, runner, jobs=4)
+    assert len(results) == len(probes) and all(r["outcome"] == "ok" for r in results.values())
+    assert bad == []
+    assert most["all"] >= 3

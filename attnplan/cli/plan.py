@@ -196,7 +196,7 @@ def rules_text(rs, only, width: int) -> str:
 
     table = render_rules(rs, only=only)
     if max(len(ln) for ln in table.splitlines()) <= width:
-        return table
+        return table + model_rules_text(rs, only, width)
     out: list[str] = []
     shown = [r for r in rs.rules if only is None or r.id in only]
     for r in shown:
@@ -208,6 +208,27 @@ def rules_text(rs, only, width: int) -> str:
             out += textwrap.wrap(f"{label}: {value}", width, initial_indent="  ", subsequent_indent="    ",
                                  break_on_hyphens=False)
     out += ["", f"rules revision {rs.revision}; {len(shown)} rules"]
+    return "\n".join(out) + model_rules_text(rs, only, width)
+
+
+def model_rules_text(rs, only, width: int) -> str:
+    """The rules checked over a whole model's layer groups (backends.yaml calls.<c>.jit_name):
+    not pack rules, since no per-config condition can see two groups."""
+    import textwrap
+
+    from attnplan.policy.jit_names import model_rules
+
+    if only is not None:
+        return ""
+    out = ["", "", *textwrap.wrap("checked across a model's layer groups (backends.yaml calls.<call>.jit_name):", width)]
+    for m in model_rules(rs):
+        out += textwrap.wrap(f"{m['id']}  [{m['layer']}]  {m['title']}: FlashInfer names the module by "
+                             f"{', '.join(m['named_by'])} and the backend, and compiles {', '.join(m['compiled'])} "
+                             f"into it", width, subsequent_indent="    ")
+        verified = "; ".join(f"{v['device']} {v['flashinfer']} {v['date']} {v['verdict']}" for v in (m["verified"] or []))
+        for label, value in (("source", m["source"]), ("verified", verified or "source only")):
+            out += textwrap.wrap(f"{label}: {value}", width, initial_indent="  ", subsequent_indent="    ",
+                                 break_on_hyphens=False)
     return "\n".join(out)
 
 

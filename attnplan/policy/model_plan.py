@@ -31,6 +31,7 @@ from .engine import default_ruleset
 from .errors import InvalidInputError, ModelConfigError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
+from .jit_names import clashes
 from .layers import LayerGroup, ModelLayers, compact_layers, read_layers, text_config
 from .engines import parse_engine
 from .rulepack import RuleSet
@@ -314,6 +315,11 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
             kv_cache=p.kv_cache if ok and p else None, metadata=p.metadata if ok and p else None,
             chunked_local=chunked, violations=tuple(gv), suggestions=a.suggestions, fallbacks=a.fallbacks,
             notes=a.notes, answer=a))
+    # Modules FlashInfer names alike across groups (backends.yaml calls.<c>.jit_name): one process
+    # would load one library for both (policy/jit_names.py).
+    violations.extend(clashes(ruleset if ruleset is not None else default_ruleset(),
+                              [(i, pp) for i, g in enumerate(out) if g.status == "ok"
+                               for pp in (g.prefill, g.decode) if pp is not None]))
     first = next(iter(answers.values()), None)
     status = "ok" if attn and all(g.status == "ok" for g in out if g.is_attention) and not violations else "rejected"
     if not attn:

@@ -146,6 +146,22 @@ class VerifyCallSpec(BaseModel):
     query_to_fp8_over_fp8_kv: bool = False  # converts the query to e4m3 over an fp8 cache (the reference mirrors it)
 
 
+class JitNameSpec(BaseModel):
+    """A call whose FlashInfer JIT module is *named* by fewer parameters than it is compiled for
+    (backends.yaml ``calls.<c>.jit_name``): two modules that differ only in what the name leaves
+    out share one build directory and one loaded library, so one process (or two sharing a JIT
+    cache at once) runs the other's kernel. policy/jit_names.py rejects such a pair in one plan;
+    verify's runner never builds two of them at once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    named_by: list[str] = Field(min_length=1)   # the plan's modules[].params FlashInfer's name is made of (and the backend)
+    compiled: list[str] = Field(min_length=1)   # ... and those compiled into the module that the name leaves out
+    rule: str                                   # the rule id a clash is reported under
+    source: str
+    verified: Optional[Union[list[VerifiedRecord], SourceOnly]] = None
+
+
 class CallInfoSpec(BaseModel):
     """What one kernel call is, whichever backend names it (backends.yaml ``calls:``): the JIT module the
     plan lists for it, where it runs at all, and whether ``attnplan verify`` has a probe for it."""
@@ -158,6 +174,7 @@ class CallInfoSpec(BaseModel):
     capability_majors: Optional[list[int]] = None  # the families it runs on at all (None: where its rules allow)
     verify_probe: bool = False                   # attnplan/verify/calls.py CALLS runs it directly
     verify: VerifyCallSpec                       # verify's facts about the call
+    jit_name: Optional[JitNameSpec] = None       # its module's name leaves compiled parameters out
 
 
 class SplitKVSpec(BaseModel):

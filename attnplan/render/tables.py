@@ -7,6 +7,7 @@ import sys
 from typing import Any, Iterable, Optional, Sequence
 
 from attnplan.policy import Explanation, NodeFacts, PlanAnswer, RuleSet
+from attnplan.policy.jit_names import model_rules
 
 
 def _color() -> bool:
@@ -191,4 +192,6 @@ def rules_json(rs: RuleSet, only: set[str] | None = None) -> dict[str, Any]:
         } for r in rs.rules if only is None or r.id in only],
         "backends": {n: b.model_dump() for n, b in rs.backends.items()},
         "engines": {n: e.model_dump() for n, e in rs.engines.items()},
+        # checked over a whole model's layer groups (policy/jit_names.py), not per config
+        "model_rules": model_rules(rs) if only is None else [],
     }

@@ -25,6 +25,7 @@ from attnplan.policy import AttentionConfig
 from attnplan.policy import NodeFacts
 from attnplan.policy.facts_catalog import base_context
 from attnplan.policy.plan import attention_plan, phase_plan  # the plan's own derivation of the call
+from attnplan.policy.jit_names import jit_name  # FlashInfer's name for modules it names short
 from attnplan.policy import Check, Rule, RuleSet
 
 from .domains import (CONFIG_FIELD, FIXED_BY_PROBE, dynamic_values, leaves, named_values, static_domains,
@@ -414,6 +415,10 @@ def make_spec(ruleset: RuleSet, node: NodeFacts, t: Target, cfg: dict[str, Any],
     spec["kernel_key"] = tol.kernel_key(spec)
     spec["tolerance"] = tol.tolerance(spec["kernel_key"], pp.output_dtype)
     spec["tolerance_kind"] = "5x spread of " + spec["kernel_key"]
+    # FlashInfer's own name for a module it names by fewer parameters than it compiles (backends.yaml
+    # calls.<c>.jit_name): the runner never builds two modules of one name at once (the H100 sweep of
+    # 2026-11-25 did, and read their races as kernel failures: bench/logs/h100-2026-11-25c).
+    spec["jit_name"] = jit_name(ruleset, pp.call, pp.modules[0]) if pp.modules else None
     return spec, _module_key(ruleset, t, cfg), skip
 
 

@@ -212,15 +212,40 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                 state["seq"] += 1
                 heapq.heappush(heap, (0, state["seq"], "probe", f))
 
+    named: dict[str, list[Any]] = {}   # FlashInfer name -> [module, processes] in flight (spec "jit_name")
+
+    def may_start(p: Probe) -> bool:
+        """Not while a module FlashInfer names alike, but compiled differently, is in flight: both
+        would use one build directory (backends.yaml calls.<c>.jit_name; run_modules does the same)."""
+        held = named.get(p.spec.get("jit_name") or "")
+        return held is None or held[0] == p.module
+
+    def take() -> Optional[tuple[int, int, str, Probe]]:
+        while True:
+            if not heap and not state["in_flight"]:
+                lock.notify_all()
+                return None
+            passed = []
+            picked = None
+            while heap:
+                item = heapq.heappop(heap)
+                if may_start(item[3]):
+                    picked = item
+                    break
+                passed.append(item)
+            for item in passed:
+                heapq.heappush(heap, item)
+            if picked is not None:
+                return picked
+            lock.wait()
+
     def worker() -> None:
         while True:
             with lock:
-                while not heap and state["in_flight"]:
-                    lock.wait()
-                if not heap:
-                    lock.notify_all()
+                item = take()
+                if item is None:
                     return
-                _prio, _seq, label, p = heapq.heappop(heap)
+                _prio, _seq, label, p = item
                 late = deadline is not None and time.monotonic() - start > deadline
                 if late:
                     finish(p, _time_spent(), label)
@@ -229,11 +254,18 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                             finish(f, _time_spent(), "probe")
                     continue
                 state["in_flight"] += 1
+                name = p.spec.get("jit_name")
+                if name:
+                    named.setdefault(name, [p.module, 0])[1] += 1
             res = runner(p, build_timeout if label == "build" else probe_timeout)
             if label == "build" and res.get("outcome") == "hang":
                 res = {**res, **_build_timeout(build_timeout)}
             with lock:
                 state["in_flight"] -= 1
+                if name:
+                    named[name][1] -= 1
+                    if not named[name][1]:
+                        del named[name]
                 finish(p, res, label)
                 if label == "build":
                     after_build(p, res)
@@ -379,7 +411,10 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
     groups = module_order([p for p in probes if not p.skip])
     total = sum(len(g) for g in groups)
     lock = threading.Lock()
-    state = {"done": 0, "next": 0}
+    free = threading.Condition(lock)
+    state = {"done": 0}
+    pending = list(groups)
+    building: set[str] = set()   # FlashInfer names of modules in flight (probe spec "jit_name")
     started: set[str] = set()
     progress(f"{len(groups)} JIT module(s), {total} probe(s), one process per module; {jobs} at a time; "
              f"limits: build {build_timeout:g}s, probe {probe_timeout:g}s")
@@ -394,18 +429,36 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
             progress(f"[{state['done']}/{total}] {'build' if first else 'probe':<5} {res.get('seconds', 0.0):6.1f}s "
                      f"{res['outcome']:<7} {p.id} {p.backend}/{p.phase} {p.call}" + (f"  ({p.module})" if first else ""))
 
+    def take() -> Optional[list[Probe]]:
+        """The next module in order whose FlashInfer name no module in flight has: two modules
+        FlashInfer names alike (backends.yaml calls.<c>.jit_name) share one build directory, so
+        one is built and run only after the other's process has ended."""
+        with free:
+            while pending:
+                for i, g in enumerate(pending):
+                    name = g[0].spec.get("jit_name")
+                    if not name or name not in building:
+                        if name:
+                            building.add(name)
+                        return pending.pop(i)
+                free.wait()
+            return None
+
     def worker() -> None:
         while True:
-            with lock:
-                if state["next"] >= len(groups):
-                    return
-                g = groups[state["next"]]
-                state["next"] += 1
-            if deadline is not None and time.monotonic() - start > deadline:
-                for p in g:
-                    finish(p, _time_spent())
-                continue
-            runner(g, build_timeout, probe_timeout, finish)
+            g = take()
+            if g is None:
+                return
+            try:
+                if deadline is not None and time.monotonic() - start > deadline:
+                    for p in g:
+                        finish(p, _time_spent())
+                    continue
+                runner(g, build_timeout, probe_timeout, finish)
+            finally:
+                with free:
+                    building.discard(g[0].spec.get("jit_name") or "")
+                    free.notify_all()
 
     _in_threads(worker, jobs)
     return results

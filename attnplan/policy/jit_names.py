@@ -1,0 +1,90 @@
+"""JIT modules FlashInfer names alike though they are compiled differently.
+
+A call whose ``backends.yaml`` entry has ``jit_name`` builds a module whose name leaves some of
+its compiled parameters out (the attention-sink wrapper: flashinfer/attention/_core.py
+``BatchAttentionWithAttentionSinkWrapper.__init__`` names it by query dtype, window and backend,
+not head dims or KV dtype). Two such modules in one process load one library: the second layer
+group runs the first one's kernel, which on the H100 left half of each output row unwritten or
+hung (bench/logs/h100-2026-11-25c). A model plan whose groups need two of them is rejected under
+the call's ``jit_name.rule``; verify's runner never builds two at once (runner.run_modules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Optional
+
+from .answer import JitModule, PhasePlan, Violation
+from .rulepack import RuleSet
+
+
+def jit_name(ruleset: RuleSet, call: str, module: JitModule) -> Optional[str]:
+    """The name FlashInfer gives ``module`` when it names it by fewer parameters than it compiles;
+    None for a call whose module name holds all of them."""
+    spec = ruleset.calls[call].jit_name if call in ruleset.calls else None
+    if spec is None:
+        return None
+    named = ":".join(f"{k}={module.params.get(k)}" for k in spec.named_by)
+    return f"{module.params.get('kernel')}:{module.backend}:{named}"
+
+
+def compiled_for(ruleset: RuleSet, call: str, module: JitModule) -> dict[str, Any]:
+    spec = ruleset.calls[call].jit_name
+    assert spec is not None
+    return {k: module.params.get(k) for k in spec.compiled}
+
+
+def clashes(ruleset: RuleSet, plans: Iterable[tuple[int, PhasePlan]]) -> list[Violation]:
+    """One violation per module name that two layer groups' plans (index, phase plan) need compiled
+    two ways; each names the groups and what differs."""
+    seen: dict[str, dict[str, tuple[dict[str, Any], list[int], str]]] = {}
+    for group, pp in plans:
+        for m in pp.modules:
+            name = jit_name(ruleset, pp.call, m)
+            if name is None:
+                continue
+            what = compiled_for(ruleset, pp.call, m)
+            key = repr(sorted(what.items()))
+            entry = seen.setdefault(name, {}).setdefault(key, (what, [], pp.call))
+            if group not in entry[1]:
+                entry[1].append(group)
+    out: list[Violation] = []
+    for name, variants in seen.items():
+        if len(variants) < 2:
+            continue
+        call = next(iter(variants.values()))[2]
+        spec = ruleset.calls[call].jit_name
+        assert spec is not None
+        builds = list(variants.values())
+        differ = [k for k in spec.compiled if len({repr(w[k]) for w, _, _ in builds}) > 1]
+        said = "; ".join(f"groups {', '.join(map(str, gs))}: " + ", ".join(f"{k}={w[k]}" for k in differ)
+                         for w, gs, _ in builds)
+        out.append(Violation(
+            rule=spec.rule, phase="both", fact=", ".join(differ), observed=[{k: w[k] for k in differ} for w, _, _ in builds],
+            required=f"every layer group's {call} module compiled alike under one name",
+            message=(f"FlashInfer names the {call} module {name!r} by {', '.join(spec.named_by)} alone and compiles "
+                     f"{', '.join(differ)} into it; this model needs it twice ({said}): one process loads one "
+                     f"library for both, so a group runs a kernel built for the other's {', '.join(differ)} "
+                     f"(output left unwritten, hangs; {spec.source})"),
+            fix=(f"serve these groups with one {', '.join(differ)}, or one of them on another backend "
+                 "(the backend is part of the name)")))
+    return out
+
+
+def model_rules(ruleset: RuleSet) -> list[dict[str, Any]]:
+    """The rules a whole model's plan is checked against beside the packs' per-config ones (one per
+    call with a ``jit_name``), as ``attnplan rules`` lists them."""
+    out = []
+    for call, info in sorted(ruleset.calls.items()):
+        j = info.jit_name
+        if j is None:
+            continue
+        v = j.verified
+        out.append({"id": j.rule, "layer": "kernel", "scope": "model", "call": call,
+                    "title": f"one {call} module per FlashInfer name across layer groups",
+                    "named_by": list(j.named_by), "compiled": list(j.compiled), "source": j.source,
+                    "verified": None if v is None else (v.model_dump() if hasattr(v, "model_dump") else [x.model_dump() for x in v])})
+    return out
+
+
+__all__ = ["jit_name", "compiled_for", "clashes", "model_rules"]
