@@ -216,7 +216,7 @@ def model_rules_text(rs, only, width: int) -> str:
     not pack rules, since no per-config condition can see two groups."""
     import textwrap
 
-    from attnplan.policy.jit_names import model_rules
+    from attnplan.render.tables import model_rules
 
     if only is not None:
         return ""

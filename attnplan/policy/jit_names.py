@@ -6,7 +6,7 @@ its compiled parameters out (the attention-sink wrapper: flashinfer/attention/_c
 not head dims or KV dtype). Two such modules in one process load one library: the second layer
 group runs the first one's kernel, which on the H100 left half of each output row unwritten or
 hung (bench/logs/h100-2026-11-25c). A model plan whose groups need two of them is rejected under
-the call's ``jit_name.rule``; verify's runner never builds two at once (runner.run_modules).
+the call's ``jit_name.rule``; verify's runner never builds two at once (verify/runner.py _Names).
 """
 
 from __future__ import annotations
@@ -71,20 +71,4 @@ def clashes(ruleset: RuleSet, plans: Iterable[tuple[int, PhasePlan]]) -> list[Vi
     return out
 
 
-def model_rules(ruleset: RuleSet) -> list[dict[str, Any]]:
-    """The rules a whole model's plan is checked against beside the packs' per-config ones (one per
-    call with a ``jit_name``), as ``attnplan rules`` lists them."""
-    out = []
-    for call, info in sorted(ruleset.calls.items()):
-        j = info.jit_name
-        if j is None:
-            continue
-        v = j.verified
-        out.append({"id": j.rule, "layer": "kernel", "scope": "model", "call": call,
-                    "title": f"one {call} module per FlashInfer name across layer groups",
-                    "named_by": list(j.named_by), "compiled": list(j.compiled), "source": j.source,
-                    "verified": None if v is None else (v.model_dump() if hasattr(v, "model_dump") else [x.model_dump() for x in v])})
-    return out
-
-
-__all__ = ["jit_name", "compiled_for", "clashes", "model_rules"]
+__all__ = ["jit_name", "compiled_for", "clashes"]

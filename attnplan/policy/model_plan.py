@@ -255,7 +255,8 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
                               int(over.get("dcp_world_size") or 1), mla=g.mla is not None)
         if errs:
             raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + errs[0])
-    engine = parse_engine(engine, ruleset or default_ruleset())  # once for every group
+    rs = ruleset if ruleset is not None else default_ruleset()
+    engine = parse_engine(engine, rs)  # once for every group
     answers = {i: _plan(_group_config(base, g, over, tp), node, ruleset, engine)
                for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []
@@ -279,7 +280,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
                 rule="page-size", phase="both", fact="page_size", observed=None, layer="engine",
                 required="one page size every layer group takes",
                 message=f"no page size suits every layer group (one KV block size for the model): {sizes}"))
-    kv = (_kv_cache_groups(model, answers, page, ruleset if ruleset is not None else default_ruleset())
+    kv = (_kv_cache_groups(model, answers, page, rs)
           if page is not None and not violations else None)
     if kv is not None:
         notes.extend(kv.notes)
@@ -317,9 +318,8 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
             notes=a.notes, answer=a))
     # Modules FlashInfer names alike across groups (backends.yaml calls.<c>.jit_name): one process
     # would load one library for both (policy/jit_names.py).
-    violations.extend(clashes(ruleset if ruleset is not None else default_ruleset(),
-                              [(i, pp) for i, g in enumerate(out) if g.status == "ok"
-                               for pp in (g.prefill, g.decode) if pp is not None]))
+    violations.extend(clashes(rs, [(i, pp) for i, g in enumerate(out) if g.status == "ok"
+                                   for pp in (g.prefill, g.decode) if pp is not None]))
     first = next(iter(answers.values()), None)
     status = "ok" if attn and all(g.status == "ok" for g in out if g.is_attention) and not violations else "rejected"
     if not attn:

@@ -7,7 +7,6 @@ import sys
 from typing import Any, Iterable, Optional, Sequence
 
 from attnplan.policy import Explanation, NodeFacts, PlanAnswer, RuleSet
-from attnplan.policy.jit_names import model_rules
 
 
 def _color() -> bool:
@@ -172,19 +171,31 @@ def render_rules(rs: RuleSet, only: set[str] | None = None) -> str:
             + f"\n\nrules revision {rs.revision}; {len(shown)} rules")
 
 
+def _verified(v: Any) -> Any:
+    """A rule's ``verified:`` as JSON (its records, or the source-only reason)."""
+    if v is None:
+        return None
+    return v.model_dump() if hasattr(v, "model_dump") else [x.model_dump() for x in v]
+
+
+def model_rules(rs: RuleSet) -> list[dict[str, Any]]:
+    """The rules a whole model's plan is checked against beside the packs' per-config ones (one per
+    call with a ``jit_name``: policy/jit_names.py), as ``attnplan rules`` lists them."""
+    return [{"id": j.rule, "layer": "kernel", "scope": "model", "call": call,
+             "title": f"one {call} module per FlashInfer name across layer groups",
+             "named_by": list(j.named_by), "compiled": list(j.compiled), "source": j.source,
+             "verified": _verified(j.verified)}
+            for call, j in sorted((c, info.jit_name) for c, info in rs.calls.items() if info.jit_name is not None)]
+
+
 def rules_json(rs: RuleSet, only: set[str] | None = None) -> dict[str, Any]:
-    def verified(r: Any) -> Any:
-        v = r.verified
-        if v is None:
-            return None
-        return v.model_dump() if hasattr(v, "model_dump") else [x.model_dump() for x in v]
 
     return {
         "rules_revision": rs.revision,
         "rules": [{
             "id": r.id, "title": r.title, "reason": r.reason, "source": r.source, "fix": r.fix,
             "fixed_in": r.fixed_in, "pack": r.pack, "layer": r.layer, "flashinfer": r.flashinfer, "vllm": r.vllm,
-            "verified": verified(r), "provenance": r.provenance(),
+            "verified": _verified(r.verified), "provenance": r.provenance(),
             "checks": [{"scope": c.scope, "backends": sorted(c.backends) if c.backends else None,
                         "phases": sorted(c.phases) if c.phases else None,
                         "when": c.when.describe() if c.when else None, "require": c.require.describe()}

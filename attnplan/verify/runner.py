@@ -160,6 +160,31 @@ def _inherited(first: Probe, res: dict[str, Any]) -> dict[str, Any]:
             "error": f"its JIT module's first probe {first.id} ended so: {res.get('error')}"}
 
 
+class _Names:
+    """FlashInfer module names in flight (probe spec ``jit_name``; backends.yaml calls.<c>.jit_name):
+    a probe of another module under a name in flight waits, since both would use one build
+    directory. Not thread-safe: callers hold their own lock."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, list[Any]] = {}     # name -> [module, processes]
+
+    def may_start(self, p: Probe) -> bool:
+        held = self.held.get(p.spec.get("jit_name") or "")
+        return held is None or held[0] == p.module
+
+    def hold(self, p: Probe) -> None:
+        name = p.spec.get("jit_name")
+        if name:
+            self.held.setdefault(name, [p.module, 0])[1] += 1
+
+    def release(self, p: Probe) -> None:
+        name = p.spec.get("jit_name")
+        if name:
+            self.held[name][1] -= 1
+            if not self.held[name][1]:
+                del self.held[name]
+
+
 def _in_threads(worker: Callable[[], None], jobs: int) -> None:
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(max(1, jobs))]
     for t in threads:
@@ -212,13 +237,7 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                 state["seq"] += 1
                 heapq.heappush(heap, (0, state["seq"], "probe", f))
 
-    named: dict[str, list[Any]] = {}   # FlashInfer name -> [module, processes] in flight (spec "jit_name")
-
-    def may_start(p: Probe) -> bool:
-        """Not while a module FlashInfer names alike, but compiled differently, is in flight: both
-        would use one build directory (backends.yaml calls.<c>.jit_name; run_modules does the same)."""
-        held = named.get(p.spec.get("jit_name") or "")
-        return held is None or held[0] == p.module
+    names = _Names()
 
     def take() -> Optional[tuple[int, int, str, Probe]]:
         while True:
@@ -229,7 +248,7 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
             picked = None
             while heap:
                 item = heapq.heappop(heap)
-                if may_start(item[3]):
+                if names.may_start(item[3]):
                     picked = item
                     break
                 passed.append(item)
@@ -254,18 +273,13 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
                             finish(f, _time_spent(), "probe")
                     continue
                 state["in_flight"] += 1
-                name = p.spec.get("jit_name")
-                if name:
-                    named.setdefault(name, [p.module, 0])[1] += 1
+                names.hold(p)
             res = runner(p, build_timeout if label == "build" else probe_timeout)
             if label == "build" and res.get("outcome") == "hang":
                 res = {**res, **_build_timeout(build_timeout)}
             with lock:
                 state["in_flight"] -= 1
-                if name:
-                    named[name][1] -= 1
-                    if not named[name][1]:
-                        del named[name]
+                names.release(p)
                 finish(p, res, label)
                 if label == "build":
                     after_build(p, res)
@@ -414,7 +428,7 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
     free = threading.Condition(lock)
     state = {"done": 0}
     pending = list(groups)
-    building: set[str] = set()   # FlashInfer names of modules in flight (probe spec "jit_name")
+    names = _Names()
     started: set[str] = set()
     progress(f"{len(groups)} JIT module(s), {total} probe(s), one process per module; {jobs} at a time; "
              f"limits: build {build_timeout:g}s, probe {probe_timeout:g}s")
@@ -436,10 +450,8 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
         with free:
             while pending:
                 for i, g in enumerate(pending):
-                    name = g[0].spec.get("jit_name")
-                    if not name or name not in building:
-                        if name:
-                            building.add(name)
+                    if names.may_start(g[0]):
+                        names.hold(g[0])
                         return pending.pop(i)
                 free.wait()
             return None
@@ -457,7 +469,7 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
                 runner(g, build_timeout, probe_timeout, finish)
             finally:
                 with free:
-                    building.discard(g[0].spec.get("jit_name") or "")
+                    names.release(g[0])
                     free.notify_all()
 
     _in_threads(worker, jobs)
