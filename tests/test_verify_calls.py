@@ -107,7 +107,28 @@ def test_child_reports_an_untouched_output_as_nan_and_an_exception_as_error():
         raise RuntimeError("Unsupported head_dim: 96")
 
     res = run_probe(spec, device="cpu", execute=boom)
-    assert res == {"outcome": "error", "error": "RuntimeError: Unsupported head_dim: 96", "seconds": res["seconds"]}
+    assert res == {"outcome": "error", "error": "RuntimeError: Unsupported head_dim: 96", "seconds": res["seconds"],
+                   "cpu_s": res["cpu_s"]}
+
+
+def test_child_counts_the_cpu_of_what_the_call_starts():
+    """A JIT build is ninja and nvcc in processes the call starts and waits for: their CPU is the
+    probe's ``cpu_s`` (what a sweep's builds cost, runner.cpu_summary), beside the time it took."""
+    import subprocess
+    import sys
+
+    from attnplan.verify.child import run_probe
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass"
+
+    def building(steps):
+        subprocess.run([sys.executable, "-c", burn], check=True)     # a 'compiler' that spends 0.6 CPU-s
+        raise RuntimeError("Ninja build failed")
+
+    res = run_probe(_spec("paged_decode"), device="cpu", execute=building)
+    assert res["outcome"] == "error" and res["cpu_s"] >= 0.6
+    quick = run_probe(_spec("paged_decode"), device="cpu", execute=lambda steps: None)
+    assert 0 <= quick["cpu_s"] < res["cpu_s"]
 
 
 def test_child_accepts_a_correct_output_within_tolerance():

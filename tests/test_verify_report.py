@@ -90,6 +90,9 @@ def test_report_files_and_provenance(report, tmp_path):
     md = (tmp_path / "docs" / "H100-flashinfer-0.7.2.post1.md").read_text()
     assert "`t.dangerous-page`: dangerous" in md and "| rule | verdict |" in md
     assert markdown(data) == md
+    # the fixture's report has no torch (an --offline rebuild): said so, not printed as None
+    assert "torch version not recorded" in md and "torch None" not in md
+    assert "; torch 2.11.0+cu130)" in markdown({**data, "torch": "2.11.0+cu130"})
     records = dict(provenance(data))
     assert records["t.stale-head"] == {"device": "H100", "capability": "9.0", "flashinfer": "0.7.2.post1",
                                        "date": "2026-11-22", "verdict": "stale"}

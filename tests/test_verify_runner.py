@@ -108,3 +108,14 @@ def test_isolated_probes_of_modules_flashinfer_names_alike_never_overlap():
     assert len(results) == len(probes) and all(r["outcome"] == "ok" for r in results.values())
     assert bad == []
     assert most["all"] >= 3
+
+
+def test_cpu_summary_adds_what_the_probe_processes_spent():
+    from attnplan.verify.runner import cpu_summary
+
+    results = {"a": {"outcome": "ok", "cpu_s": 1500.0}, "b": {"outcome": "ok", "cpu_s": 420.0},
+               "c": {"outcome": "skipped", "seconds": 0.0}}          # skipped: never ran, costs nothing
+    line = cpu_summary(results, 16)
+    assert "1,920 CPU-s (2 probe(s)" in line and "at least 2.0 min on this machine's 16 cores" in line
+    assert "on this machine" not in cpu_summary(results, None)
+    assert cpu_summary({"c": results["c"]}, 16) is None           # results from before cpu_s was recorded

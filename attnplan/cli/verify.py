@@ -86,6 +86,7 @@ def _device_label(name: str) -> str:
 def run(args: argparse.Namespace) -> int:
     from attnplan.policy import local_node
     from attnplan.verify import build_report, exit_code, generate, run_probes, subprocess_runner, write_report
+    from attnplan.verify.runner import cpu_summary
     from attnplan.verify.report import summary_table
 
     if args.provenance:
@@ -154,6 +155,9 @@ def run(args: argparse.Namespace) -> int:
             from attnplan.verify.runner import batch_subprocess_runner, run_modules
 
             results = run_modules(todo, batch_subprocess_runner(env=env), **limits)
+    cost = cpu_summary(results, os.cpu_count())
+    if cost:
+        log(cost)
     results.update(done)
     report = build_report(gen, results, device=_device_label(gpu or ""), capability=node.capability_str,
                           flashinfer=node.flashinfer_version.value, torch=node.torch_version.value,

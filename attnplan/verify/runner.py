@@ -70,6 +70,24 @@ class ProcessTable:
 PROCESSES = ProcessTable()
 
 
+def _cpu(res: dict[str, Any]) -> str:
+    return f"; {res['cpu_s']:.0f} CPU-s" if isinstance(res.get("cpu_s"), (int, float)) else ""
+
+
+def cpu_summary(results: dict[str, dict[str, Any]], cores: Optional[int]) -> Optional[str]:
+    """What the run's probe processes cost in CPU (child.cpu_seconds: their JIT builds' ninja and
+    nvcc included), and the least wall time that is on ``cores`` cores. A sweep is compile-bound
+    (bench/RESULTS.md): this says whether the next one can fit a lease, before it is tried."""
+    spent = [r["cpu_s"] for r in results.values() if isinstance(r.get("cpu_s"), (int, float))]
+    if not spent:
+        return None
+    total = sum(spent)
+    line = f"probe processes used {total:,.0f} CPU-s ({len(spent)} probe(s), JIT builds included)"
+    if cores:
+        line += f": at least {total / cores / 60:.1f} min on this machine's {cores} cores"
+    return line
+
+
 def _result(line: str) -> Optional[dict[str, Any]]:
     """A probe's result line (a JSON object with an outcome), or None for any other output."""
     try:
@@ -226,7 +244,7 @@ def run_probes(probes: list[Probe], runner: Runner, *, jobs: int = 4, build_time
         on_result(p, res)                  # e.g. appended to a file, so a run cut short can resume
         state["done"] += 1
         progress(f"[{state['done']}/{total}] {label:<5} {res.get('seconds', 0.0):6.1f}s {res['outcome']:<7} {p.id} "
-                 f"{p.backend}/{p.phase} {p.call}" + (f"  ({p.module})" if label == "build" else ""))
+                 f"{p.backend}/{p.phase} {p.call}" + (f"  ({p.module}{_cpu(res)})" if label == "build" else ""))
 
     def after_build(p: Probe, res: dict[str, Any]) -> None:
         inherited = _build_failed(res)
@@ -441,7 +459,7 @@ def run_modules(probes: list[Probe], runner: BatchRunner, *, jobs: int = 4, buil
             on_result(p, res)
             state["done"] += 1
             progress(f"[{state['done']}/{total}] {'build' if first else 'probe':<5} {res.get('seconds', 0.0):6.1f}s "
-                     f"{res['outcome']:<7} {p.id} {p.backend}/{p.phase} {p.call}" + (f"  ({p.module})" if first else ""))
+                     f"{res['outcome']:<7} {p.id} {p.backend}/{p.phase} {p.call}" + (f"  ({p.module}{_cpu(res)})" if first else ""))
 
     def take() -> Optional[list[Probe]]:
         """The next module in order whose FlashInfer name no module in flight has: two modules
