@@ -45,7 +45,7 @@ test: $(STAMP)
 # the system python has torch and scripts/gpu-bundle.sh's bundle is installed (README: GPU tests).
 GPU_PY ?= $(BIN)/python
 test-gpu:
-	$(GPU_PY) -m pytest -q -m gpu tests
+	$(GPU_PY) -m pytest -q -m gpu tests/gpu
 
 # The wheel needs only pip and the build backend (fetched into pip's isolated build env), never
 # the 3 GB dev venv.
