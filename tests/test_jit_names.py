@@ -90,3 +90,21 @@ def test_attnplan_rules_lists_the_model_level_rule_with_its_measurement(capsys, 
     assert [r["id"] for r in m] == ["sink.jit-name"]
     assert m[0]["named_by"] == ["dtype_q", "sliding_window"] and "head_dim_vo" in m[0]["compiled"]
     assert m[0]["verified"][0]["device"] == "H100"
+
+
+def test_a_source_only_model_rule_is_listed_as_read_from_source():
+    """A jit_name whose ``verified:`` is source-only (never measured) is listed with its reason,
+    as a pack rule would be, by the text and the JSON of ``attnplan rules``."""
+    import dataclasses
+
+    from attnplan.cli.plan import model_rules_text
+    from attnplan.policy.rulepack import SourceOnly
+    from attnplan.render.tables import model_rules
+
+    sink = RS.calls["sink"]
+    unmeasured = sink.jit_name.model_copy(update={"verified": SourceOnly(source_only="read from _core.py only")})
+    rs = dataclasses.replace(RS, calls={**RS.calls, "sink": sink.model_copy(update={"jit_name": unmeasured})})
+    text = model_rules_text(rs, None, 80)
+    assert "verified: source only: read from _core.py only" in text and "sink.jit-name" in text
+    assert max(len(ln) for ln in text.splitlines()) <= 80
+    assert model_rules(rs)[0]["verified"] == {"source_only": "read from _core.py only"}

@@ -203,10 +203,8 @@ def rules_text(rs, only, width: int) -> str:
         backends = sorted({b for c in r.checks for b in (c.backends or ())}) or \
             ["(pair)" if any(c.scope == "pair" for c in r.checks) else "all"]
         out += textwrap.wrap(f"{r.id}  [{r.layer}]  {r.title}", width, subsequent_indent="    ")
-        for label, value in (("versions", _versions(r)), ("backends", ",".join(backends)),
-                             ("source", r.source), ("verified", r.provenance())):
-            out += textwrap.wrap(f"{label}: {value}", width, initial_indent="  ", subsequent_indent="    ",
-                                 break_on_hyphens=False)
+        out += _field_lines((("versions", _versions(r)), ("backends", ",".join(backends)),
+                             ("source", r.source), ("verified", r.provenance())), width)
     out += ["", f"rules revision {rs.revision}; {len(shown)} rules"]
     return "\n".join(out) + model_rules_text(rs, only, width)
 
@@ -225,11 +223,22 @@ def model_rules_text(rs, only, width: int) -> str:
         out += textwrap.wrap(f"{m['id']}  [{m['layer']}]  {m['title']}: FlashInfer names the module by "
                              f"{', '.join(m['named_by'])} and the backend, and compiles {', '.join(m['compiled'])} "
                              f"into it", width, subsequent_indent="    ")
-        verified = "; ".join(f"{v['device']} {v['flashinfer']} {v['date']} {v['verdict']}" for v in (m["verified"] or []))
-        for label, value in (("source", m["source"]), ("verified", verified or "source only")):
-            out += textwrap.wrap(f"{label}: {value}", width, initial_indent="  ", subsequent_indent="    ",
-                                 break_on_hyphens=False)
+        v = m["verified"]
+        if isinstance(v, dict):                 # SourceOnly: {"source_only": why}
+            verified = f"source only: {v['source_only']}"
+        else:
+            verified = "; ".join(f"{r['device']} {r['flashinfer']} {r['date']} {r['verdict']}" for r in v or []) or "source only"
+        out += _field_lines((("source", m["source"]), ("verified", verified)), width)
     return "\n".join(out)
+
+
+def _field_lines(fields, width: int) -> list[str]:
+    """``label: value`` lines under a rule's title, wrapped to ``width`` (citations are long)."""
+    import textwrap
+
+    return [ln for label, value in fields
+            for ln in textwrap.wrap(f"{label}: {value}", width, initial_indent="  ", subsequent_indent="    ",
+                                    break_on_hyphens=False)]
 
 
 def run_matrix(args: argparse.Namespace) -> int:
