@@ -21,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -29,7 +28,6 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import TOL, Batch, executor_for, real_plan, rel_err  # noqa: E402
 
 from attnplan.policy import default_ruleset  # noqa: E402
