@@ -227,3 +227,15 @@ def test_cli_provenance_prints_each_rules_record(report, tmp_path, capsys):
 
     with pytest.raises(InvalidInputError):
         _cli(["--provenance", str(tmp_path / "bad.json")])
+
+
+def test_cli_sweep_says_it_is_generating_before_the_long_silence(capsys):
+    # Generating the sweep takes up to ~25 s of CPU before the first probe line (the H100 lease of
+    # bench/logs/h100-2026-11-25e waited 57 s from start to it): a line on stderr says so first,
+    # and stdout stays pure JSON lines for `--list | jq`.
+    assert _cli(["--sweep", "--list", "--device", "H100", "--target", "fa2/prefill"]) == 0
+    out, err = capsys.readouterr()
+    probes = [json.loads(x) for x in out.splitlines()]
+    assert probes and {p["backend"] for p in probes} == {"fa2"}
+    first = err.strip().splitlines()[0]
+    assert "generating the covering sweep (seed 0)" in first and "capability 9.0" in first

@@ -1,0 +1,39 @@
+#!/bin/bash
+# The whole `attnplan verify --sweep` in one device lease, from an empty JIT cache: issue 22's
+# "the full sweep fits one device lease (<= 30 min)". It is compile-bound: on the H100 machine's
+# 16 cores the JIT builds alone take at least 33 minutes (bench/sweep_cost.py, bench/RESULTS.md),
+# so it needs a host of 18 or more cores (nvidia-h200-x2: 32, capability 9.0 like the H100).
+#
+# Run it from the checkout root on the GPU machine, with the bundle carried
+# (bash ../shared/device/make-bundle.sh; carry .gpu-bundle), once per device call:
+#
+#   bash bench/sweep_lease.sh SECONDS [attnplan verify args...]     e.g. 570 --jobs 8
+#
+# The first call starts the sweep in a process session of its own (setsid): the device tool ends a
+# call's processes when it returns, but a session of its own keeps running on a warm machine, so
+# no JIT build is cut off at a call's 10-minute limit. Every call waits up to SECONDS for it and
+# copies what it has to $OUT: results.jsonl (resume from it), report.md/.json, tol.yaml,
+# stderr.log and lease.log, whose last line says how long the machine had been up when the sweep
+# ended (the lease) and how long the sweep itself took, on how many cores.
+secs=${1:-570}; shift
+here=/tmp/lease
+[ -f /tmp/site/.installed ] || { bash .gpu-bundle/install.sh > /dev/null && touch /tmp/site/.installed; }
+# An empty JIT cache of its own: what the run costs from nothing, not what an earlier run left.
+export PYTHONPATH=/tmp/site:$PWD FLASHINFER_WORKSPACE_BASE=$here/fi PYTHONUNBUFFERED=1
+mkdir -p $here && touch $here/results.jsonl
+echo "call at $(date -u +%T), machine up $(cut -d' ' -f1 /proc/uptime) s, $(grep -c . $here/results.jsonl) results" >> $here/lease.log
+if [ ! -f $here/done ] && ! pgrep -f "attnplan verify --sweep" > /dev/null; then
+  setsid nohup bash -c "t0=\$(date +%s); echo \"sweep starts at \$(date -u +%T) on \$(nproc) cores: verify --sweep $*\" >> $here/lease.log; \
+    python3 -m attnplan verify --sweep --calibrate $here/tol.yaml --results-log $here/results.jsonl \
+      --resume $here/results.jsonl --report $here/report.md $* > $here/stdout.jsonl 2>> $here/stderr.log; rc=\$?; \
+    echo \"sweep exit \$rc after \$(( \$(date +%s) - t0 )) s on \$(nproc) cores; machine up \$(cut -d' ' -f1 /proc/uptime) s\" >> $here/lease.log; \
+    touch $here/done" < /dev/null > /dev/null 2>&1 &
+fi
+end=$((SECONDS + secs))
+while [ ! -f $here/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
+[ -f $here/done ] && echo done || echo "still running"
+for f in results.jsonl stderr.log lease.log report.md report.json tol.yaml; do
+  [ -f $here/$f ] && cp $here/$f "$OUT/"
+done
+tail -2 $here/lease.log; tail -3 $here/stderr.log
+grep -o '"outcome": "[a-z-]*"' $here/results.jsonl | sort | uniq -c
