@@ -27,7 +27,6 @@ from .api import plan_for
 from .config import AttentionConfig
 from .parallel import per_rank_fields, startup_errors
 from .dtypes import ELEMENT_BYTES
-from .engine import default_ruleset
 from .errors import InvalidInputError, ModelConfigError
 from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
@@ -257,7 +256,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
             raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + errs[0])
     rs = ruleset if ruleset is not None else default_ruleset()
     engine = parse_engine(engine, rs)  # once for every group
-    answers = {i: _plan(_group_config(base, g, over, tp), node, ruleset, engine)
+    answers = {i: _plan(_group_config(base, g, over, tp), node, rs, engine)
                for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []
     notes = list(model.notes)
@@ -272,7 +271,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
             page = min(common)
             for i, a in answers.items():
                 if a.ok and a.plan is not None and a.plan.kv_cache.page_size != page:
-                    answers[i] = _plan(_group_config(base, model.groups[i], {**over, "page_size": page}), node, ruleset, engine)
+                    answers[i] = _plan(_group_config(base, model.groups[i], {**over, "page_size": page}), node, rs, engine)
         else:
             sizes = "; ".join(f"layers {g.layers[0]}.. {sorted(answers[i].plan.kv_cache.page_valid_sizes)}"  # type: ignore[union-attr]
                               for i, g in enumerate(model.groups) if i in answers and answers[i].ok)
