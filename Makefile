@@ -29,6 +29,12 @@ $(STAMP): pyproject.toml Makefile
 	# flashinfer-python only for its real function signatures (trtllm-gen argument tests);
 	# --no-deps keeps its CUDA-side requirements out of the CPU venv.
 	$(BIN)/pip install -q --no-deps "flashinfer-python==0.7.2.post1" "apache-tvm-ffi==0.1.15.post2" || true
+	# SGLang 0.5.23's own source for its oracle (tests/test_sglang.py runs a seeded sample of it): the wheel
+	# downloaded without its dependencies and only sglang/srt unpacked - SGLang is never installed here.
+	$(BIN)/pip download -q --no-deps --only-binary=:all: "sglang==0.5.23" -d $(VENV)/sglang-whl && \
+	  $(BIN)/python -c "import glob, zipfile; z = zipfile.ZipFile(glob.glob('$(VENV)/sglang-whl/sglang-0.5.23-*.whl')[0]); \
+	  z.extractall('$(VENV)/sglang-src', [n for n in z.namelist() if n.startswith('sglang/srt/')])" && \
+	  rm -rf $(VENV)/sglang-whl || echo "note: SGLang 0.5.23's source not fetched; its oracle test will be skipped"
 	@command -v chromium >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	  echo "note: chromium not installed; browser tests will be skipped")
@@ -39,7 +45,7 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/hadolint Dockerfile
-	$(BIN)/python -m pytest -q -m "not gpu" tests
+	ATTNPLAN_SGLANG_SRC=$(CURDIR)/$(VENV)/sglang-src/sglang/srt $(BIN)/python -m pytest -q -m "not gpu" tests
 
 # GPU tests: the venv's python (on a GPU node, with a CUDA torch in .venv), or GPU_PY=python3 where
 # the system python has torch and scripts/gpu-bundle.sh's bundle is installed (README: GPU tests).

@@ -18,7 +18,8 @@ Every message names the rule or field, the fact that failed and the fix, in the 
     ├── AdapterCallError (ValueError)       an adapter call whose arguments do not fit its plan
     ├── SetupError (RuntimeError)           the environment around attnplan is not what it needs
     │   ├── BuildError                      a kernel module that does not compile (ninja's output)
-    │   └── SourceNotFoundError (LookupError)   an installed package's source lacks what attnplan reads
+    │   ├── SourceNotFoundError (LookupError)   an installed package's source lacks what attnplan reads
+    │   └── TableError                      a trtllm-gen kernel table (or checksums) not FlashInfer's: names the file
     └── RayConnectError                     the Ray cluster cannot be reached (preflight exit 3)
 """
 
@@ -131,6 +132,16 @@ class BuildError(SetupError):
                          f"sources), then warm up again. Ninja output:\n{output[-4000:]}")
 
 
+class TableError(SetupError):
+    """A trtllm-gen kernel table (or its checksums.txt) that cannot be read as FlashInfer's - corrupt, truncated,
+    foreign to the pin, or its sha256 not FlashInfer's (attnplan/kernels/trtllm_gen): the message names the file,
+    and the node is not ready; nothing falls back to another table."""
+
+    def __init__(self, origin: str, message: str):
+        self.origin = origin
+        super().__init__(f"trtllm-gen kernel table {origin}: {message}")
+
+
 class SourceNotFoundError(SetupError, LookupError):
     """An installed package's source that attnplan reads without importing it (FlashInfer's
     signatures, SGLang's tables) is absent, or no longer defines what it names."""
@@ -141,7 +152,10 @@ class RayConnectError(AttnplanError):
 
 
 def _render_rejection(answer: Any) -> str:
-    lines = ["attention configuration is not supported on this node:"]
+    v = getattr(answer, "verdict", None)
+    lines = [f"{v.outcome}: {v.message}" if v is not None else "attention configuration is not supported on this node:"]
+    if v is not None:
+        lines.append("rules violated on this node:")
     for v in answer.violations:
         where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
         lines.append(f"  - [{v.rule}] {where}: {v.message}")
@@ -152,7 +166,12 @@ def _render_rejection(answer: Any) -> str:
             # say it once.
             head = f"{s.field}={s.value}"
             lines.append(f"  * {s.message}" if s.message.startswith(head) else f"  * {head}: {s.message}")
-    else:
+    verdict = getattr(answer, "verdict", None)
+    fixes = verdict.fixes if verdict is not None else ()
+    if fixes:
+        lines.append("fixes (the same command with this change, re-evaluated):")
+        lines += [f"  * {f.args or f.change}: {f.outcome}" + (f" ({f.selected})" if f.selected else "") for f in fixes]
+    elif not answer.suggestions:
         lines.append("no single-field change makes it valid on this node.")
     return "\n".join(lines)
 
@@ -160,5 +179,5 @@ def _render_rejection(answer: Any) -> str:
 __all__ = [
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError", "RuleError",
     "ConditionError", "UnsupportedConfigurationError", "PlanMismatchError", "StartupMismatchError",
-    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "RayConnectError",
+    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "TableError", "RayConnectError",
 ]

@@ -228,3 +228,28 @@ def parse_yaml(text: str, *, what: str, name: str, max_depth: int = MAX_DEPTH,
         raise InvalidInputError(what, f"{name}: nested too deeply") from None
     except (TypeError, ValueError, OverflowError) as exc:  # a constructor's refusal the checks above missed
         raise InvalidInputError(what, f"{name}: not valid YAML: {str(exc).splitlines()[0][:200]}") from None
+
+
+def check_replaceable(path: Union[str, Path], *, what: str = "output") -> Path:
+    """``path`` when an output file may be written there by rename (a dotfile beside it, then
+    ``os.replace``): nothing there yet, or a regular file. A symbolic link, a character or block
+    device, a FIFO, a socket or a directory is refused (``InvalidInputError``, exit 2): a rename
+    would replace it with a regular file (issue 40 #7: ``attnplan labels -o /dev/null`` as root
+    replaced /dev/null), and writing through a link is writing where the link points, not where
+    the user said. Checked with ``lstat`` (the name itself, not what it points to)."""
+    target = Path(path)
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        raise InvalidInputError(what, f"cannot write {target}: {(exc.strerror or str(exc)).lower()}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InvalidInputError(what, f"{target} is a symbolic link; give the file itself (a link is never "
+                                      "replaced nor written through)")
+    if stat.S_ISDIR(st.st_mode):
+        raise InvalidInputError(what, f"{target} is a directory; give the file's name")
+    if not stat.S_ISREG(st.st_mode):
+        raise InvalidInputError(what, f"{target} is not a regular file (a device, FIFO or socket); attnplan "
+                                      "writes regular files only, by rename")
+    return target

@@ -3,8 +3,8 @@
     python3 bench/decode_steps.py --out DIR [--backends fa2,fa3,xqa,mla-fa3,mla-fa2] [--quick]
 
 Decode backends a plan can name on the H100 - fa2 (``paged_decode``), fa3 (``paged_prefill`` with
-backend fa3, one query row per request; derived, see tests/gpu/derive.py ``fa3_decode``), XQA
-(``xqa_decode``) and MLA (``mla_paged_decode`` with the rules' backend here, and fa2) - over
+backend fa3, one query row per request: the rules' plan for ``attention_backend="fa3"``), XQA
+(``xqa_decode``: vLLM 0.33's plan on 9.0) and MLA (``mla_paged_decode`` with the rules' backend here, and fa2) - over
 Llama-3.1-8B attention (32/8 heads, head 128, bf16, page 16) and DeepSeek-V3 MLA (128 heads,
 latent 512 + rope 64, page 64), batch 1-256 x context 1k-32k (MLA: batch 1-128 x 1k-16k).
 
@@ -66,20 +66,29 @@ def metadata(ex, inp):
     return step
 
 
-def executor_for(name):
-    import derive
-    from attnplan.adapter import AttentionExecutor
-    from attnplan.policy import AttentionConfig, plan_for
+# Each decode backend's plan is the rules' own on the probed node (tests/gpu/gpu_common.py
+# plan_or_raise, as the GPU tests build them; no hand-derived plan): fa2 is the kernel-truth plan
+# here, fa3 decode is asked for by name, XQA is vLLM 0.33's decode on 9.0 (serving facts declared).
+PLANS = {
+    "fa2": (LLAMA, "flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa2", "fa2 decode"),
+    "fa3": (dict(LLAMA, attention_backend="fa3"), "flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa3",
+            "fa3 decode"),
+    "xqa": (LLAMA, "vllm", lambda a: a.plan.decode.call == "xqa_decode", "XQA decode"),
+    "mla-fa3": (MLA, "flashinfer", lambda a: a.plan.decode.call == "mla_paged_decode", "MLA decode (the rules' backend)"),
+    "mla-fa2": (dict(MLA, attention_backend="fa2"), "flashinfer",
+                lambda a: a.plan.decode.call == "mla_paged_decode" and a.plan.decode.flashinfer_backend == "fa2",
+                "MLA decode on fa2"),
+}
 
-    if name.startswith("mla"):
-        cfg = dict(MLA, attention_backend="fa2") if name == "mla-fa2" else dict(MLA)
-        a = plan_for(AttentionConfig(**cfg), engine="flashinfer")
-        assert a.ok, a.violations
-        return AttentionExecutor(a, device="cuda")
-    base = derive.base(**LLAMA)
-    a = {"fa2": base, "fa3": derive.fa3_decode(base) if name == "fa3" else None,
-         "xqa": derive.xqa(base) if name == "xqa" else None}[name]
-    return AttentionExecutor(a, device="cuda", check=False)
+
+def executor_for(name):
+    """An executor over the rules' plan for ``name`` (SystemExit naming why when they plan none)."""
+    from gpu_common import NoRealPlan, executor_for as over, plan_or_raise
+
+    try:
+        return over(plan_or_raise(*PLANS[name]))
+    except NoRealPlan as exc:
+        raise SystemExit(f"decode_steps: {name}: {exc}") from None
 
 
 def recorded_plan(wrapper, fn):

@@ -2,12 +2,18 @@
 # The whole `attnplan verify --sweep` in one device lease, from an empty JIT cache: issue 22's
 # "the full sweep fits one device lease (<= 30 min)". It is compile-bound: on the H100 machine's
 # 16 cores the JIT builds alone take at least 33 minutes (bench/sweep_cost.py, bench/RESULTS.md),
-# so it needs a host of 18 or more cores (nvidia-h200-x2: 32, capability 9.0 like the H100).
+# so it needs a host of 18 or more cores (nvidia-h200-x2: 32, capability 9.0 like the H100). That was
+# the pairwise sweep (--strength 2: 209 modules); the default 3-way covering of the compiled factors
+# (issue 38) is 1,244 probes in 597 modules (452 XQA, 29 fa3 prefill, 56 fa2 prefill, 36 sink, 24 other),
+# about 64,000 CPU-s by the per-module costs of bench/RESULTS.md: about 33 minutes on 32 cores.
 #
 # Run it from the checkout root on the GPU machine, with the bundle carried
 # (bash ../shared/device/make-bundle.sh; carry .gpu-bundle), once per device call:
 #
 #   bash bench/sweep_lease.sh SECONDS [attnplan verify args...]     e.g. 570 --jobs 8
+#   bash bench/sweep_lease.sh SECONDS -- COMMAND...                   any other long run the same way, e.g.
+#       570 -- python3 bench/xqa_exhaustive.py --out /tmp/lease --tiers 0,1,2 --jobs 16 --resume /tmp/lease/results.jsonl
+#   (COMMAND writes its files into /tmp/lease; the same list is copied back)
 #
 # The first call starts the sweep in a process session of its own (setsid): the device tool ends a
 # call's processes when it returns, but a session of its own keeps running on a warm machine, so
@@ -22,17 +28,23 @@ here=/tmp/lease
 export PYTHONPATH=/tmp/site:$PWD FLASHINFER_WORKSPACE_BASE=$here/fi PYTHONUNBUFFERED=1
 mkdir -p $here && touch $here/results.jsonl
 echo "call at $(date -u +%T), machine up $(cut -d' ' -f1 /proc/uptime) s, $(grep -c . $here/results.jsonl) results" >> $here/lease.log
-if [ ! -f $here/done ] && ! pgrep -f "attnplan verify --sweep" > /dev/null; then
-  setsid nohup bash -c "t0=\$(date +%s); echo \"sweep starts at \$(date -u +%T) on \$(nproc) cores: verify --sweep $*\" >> $here/lease.log; \
-    python3 -m attnplan verify --sweep --calibrate $here/tol.yaml --results-log $here/results.jsonl \
-      --resume $here/results.jsonl --report $here/report.md $* > $here/stdout.jsonl 2>> $here/stderr.log; rc=\$?; \
-    echo \"sweep exit \$rc after \$(( \$(date +%s) - t0 )) s on \$(nproc) cores; machine up \$(cut -d' ' -f1 /proc/uptime) s\" >> $here/lease.log; \
+if [ "$1" = "--" ]; then
+  shift; cmd="$*"
+else
+  cmd="python3 -m attnplan verify --sweep --calibrate $here/tol.yaml --results-log $here/results.jsonl \
+      --resume $here/results.jsonl --report $here/report.md $*"
+fi
+# The run's own pid (not a pattern over every process's command line: another run's would match).
+if [ ! -f $here/done ] && ! { [ -f $here/pid ] && kill -0 "$(cat $here/pid)" 2> /dev/null; }; then
+  setsid nohup bash -c "echo \$\$ > $here/pid; t0=\$(date +%s); echo \"run starts at \$(date -u +%T) on \$(nproc) cores: $cmd\" >> $here/lease.log; \
+    $cmd > $here/stdout.jsonl 2>> $here/stderr.log; rc=\$?; \
+    echo \"run exit \$rc after \$(( \$(date +%s) - t0 )) s on \$(nproc) cores; machine up \$(cut -d' ' -f1 /proc/uptime) s\" >> $here/lease.log; \
     touch $here/done" < /dev/null > /dev/null 2>&1 &
 fi
 end=$((SECONDS + secs))
 while [ ! -f $here/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
 [ -f $here/done ] && echo done || echo "still running"
-for f in results.jsonl stderr.log lease.log report.md report.json tol.yaml; do
+for f in results.jsonl stderr.log lease.log report.md report.json tol.yaml summary.md; do
   [ -f $here/$f ] && cp $here/$f "$OUT/"
 done
 tail -2 $here/lease.log; tail -3 $here/stderr.log

@@ -51,13 +51,31 @@ def host_median(fn, n=30):
     return ts[len(ts) // 2]
 
 
-def executors():
-    import derive
-    from attnplan.adapter import AttentionExecutor
+def plan(backend: str, **cfg):
+    """The rules' own plan on the probed node (tests/gpu/gpu_common.py plan_or_raise, as the GPU
+    tests build them): ``fa2`` decode is the kernel-truth plan here, ``xqa`` is vLLM 0.33's decode
+    on 9.0 (serving facts declared). SystemExit naming why when the rules plan no such path."""
+    from gpu_common import NoRealPlan, plan_or_raise
 
-    fa2 = derive.base(**LLAMA)
-    return (AttentionExecutor(fa2, device="cuda", check=False),
-            AttentionExecutor(derive.xqa(fa2), device="cuda", check=False))
+    cfg = dict(cfg)
+    page = cfg.pop("page_size", PAGE)
+    want = {"fa2": ("flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa2"),
+            "xqa": ("vllm", lambda a: a.plan.decode.call == "xqa_decode")}[backend]
+    try:
+        return plan_or_raise(dict(LLAMA, page_size=page, **cfg), want[0],
+                             lambda a: want[1](a) and a.plan.kv_cache.page_size == page, f"{backend} decode {cfg}")
+    except NoRealPlan as exc:
+        raise SystemExit(f"xqa_vs_fa2: {exc}") from None
+
+
+def executor(backend: str, **cfg):
+    from gpu_common import executor_for
+
+    return executor_for(plan(backend, **cfg))
+
+
+def executors():
+    return executor("fa2"), executor("xqa")
 
 
 # -- probes ---------------------------------------------------------------------------------------
@@ -89,13 +107,10 @@ def fp8_gemm_reference(b, p_scale: float):
 
 def phase_probe(out: Path) -> dict:
     import torch
-    import derive
     from gpu_common import Batch, random_lens, rel_err
 
-    from attnplan.adapter import AttentionExecutor
-
     res: dict = {}
-    ex = AttentionExecutor(derive.xqa(derive.base(**LLAMA)), device="cuda", check=False)
+    ex = executor("xqa")
     page = ex.plan.kv_cache.page_size
     # 1. NaN in the unused slots of each request's last page only (everything else finite).
     b = Batch(ex, [1] * 16, [s for s in random_lens(16, 20, 900) if True], 16, poison="finite")
@@ -108,7 +123,7 @@ def phase_probe(out: Path) -> dict:
     res["nan_in_last_page_tail"] = say("nan_in_last_page_tail", dict(nan_rows=int(out1.isnan().any(-1).any(-1).sum()), rows=len(seq),
                                         requests_with_a_tail=sum(1 for s in seq if s % page)))
     # 1b. The same over an fp8 KV cache (0x7F is NaN in e4m3): XQA's Hopper fp8 kernel.
-    ex8 = AttentionExecutor(derive.xqa(derive.base(**LLAMA, kv_cache_dtype="fp8")), device="cuda", check=False)
+    ex8 = executor("xqa", kv_cache_dtype="fp8")
     b8 = Batch(ex8, [1] * 16, random_lens(16, 20, 900), 16, poison="finite")
     for r, s in enumerate(b8.seq):
         if s % page:
@@ -128,7 +143,7 @@ def phase_probe(out: Path) -> dict:
         nan_rows=int(out2.isnan().any(-1).any(-1).sum()),
         rel_err=None if out2.isnan().any() else rel_err(out2, b2.reference())))
     # 3. fp8 KV, bf16 query: error against the bf16-query and the fp8-query reference.
-    fa8 = AttentionExecutor(derive.base(**LLAMA, kv_cache_dtype="fp8"), device="cuda", check=False)
+    fa8 = executor("fa2", kv_cache_dtype="fp8")
     errs = []
     for e in (ex8, fa8):
         bb = Batch(e, [1] * 32, random_lens(32, 1, 3000), 32, poison="finite")

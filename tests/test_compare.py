@@ -46,7 +46,7 @@ def test_cli_refusal_is_exit_1_and_names_the_phase(capsys):
     rc = cli_main(["compare", LLAMA, "--device", "H100", "--kv-cache-dtype", "nvfp4", "--json"])
     rows = json.loads(capsys.readouterr().out)["rows"]
     sg = next(r for r in rows if r["engine"] == "sglang")
-    assert rc == 1 and sg["status"] == "rejected"
+    assert rc == 1 and sg["status"] == "fails-at-startup" and sg["verdict"]["rules"] == ["sglang.nvfp4-capability"]
     assert {"rule": "sglang.nvfp4-capability", "outcome": "startup"}.items() <= sg["refusals"][0].items()
 
 

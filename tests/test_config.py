@@ -28,7 +28,7 @@ def test_config_fields_are_the_spec_names():
             "sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size",
             "num_speculative_tokens", "kv_lora_rank",
             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "dcp_world_size", "cascade",
-            "attention_backend", "batch_invariant"]
+            "attention_backend", "engine_attention_backend", "batch_invariant"]
     assert set(spec) == set(policy.CONFIG_FIELDS)
 
 
@@ -98,10 +98,13 @@ def test_backend_typo_lists_allowed():
     assert {"auto", "fa2", "fa3", "trtllm-gen"} <= set(err.allowed)
 
 
-def test_vllm_backend_that_is_not_flashinfer_is_refused_by_name():
-    # vLLM's FLASH_ATTN (any spelling) is not a FlashInfer backend: refused by name, never taken as auto
-    err = bad(dict(STD, attention_backend="flash-attn"))
-    assert err.field == "attention_backend" and "does not run FlashInfer kernels" in str(err)
+def test_vllm_backend_that_is_not_flashinfer_is_kept_by_name():
+    # vLLM's FLASH_ATTN (any spelling) is vLLM's own backend: kept by name for the verdict, never taken as a
+    # FlashInfer backend; the FlashInfer plan is then the one --attention-backend FLASHINFER runs (auto)
+    c = make_config(dict(STD, attention_backend="flash-attn"))
+    assert (c.engine_attention_backend, c.attention_backend) == ("FLASH_ATTN", "auto")
+    err = bad(dict(STD, engine_attention_backend="fa2"))
+    assert err.field == "engine_attention_backend"
 
 
 @pytest.mark.parametrize("hd", [0, -1, -128])

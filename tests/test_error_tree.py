@@ -32,6 +32,7 @@ CONTROL_FLOW = {
     "NodeFailure": "preflight http: one node's failure kind (its row)",
     "NotReady": "rest: the node's facts are not known yet (503)",
     "_Refused": "sglang resolve: SGLang's own startup refusal, made a violation",
+    "FlashInferError": "kernels/trtllm_gen/select.py: FlashInfer's FLASHINFER_CHECK in the ported selection, made a miss",
 }
 
 

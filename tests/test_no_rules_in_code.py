@@ -58,6 +58,12 @@ ALLOWED: tuple[tuple[str, str, str], ...] = (
     *(("verify/calls.py", c, VERIFY_CALLS) for c in (
         "paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill", "xqa")),
     ("verify/generate.py", "xqa", "the JIT identity per module family (backends.yaml calls: verify.jit), not a backend"),
+    ("verify/sweep.py", "xqa", "issue 38: the factors each JIT family compiles into a module (COMPILED), keyed by family"),
+    ("verify/sweep.py", "native", "issue 38: the factors each JIT family compiles into a module (COMPILED), keyed by family"),
+    ("verify/exhaustive.py", "xqa", "issue 38: the exhaustive XQA run enumerates XQA's own template space by construction"),
+    ("verify/exhaustive.py", "xqa_decode", "issue 38: the call the exhaustive XQA run probes (backends.yaml calls.xqa_decode)"),
+    ("kernels/trtllm_gen/__main__.py", "100", "FlashInfer's kSM_100 constant of the kernel table, named for people"),
+    ("kernels/trtllm_gen/__main__.py", "103", "FlashInfer's kSM_103 constant of the kernel table, named for people"),
     ("verify/generate.py", "sink", "the JIT identity per module family (backends.yaml calls: verify.jit), not a backend"),
 )
 

@@ -56,8 +56,9 @@ def test_simulate_cli_text_report(capsys):
                      "--model-config", str(EXAMPLES / "qwen3-32b.json"))
     assert rc == 0
     lines = out.strip().splitlines()
-    assert lines[-1].startswith("28 nodes: 28 ok, 0 rejected, 0 unreachable; heterogeneous: prefill fa3 on 16 nodes vs "
-                                "trtllm-gen on 12")
+    # what runs: vLLM's own FLASH_ATTN on the H100s, FlashInfer's trtllm-gen on the Blackwells
+    assert lines[-1].startswith("28 nodes: 28 ok, 0 rejected, 0 unreachable; heterogeneous: prefill FLASH_ATTN on 16 "
+                                "nodes vs trtllm-gen on 12")
     assert "h100-[0-15]" in out and "b200-[0-7]" in out and "gb300-[0-3]" in out
     assert "would mix kernels" in out
     assert "qwen3-32b" in lines[1]
@@ -71,7 +72,8 @@ def test_simulate_rejection_exit_1_and_details(capsys):
     rc, out, _ = run(capsys, "preflight", "--simulate", "B200=2,RTX PRO 6000=3", *LLAMA, "--head-dim", "64",
                      "--kv-cache-dtype", "nvfp4")
     assert rc == 1
-    assert "REJECTED" in out and "vllm.nvfp4" in out
+    # vLLM finds no backend of its own for it there (FlashInfer's refusal is vllm.nvfp4): it refuses at startup
+    assert "FAILS-AT-STARTUP" in out and "vllm.nvfp4" in out and "No valid attention backend found" in out
     assert "rejects config" in out and "suggestions: kv_cache_dtype=" in out
     assert out.strip().splitlines()[-1].startswith("5 nodes: 2 ok, 3 rejected, 0 unreachable")
 
@@ -111,18 +113,22 @@ def test_json_contract_shape(capsys):
 
 # -- the engine layer ------------------------------------------------------------------------
 def test_engine_flag_plans_the_simulated_nodes_and_is_reported(capsys):
-    rc, out, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--json")
+    rc, out, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--attention-backend", "FLASHINFER", "--json")
     default = json.loads(out)
     rc2, out2, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--engine", "flashinfer", "--json")
     kernel = json.loads(out2)
     assert rc == rc2 == 0
-    # vLLM 0.33 decodes with XQA on 9.0; the kernel layer's own order picks fa2 decode
+    # vLLM 0.33's FLASHINFER decodes with XQA on 9.0; the kernel layer's own order picks fa2 decode
     assert default["nodes"][0]["results"][0]["decode"] == "xqa" and kernel["nodes"][0]["results"][0]["decode"] == "fa2"
     assert default["query"]["configs"][0]["engine"] is None and kernel["query"]["configs"][0]["engine"] == "flashinfer"
     expected = plan_for(LLAMA_CFG, simulated_node("H100"), engine="flashinfer").plan.decode.backend
     assert kernel["nodes"][1]["results"][0]["decode"] == expected
     rc, out, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--engine", "flashinfer")
     assert rc == 0 and "(engine flashinfer)" in out.splitlines()[1]
+    # without --attention-backend vLLM runs its own FLASH_ATTN on the H100: the cell says so
+    rc, out, _ = run(capsys, "preflight", "--simulate", "H100=2", *LLAMA, "--json")
+    cell = json.loads(out)["nodes"][0]["results"][0]
+    assert rc == 0 and (cell["outcome"], cell["modelled"], cell["decode"]) == ("runs", False, "FLASH_ATTN")
 
 
 def test_engine_per_config_in_yaml_wins_over_the_flag(tmp_path):
@@ -158,7 +164,8 @@ def test_uncovered_engine_in_yaml_is_exit_2_naming_the_entry(capsys, tmp_path):
 
 # -- report semantics -------------------------------------------------------------------------
 def _answer(device: str, **fields) -> PlanAnswer:
-    return plan_for({**LLAMA_CFG, **fields}, simulated_node(device))
+    # vLLM's FlashInfer backend (FLASHINFER): the FlashInfer kernels are the cells' subject here
+    return plan_for({**LLAMA_CFG, "attention_backend": "FLASHINFER", **fields}, simulated_node(device))
 
 
 def test_unprobed_node_is_never_pass():
@@ -350,7 +357,8 @@ def test_ray_unreachable_cluster_is_exit_3_not_a_new_cluster(capsys, monkeypatch
 
 def test_html_written_and_self_contained(capsys, tmp_path):
     f = tmp_path / "r.html"
-    rc, out, err = run(capsys, "preflight", "--simulate", "B200=2,H100=1,T4=1", *LLAMA, "--html", str(f))
+    rc, out, err = run(capsys, "preflight", "--simulate", "B200=2,H100=1,T4=1", *LLAMA, "--engine", "flashinfer",
+                       "--html", str(f))
     assert rc == 1 and f"wrote {f}" in err
     page = f.read_text()
     assert "<script src" not in page and "<link" not in page and "http://" not in page and "https://" not in page

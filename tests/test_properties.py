@@ -29,7 +29,8 @@ ENGINES = [None, "flashinfer"]                  # None: vllm (0.33.0, the newest
 TRT_FAMILY = {"trtllm-gen", "trtllm-gen-mla", "trtllm-ragged"}
 MLA_BACKENDS = {"fa2-mla", "fa3-mla", "trtllm-gen-mla", "trtllm-ragged"}
 HANG = {Version("0.6.7"), Version("0.6.7.post1")}
-PAGE_RULES = {"page-size", "mla.page-size", "vllm.page-size"}
+# rules judged per page: the page sizes, and the kernel table (trtllm-gen has kernels per page size)
+PAGE_RULES = {"page-size", "mla.page-size", "vllm.page-size", "trtllm.kernel-missing"}
 API = TRT_FAMILY | {"xqa"}                      # called through FlashInfer's trtllm API (block tables)
 
 
@@ -194,6 +195,10 @@ def spec_pair(cfg: AttentionConfig, node: NodeFacts, engine: str) -> set[str]:
             out.add("vllm.backend-kind")
         if mla and (major != 10 or cfg.qk_nope_head_dim not in (64, 128, 192)):
             out.add("vllm.mla-backend")
+        # vLLM 0.33's MLA prefill backends cover four layouts (get_mla_prefill_backend_cls)
+        if mla and (cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim) not in \
+                ((128, 64, 128), (192, 64, 256), (64, 64, 128), (256, 0, 256)):
+            out.add("vllm.mla-prefill-dims")
     return out
 
 
@@ -330,7 +335,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             (backend in ("fa2", "fa3") and mla and phase == "prefill" and kv not in ("fp16", "bf16")):
         v.add("mla.kv-dtype")
     if backend == "trtllm-ragged" and (cfg.qk_nope_head_dim, cfg.qk_rope_head_dim, cfg.v_head_dim) not in \
-            ((128, 64, 128), (192, 64, 256)):
+            ((128, 64, 128), (192, 64, 256), (64, 64, 128)):
         v.add("mla.ragged-dims")
     if (backend == "fa2" and mla and (qk, vo) not in ((192, 128), (128, 128), (256, 128))) or \
             (backend == "fa3" and mla and (qk, vo) not in ((192, 128), (128, 128))):
@@ -386,7 +391,19 @@ def spec_pages(cfg: AttentionConfig, engine: str) -> tuple[int, ...]:
 
 def spec_valid_pages(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str, engine: str) -> set[int]:
     pages = spec_pages(cfg, engine)
-    return {p for p in pages if spec_page_ok(cfg, node, backend, phase, p, engine)}
+    return {p for p in pages if spec_page_ok(cfg, node, backend, phase, p, engine) and
+            spec_kernel_ok(cfg, node, backend, phase, p, engine)}
+
+
+def spec_kernel_ok(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: str, page: int, engine: str) -> bool:
+    """trtllm.kernel-missing: the kernel table is the spec here (attnplan/kernels/trtllm_gen holds FlashInfer's
+    selection over it, and the oracle holds that port to FlashInfer's own code compiled with g++)."""
+    if backend not in TRT_FAMILY:
+        return True
+    from attnplan.policy.candidates import trtllm_decision
+
+    d = trtllm_decision(fact_context(cfg, node, phase, backend, page, engine), phase, backend)
+    return d is None or d.ok
 
 
 FORCE_MLA = {"fa2": ("fa2", "fa2-mla"), "fa2-mla": ("fa2", "fa2-mla"), "fa3": ("fa3", "fa3-mla"),
@@ -467,6 +484,12 @@ def fact_context(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], ba
               "artifactory_reachable", "torch_version", "torch_cuda_version", "driver_version", "mig_enabled",
               "jit_toolchain", "vllm_version"):
         ctx[f"node.{f}"] = getattr(node, f).value
+    # the spec: trtllm-gen writes fp8 over an nvfp4 cache (every NVFP4 kernel of the table), else the model dtype
+    ctx["phase.output_dtype"] = ("fp8_e4m3" if backend == "trtllm-gen" and kv_of(cfg) == "nvfp4" else cfg.dtype) \
+        if phase is not None else None
+    ctx["kernel.trtllm_gen"] = ctx["kernel.trtllm_gen_missing"] = ctx["kernel.trtllm_gen_decided_by"] = None
+    # the engine's use_tensor_cores for decode (vLLM 0.33: always; the flashinfer layer has no such choice)
+    ctx["phase.decode_tensor_cores"] = (True if engine == "vllm" else None) if phase == "decode" else None
     return ctx
 
 
@@ -598,7 +621,11 @@ def test_config_suggestions_are_complete(cfg, node, engine):
 def test_evaluation_is_deterministic_and_memo_equals_fresh(cfg, node, engine):
     first = policy.plan_for(cfg, node, engine=engine)
     fresh = policy.evaluate(cfg, node, engine=engine)
-    assert first.model_copy(update={"suggestions": ()}) == fresh
+    assert first.model_copy(update={"suggestions": (), "verdict": None}) == fresh
+    # the verdict is a function of the answer alone (policy/verdict.py): the fresh answer gives the same one
+    from attnplan.policy.verdict import verdict_for
+
+    assert verdict_for(first, policy.default_ruleset()) == first.verdict.model_copy(update={"fixes": ()})
     assert first.to_json() == policy.plan_for(cfg, node, engine=engine).to_json()
     assert policy.plan_for(cfg, node, engine=engine) == first
     # an equal node built separately hits the same answer
@@ -662,9 +689,10 @@ def test_layout_and_page_size(cfg, node, engine):
     bi = batch_invariant(cfg, node)
     assert plan.attention.split_kv == ("fixed" if bi else "disabled" if (
         kv == "nvfp4" and major_of(node) == 12 and "fa2" in (p, d)) else "auto")
-    # SPEC §5: use_tensor_cores for native (non-MLA) decode with group size >= 4 (always with a fixed split)
+    # use_tensor_cores for native (non-MLA) decode: the engine's own choice where it has one (vLLM 0.33 always:
+    # FlashInferMetadataBuilder._get_decode_wrapper), else group size >= 4 (always with a fixed split)
     if d in ("fa2",) and not mla:
-        assert plan.decode.use_tensor_cores == (group(cfg) >= 4 or bi)
+        assert plan.decode.use_tensor_cores == (eng(engine) == "vllm" or group(cfg) >= 4 or bi)
     assert plan.decode.q_len_per_req == 1 + cfg.num_speculative_tokens
 
 

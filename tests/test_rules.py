@@ -249,8 +249,12 @@ def test_xqa_16bit_group_64_builds_up_to_head_128_and_decodes_spec_only_to_group
     assert not viols(run(cfg(head_dim=128, **g64), h100, FI), "xqa.group", "decode", "xqa")
     v = the_violation(run(cfg(head_dim=192, **g64), h100, FI), "xqa.group", "decode", "xqa")
     assert "57-64 only up to head 128" in v.message
-    assert not viols(run(cfg(head_dim=192, kv_cache_dtype="fp8", num_qo_heads=32, num_kv_heads=1,
+    assert not viols(run(cfg(head_dim=128, kv_cache_dtype="fp8", num_qo_heads=32, num_kv_heads=1,
                              attention_backend="xqa"), h100, FI), "xqa.group", "decode", "xqa")
+    # head 256 at group 32 over fp8 faulted on the H100 (issue 38: an illegal memory access)
+    v = the_violation(run(cfg(head_dim=256, kv_cache_dtype="fp8", num_qo_heads=32, num_kv_heads=1,
+                              attention_backend="xqa"), h100, FI), "xqa.group", "decode", "xqa")
+    assert "illegal memory access" in v.message
     spec = run(cfg(head_dim=128, num_speculative_tokens=1, **g64), h100, FI)
     assert "computed wrong at GQA group 64" in the_violation(spec, "xqa.spec-group", "decode", "xqa").message
     assert not viols(spec, "xqa.group", "decode", "xqa")     # wrong numerics carry their own id
@@ -680,7 +684,9 @@ def test_sm103_hang_rule_records_fix_version():
 # -- trtllm.kv-dtype ---------------------------------------------------------------------
 @pytest.mark.parametrize("kv", ["auto", "fp16", "bf16", "fp8", "fp8_e4m3", "nvfp4"])
 def test_trtllm_kv_dtype_accepts(kv):
-    a = run(cfg(kv_cache_dtype=kv, attention_backend=TRT), simulated_node("B200"))
+    # a 16-bit cache in the model's own dtype: the table has no bf16-query kernel over an fp16 cache
+    dtype = "fp16" if kv == "fp16" else "bf16"
+    a = run(cfg(dtype=dtype, kv_cache_dtype=kv, attention_backend=TRT), simulated_node("B200"))
     assert a.ok, a.violations
     assert_passes(a, "trtllm.kv-dtype", "decode", TRT)
 
@@ -932,10 +938,14 @@ def test_mla_dims_kv_lora_rank():
     v = the_violation(a, "mla.dims", "decode", "fa2-mla")
     assert obs(v) == "384"
     assert "256" in v.required and "512" in v.required
-    # trtllm-gen MLA decode also has (256, 64); trtllm-ragged prefill does not
+    # (256, 64) at 128 heads: the table lacks the 2-CTA kernel some serving shapes need (kernel table 158f6fa1):
+    # vLLM's FLASHINFER_MLA, which decodes on trtllm-gen-mla, fails there; FlashInfer alone decodes on fa2-mla
     b = run(mla(kv_lora_rank=256), simulated_node("B200"))
-    assert b.ok and b.backends() == ("fa2", "trtllm-gen-mla")
-    assert b.plan.prefill.modules[-1].params["kernel"] == "merge_state"
+    v = the_violation(b, "trtllm.kernel-missing", "decode", "trtllm-gen-mla")
+    assert not b.ok and "uses2CtaMma=1" in v.message and b.verdict.outcome != "runs"
+    c = run(mla(kv_lora_rank=256), simulated_node("B200"), FI)
+    assert c.ok and c.backends() == ("fa2", "fa2-mla")
+    assert c.plan.prefill.modules[-1].params["kernel"] == "merge_state"
 
 
 def test_mla_ragged_prefill_on_native_backends_refuses_sinks():
@@ -1016,7 +1026,11 @@ def test_mla_trtllm_ragged_needs_kv_lora_rank_512_and_rope_64():
 
 @pytest.mark.parametrize("kv", ["auto", "bf16", "fp16", "fp8"])
 def test_mla_kv_dtype_trtllm_accepts(kv):
+    # a 16-bit cache in the model's own dtype (the table's MLA kernels: bf16/bf16/bf16 and fp8/fp8/bf16)
     a = run(mla(kv_cache_dtype=kv), simulated_node("B200"))
+    if kv == "fp16":  # a bf16 model over an fp16 latent cache: no trtllm-gen MLA kernel reads it
+        assert not a.ok and "trtllm.kernel-missing" in {v.rule for v in a.violations}
+        return
     assert a.ok and a.backends() == ("trtllm-ragged", "trtllm-gen-mla")
 
 

@@ -211,14 +211,21 @@ def test_a_resolver_rule_needs_an_engine_with_a_resolver(tmp_path):
         load_ruleset([*pack_files(ROOT / "attnplan/rules/packs"), p], BACKENDS_FILE)
 
 
-@pytest.mark.skipif(not (Path("/work/src/sglang/sglang/srt/arg_groups")).is_dir(), reason="SGLang 0.5.23 source not here")
+def _sglang_src() -> Path:
+    from attnplan.sglang.oracle import SRC
+
+    return SRC
+
+
+@pytest.mark.skipif(not (_sglang_src() / "arg_groups").is_dir(),
+                    reason="SGLang 0.5.23 source not here (set ATTNPLAN_SGLANG_SRC to an extracted wheel's sglang/srt)")
 def test_oracle_agrees_with_sglangs_own_functions_on_a_seeded_sample():
     from attnplan.sglang.oracle import compare
 
-    rep = compare(sample=4000, seed=7)
+    rep = compare(sample=6000, seed=7)
     assert rep["disagreements"] == []
     assert all(v["of"] > 0 and v["agree"] == v["of"] for v in rep["agreement"].values())
-    assert rep["agreement"]["refused"]["of"] + rep["excepted"] == 4000
+    assert rep["agreement"]["refused"]["of"] + rep["excepted"] == 6000
 
 
 def test_engine_sglang_on_rest_plan_and_preflight(capsys):

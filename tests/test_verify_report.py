@@ -14,12 +14,21 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnplan.policy import load_rules, simulated_node  # noqa: E402
+from attnplan.policy import load_rules as _load_rules, simulated_node  # noqa: E402
 from attnplan.verify import build_report, exit_code, generate, markdown, provenance, run_probes, write_report  # noqa: E402
 from attnplan.verify import calls  # noqa: E402
 from attnplan.verify.child import compare  # noqa: E402
 from attnplan.verify.report import probe_verdict  # noqa: E402
 from attnplan.verify.runner import subprocess_runner  # noqa: E402
+
+
+def load_rules(d):
+    """The test's pack with the engine packs the whole-set check wants beside it (tests/verify_packs.py)."""
+    from pathlib import Path
+
+    from verify_packs import with_engine_packs
+
+    return _load_rules(with_engine_packs(Path(d)))
 
 PACK = """\
 pack: t
@@ -185,6 +194,7 @@ def test_cli_without_a_gpu_exits_2_with_one_line(capsys):
 
 def test_cli_list_runs_without_a_gpu(capsys, tmp_path):
     (tmp_path / "t.yaml").write_text(PACK)
+    load_rules(tmp_path)                  # the engine packs beside it: --rules loads the set whole
     assert _cli(["--list", "--device", "H100", "--rules", str(tmp_path), "--rule", "t.query"]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert lines and {tuple(x["refused_by"]) for x in lines} == {(), ("t.query",)}
@@ -199,6 +209,7 @@ def test_cli_run_writes_jsonl_report_and_exits_1_on_a_dangerous_rule(tmp_path, m
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "t.yaml").write_text(PACK)
+    load_rules(rules)                     # the engine packs beside it: --rules loads the set whole
     monkeypatch.setattr(cli, "_gpu", lambda: "NVIDIA H100 80GB HBM3")
     monkeypatch.setattr(policy, "local_node", lambda: simulated_node("H100"))
     monkeypatch.setattr(verify, "subprocess_runner", lambda **kw: standin)
@@ -237,5 +248,7 @@ def test_cli_sweep_says_it_is_generating_before_the_long_silence(capsys):
     out, err = capsys.readouterr()
     probes = [json.loads(x) for x in out.splitlines()]
     assert probes and {p["backend"] for p in probes} == {"fa2"}
-    first = err.strip().splitlines()[0]
-    assert "generating the covering sweep (seed 0)" in first and "capability 9.0" in first
+    lines = err.strip().splitlines()
+    # The first line comes before the rules load (issue 40 class 9: tests/test_verify_strength_sample.py).
+    assert "generating the covering sweep (seed 0" in lines[0]
+    assert any("generating the covering sweep (seed 0, strength 3)" in x and "capability 9.0" in x for x in lines)

@@ -5,9 +5,18 @@ from __future__ import annotations
 import textwrap
 import threading
 
-from attnplan.policy import load_rules, simulated_node
+from attnplan.policy import load_rules as _load_rules, simulated_node
 from attnplan.verify import generate, run_probes
 from attnplan.verify.runner import build_order
+
+
+def load_rules(d):
+    """The test's pack with the engine packs the whole-set check wants beside it (tests/verify_packs.py)."""
+    from pathlib import Path
+
+    from verify_packs import with_engine_packs
+
+    return _load_rules(with_engine_packs(Path(d)))
 
 PACK = textwrap.dedent("""\
     pack: t
@@ -119,3 +128,16 @@ def test_cpu_summary_adds_what_the_probe_processes_spent():
     assert "1,920 CPU-s (2 probe(s)" in line and "at least 2.0 min on this machine's 16 cores" in line
     assert "on this machine" not in cpu_summary(results, None)
     assert cpu_summary({"c": results["c"]}, 16) is None           # results from before cpu_s was recorded
+
+
+def test_a_cuda_error_at_run_time_is_not_a_failed_build():
+    # PyTorch's text for a CUDA error names compiling (TORCH_USE_CUDA_DSA): the module's other probes
+    # must still run (issue 38: an illegal memory access in one probe says nothing of the next one).
+    from attnplan.verify.runner import _build_failed
+
+    cuda = ("AcceleratorError: CUDA error: an illegal memory access was encountered ... For debugging consider "
+            "passing CUDA_LAUNCH_BLOCKING=1 Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+    assert not _build_failed({"outcome": "error", "error": cuda})
+    assert _build_failed({"outcome": "error", "error": "RuntimeError: Ninja build failed ... error: static assertion"})
+    assert _build_failed({"outcome": "error", "error": "RuntimeError: compilation of xqa failed"})
+    assert _build_failed({"outcome": "build-timeout", "error": "x"}) and not _build_failed({"outcome": "wrong"})

@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from attnplan.policy import AttentionConfig, load_rules, simulated_node
+from attnplan.policy import AttentionConfig, load_rules as _load_rules, simulated_node
+from attnplan.verify.select import kernel_rules  # the rules verify holds (engine rules are policy)
 from attnplan.verify.generate import refusals
 from attnplan.verify.report import build_report, rejudge
 from attnplan.verify import Generated, tolerance
@@ -18,6 +19,15 @@ from attnplan.verify.sweep import (SweepTarget, calibration_probes, config_of, c
                                    sweep_targets)
 
 # A small pack (fa2 only) so the full covering runs in a second: two cuts through the space.
+
+def load_rules(d):
+    """The test's pack with the engine packs the whole-set check wants beside it (tests/verify_packs.py)."""
+    from pathlib import Path
+
+    from verify_packs import with_engine_packs
+
+    return _load_rules(with_engine_packs(Path(d)))
+
 PACK = textwrap.dedent("""\
     pack: t
     rules:
@@ -57,7 +67,7 @@ def rs(tmp_path_factory):
 
 def _accepted(rs, t, row):
     config = AttentionConfig.model_validate(config_of(t, row))
-    return config, refusals(list(rs.rules), config, NODE, t.base) == ()
+    return config, refusals(kernel_rules(rs), config, NODE, t.base) == ()
 
 
 def test_every_reachable_pair_is_covered_and_every_row_is_accepted(rs):

@@ -126,30 +126,59 @@ def test_cli_serve_through_vllm_parser(capsys):
     assert rc == (0 if data["status"] == "ok" else 1)
 
 
-def test_plugin_refuses_before_weights_load(llama_tp4_fp8, monkeypatch):
+def _checked_load_model(monkeypatch):
     from vllm.v1.worker.gpu_worker import Worker
 
-    from attnplan.vllm.mapping import config_from_vllm
     from attnplan.vllm.plugin import register
 
     monkeypatch.setattr(Worker, "load_model", Worker.load_model)  # undone after the test
     register()
     register()  # idempotent: vLLM calls general plugins in several places per process
     assert getattr(Worker.load_model, "_attnplan_checked", False)
-    nvfp4 = engine_config(LLAMA, tensor_parallel_size=4, kv_cache_dtype="nvfp4")
-    assert config_from_vllm(nvfp4).kv_cache_dtype == "nvfp4"
+    return Worker.load_model
+
+
+def _starts(load_model, vllm_config) -> None:
+    """The plugin lets vLLM go on: vLLM's own load_model runs (and fails here for want of a real GPU worker,
+    which is not attnplan's error)."""
+    with pytest.raises(Exception) as exc:
+        load_model(SimpleNamespace(vllm_config=vllm_config))
+    assert not isinstance(exc.value, UnsupportedConfigurationError), exc.value
+
+
+def test_plugin_refuses_what_vllm_runs_on_flashinfer_and_would_not_run(tmp_path, monkeypatch):
+    load_model = _checked_load_model(monkeypatch)
+    gemma = tmp_path / "gemma-2-9b"
+    gemma.mkdir()
+    (gemma / "config.json").write_text((MODELS / "gemma-2-9b.json").read_text())
+    vc = engine_config(str(gemma))
     # A GPU Worker cannot be constructed on a CPU machine: the stand-in holds the real VllmConfig.
-    # vLLM 0.33 serves nvfp4 on families 8/9/10/12 (fa2 or trtllm-gen) but not on Jetson Thor (11.0).
-    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "Jetson Thor")
-    with pytest.raises(UnsupportedConfigurationError) as exc:
-        Worker.load_model(SimpleNamespace(vllm_config=nvfp4))
-    assert "vllm.nvfp4" in str(exc.value) and exc.value.violations
-    # On a node where the plan is ok the check passes and vLLM's own load_model runs (and fails
-    # here for want of a real worker, which is not attnplan's error).
+    # On a B200 vLLM picks FLASHINFER, whose trtllm-gen decode drops Gemma-2's soft cap: wrong output, refused.
     monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "B200")
-    with pytest.raises(Exception) as exc2:
-        Worker.load_model(SimpleNamespace(vllm_config=nvfp4))
-    assert not isinstance(exc2.value, UnsupportedConfigurationError)
+    with pytest.raises(UnsupportedConfigurationError) as exc:
+        load_model(SimpleNamespace(vllm_config=vc))
+    assert exc.value.answer.verdict.outcome == "wrong-output" and "vllm.softcap-dropped" in str(exc.value)
+    # On an H100 vLLM runs FLASH_ATTN (it applies the cap): one log line, vLLM goes on.
+    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "H100")
+    _starts(load_model, vc)
+
+
+def test_plugin_never_stops_a_backend_of_vllms_own(llama_tp4_fp8, monkeypatch):
+    load_model = _checked_load_model(monkeypatch)
+    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "H100")
+    dsv3 = engine_config(str(MODELS / "vllm-deepseek-v3"), tensor_parallel_size=8)
+    _starts(load_model, dsv3)  # vLLM serves DeepSeek-V3 on FLASH_ATTN_MLA on an H100
+    flash = engine_config(LLAMA, tensor_parallel_size=4, attention_backend="FLASH_ATTN")
+    from attnplan.vllm.mapping import config_from_vllm
+
+    assert config_from_vllm(flash).engine_attention_backend == "FLASH_ATTN"
+    _starts(load_model, flash)
+    # where vLLM itself finds no backend (an nvfp4 cache on Jetson Thor), the refusal is vLLM's own
+    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "Jetson Thor")
+    _starts(load_model, engine_config(LLAMA, tensor_parallel_size=4, kv_cache_dtype="nvfp4"))
+    # and what vLLM runs on FlashInfer and runs well passes too
+    monkeypatch.setenv("ATTNPLAN_VLLM_DEVICE", "B200")
+    _starts(load_model, llama_tp4_fp8)
 
 
 def test_plugin_can_be_turned_off(monkeypatch):

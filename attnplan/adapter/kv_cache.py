@@ -1,4 +1,4 @@
-"""The paged KV cache, allocated from the plan's ``KVCachePlan`` (SPEC §5, seed 002).
+"""The paged KV cache, allocated from the plan's ``KVCachePlan`` (docs/contract.md, The plan, seed 002).
 
 Standard attention keeps K and V of a page in one tensor, FlashInfer's 5-D form:
 ``[num_pages, 2, page_size, heads, dim]`` (NHD) or ``[num_pages, 2, heads, page_size, dim]`` (HND),

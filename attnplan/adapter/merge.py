@@ -1,4 +1,4 @@
-"""Merging two partial attention states by log-sum-exp (SPEC §7, seed 004).
+"""Merging two partial attention states by log-sum-exp (docs/contract.md, The plan, seed 004).
 
 Chunked prefill attends to the cached context and to the new tokens separately; each part gives
 an output and its LSE, and the exact result over the union is their LSE-weighted mix. LSEs here

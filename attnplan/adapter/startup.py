@@ -1,4 +1,4 @@
-"""The startup check (SPEC §6): does the plan still hold on the device it is about to run on?
+"""The startup check (docs/contract.md, Errors and exit codes): does the plan still hold on the device it is about to run on?
 
 The adapter never re-decides what the rules decide. It re-reads the live node's facts, runs the
 same rules over them (``policy.evaluate``) and compares the result with the plan it was given.
@@ -40,7 +40,7 @@ def engine_of(answer: PlanAnswer) -> EngineSpec:
 def _phase_violations(answer: PlanAnswer, node: NodeFacts, phase: str, backend: str,
                       ruleset: Optional[RuleSet], engine: EngineSpec) -> list[Violation]:
     """Every rule that refuses ``backend`` for ``phase`` on ``node``: the rules, forced to that
-    backend (SPEC §4: a forced backend that violates a rule is a rejection naming the rules)."""
+    backend (docs/contract.md, Selection: a forced backend that violates a rule is a rejection naming the rules)."""
     forced = evaluate(answer.config.replace(attention_backend=backend), node, ruleset, trace=False, suggest=False,
                       engine=engine)
     return [v for v in forced.violations if v.phase == phase and v.backend == backend]

@@ -1,4 +1,4 @@
-"""Warm-up (SPEC §6): compile or load exactly the kernels the plan lists, before any request.
+"""Warm-up (docs/contract.md, Errors and exit codes): compile or load exactly the kernels the plan lists, before any request.
 
 Two passes. First every JIT module of ``plan.prefill.modules`` / ``plan.decode.modules`` is
 compiled by one ninja over all of them, each module's directory then left as its own build

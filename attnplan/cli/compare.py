@@ -3,7 +3,9 @@
 One row per GPU and engine (and attention layer group for layered models), for one tensor-parallel rank:
 each engine's backend per phase (SGLang's own name, and the FlashInfer backend it runs or that it runs
 none), the page size given and run, the query dtype per phase, silent coercions and refusals with the
-phase at which the engine fails. Exit 0 when every row is ok, 1 when some engine refuses, 2 bad input.
+phase at which the engine fails. Each row's status is the verdict of that engine's command (runs,
+fails-at-startup / -graph-capture / -first-request, wrong-output), by one standard for both engines.
+Exit 0 when every row runs, 1 otherwise, 2 bad input.
 """
 
 from __future__ import annotations
@@ -37,4 +39,5 @@ def run(args: argparse.Namespace) -> int:
         emit_json(rep)
     else:
         print(render_compare(rep))
-    return 0 if all(r["status"] == "ok" for r in rep["rows"]) else 1
+    # 0 when every engine's command runs on every GPU (each row's verdict), 1 otherwise
+    return 0 if all(r["status"] in ("runs", "ok") for r in rep["rows"]) else 1

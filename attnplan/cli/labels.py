@@ -64,6 +64,12 @@ def run(args: argparse.Namespace) -> int:
     from attnplan.policy import local_node
     from attnplan.preflight.labels import node_labels, render_feature_file, write_atomic
 
+    if args.output is not None:
+        from attnplan.safeio import check_replaceable
+
+        # A link, device or FIFO at --output is refused (exit 2) before anything is probed or planned:
+        # the file is written by rename, which would replace it (issue 40 #7).
+        check_replaceable(args.output, what="output")
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before probing anything
     node = node_from_args(args) or local_node()
     engine = check_engine(args.engine, node, rs)  # exit 2, one printable line

@@ -60,6 +60,7 @@ environment:
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)
+  ATTNPLAN_SGLANG_SRC=DIR       SGLang 0.5.23's sglang/srt for its oracle (python -m attnplan.sglang.oracle)
 """
 
 # Subcommand modules, each exposing add_parser(sub) and, through set_defaults(run=...), run(args) -> int.
@@ -73,6 +74,7 @@ COMMANDS = [
     "attnplan.cli.preflight",
     "attnplan.cli.labels",
     "attnplan.cli.verify",
+    "attnplan.cli.cubins",
     "attnplan.cli.completion",
 ]
 

@@ -9,7 +9,9 @@ from attnplan.policy import (EngineSpec, Explanation, ModelPlanAnswer, RuleSet, 
                              resolve_engine)
 from attnplan.policy.answer import node_json
 from attnplan.render import (render_answer, render_explain, render_groups, render_groups_explain, render_node,
-                             render_rules, rules_json)
+                             render_rules, render_verdict, rules_json)
+
+from attnplan.engine_request import with_backend
 
 from .main import emit_json
 from .options import (add_config_args, add_node_args, add_rules_arg, config_fields_from_args, config_from_args,
@@ -23,6 +25,19 @@ def add_engine_arg(p: argparse.ArgumentParser, help_: str = "") -> None:
                                  "vllm==0.33.0, or flashinfer (kernel rules alone)")
 
 
+def add_require_flashinfer_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--require-flashinfer", action="store_true",
+                   help="exit 1 also when the engine runs a backend that is not FlashInfer's (fleets that mandate it)")
+
+
+def verdict_exit(answer, args: argparse.Namespace) -> int:
+    """The exit code of an answer (PlanAnswer, ModelPlanAnswer): its verdict's (0 runs, 1 otherwise)."""
+    v = getattr(answer, "verdict", None)
+    if v is None:
+        return 0 if answer.ok else 1
+    return v.exit_code(require_flashinfer=bool(getattr(args, "require_flashinfer", False)))
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
     fmt = argparse.RawDescriptionHelpFormatter
     p = sub.add_parser("plan", help="the backend plan for an attention config on a node",
@@ -31,9 +46,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                            "backend plan, or the rejection with every violated rule and verified suggestions.\n"
                            "With --model-config, every attention layer group of the model is planned (sliding/\n"
                            "global, chunked local; non-attention layers are noted); explicit flags override.\n"
-                           "Exit 0: ok (every attention group), 1: rejected, 2: bad input."))
+                           "The answer leads with the verdict of the command as given: the engine's own backend\n"
+                           "and what happens (runs, fails at startup / graph capture / first request, wrong output);\n"
+                           "the FlashInfer plan follows, for the command itself or 'if forced'.\n"
+                           "Exit 0: the command runs, 1: any other outcome, 2: bad input."))
     add_config_args(p)
     add_node_args(p)
+    add_require_flashinfer_arg(p)
     p.add_argument("--json", action="store_true", help="print the JSON contract (docs/contract.md) instead of tables")
     p.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
     add_engine_arg(p)
@@ -77,8 +96,15 @@ def _node(args: argparse.Namespace):
 
 
 def _engine(args: argparse.Namespace, rs: RuleSet) -> EngineSpec:
-    """``--engine``, parsed once for the command (an engine the rules do not model: exit 2)."""
-    return parse_engine(args.engine, rs)
+    """``--engine``, parsed once for the command (an engine the rules do not model: exit 2), with the parts of
+    the request that are the engine's own (under SGLang: its --attention-backend, taken out of the attention
+    config: attnplan/engine_request.py)."""
+    spec = parse_engine(args.engine, rs)
+    # (the model's architecture, which SGLang's overrides key on, joins in plan_model: policy/engines.py
+    # engine_request_for_model)
+    spec, backend = with_backend(spec, getattr(args, "attention_backend", None))
+    args.attention_backend = backend
+    return spec
 
 
 def _model(args: argparse.Namespace, rs: RuleSet, engine: EngineSpec) -> ModelPlanAnswer:
@@ -95,16 +121,19 @@ def run_plan(args: argparse.Namespace) -> int:
         if args.json:
             emit_json(model.to_json(trace=not args.no_trace))
         else:
-            print(render_answer(one) if one is not None else render_groups(model))
-        return 0 if model.ok else 1
+            print(render_answer(one.model_copy(update={"verdict": model.verdict})) if one is not None
+                  else render_groups(model))
+        return verdict_exit(model, args)
+    rs = ruleset_from_args(args)
+    engine = _engine(args, rs)
     config = config_from_args(args)
-    node, rs = _node(args), ruleset_from_args(args)
-    answer = plan_for(config, node, ruleset=rs, engine=_engine(args, rs))
+    node = _node(args)
+    answer = plan_for(config, node, ruleset=rs, engine=engine)
     if args.json:
         emit_json(answer.to_json(trace=not args.no_trace))
     else:
         print(render_answer(answer))
-    return 0 if answer.ok else 1
+    return verdict_exit(answer, args)
 
 
 def _grid_json(e: Explanation) -> dict:
@@ -127,13 +156,14 @@ def _explain_model(args: argparse.Namespace) -> int:
     if args.json:
         groups = [{"layers": list(g.layers), "kind": g.kind, "status": g.status,
                    **({"grid": _grid_json(e)} if e is not None else {})} for g, e in zip(model.layer_groups, exps)]
-        data = {"status": model.status, "engine": model.engine.model_dump(), "notes": list(model.notes), "layer_groups": groups}
+        data = {"verdict": model.verdict.model_dump(mode="json") if model.verdict else None,
+                "status": model.status, "engine": model.engine.model_dump(), "notes": list(model.notes), "layer_groups": groups}
         if one is not None:  # one attention group: today's grid at the top level too
             data.update(_grid_json(next(e for e in exps if e is not None)), status=model.status)
         emit_json(data)
     elif one is not None:
         e = next(x for x in exps if x is not None)
-        out = [render_explain(e)]
+        out = (render_verdict(model.verdict) + [""] if model.verdict else []) + [render_explain(e)]
         extra = [v for v in one.violations if v not in e.answer.violations]  # the model's own (KV block size)
         if extra:
             out += ["", "rejected for the model:"] + [f"  - [{v.rule}] {v.message}" for v in extra]
@@ -141,21 +171,25 @@ def _explain_model(args: argparse.Namespace) -> int:
             out += ["", "notes:"] + [f"  - {n}" for n in model.notes]
         print("\n".join(out))
     else:
+        print("\n".join(render_verdict(model.verdict) + [""]) if model.verdict else "", end="")
         print(render_groups_explain(model, exps))
-    return 0 if model.ok else 1
+    return verdict_exit(model, args)
 
 
 def run_explain(args: argparse.Namespace) -> int:
     if getattr(args, "model_config", None):
         return _explain_model(args)
+    rs = ruleset_from_args(args)
+    engine = _engine(args, rs)
     config = config_from_args(args)
-    node, rs = _node(args), ruleset_from_args(args)
-    e = explain(config, node, rs, engine=_engine(args, rs))
+    node = _node(args)
+    e = explain(config, node, rs, engine=engine)
+    answer = plan_for(config, node, ruleset=rs, engine=engine)  # memoised: the verdict of the same command
     if args.json:
-        emit_json(_grid_json(e))
+        emit_json({"verdict": answer.verdict.model_dump(mode="json") if answer.verdict else None, **_grid_json(e)})
     else:
-        print(render_explain(e))
-    return 0 if e.answer.ok else 1
+        print("\n".join((render_verdict(answer.verdict) + [""] if answer.verdict else []) + [render_explain(e)]))
+    return verdict_exit(answer, args)
 
 
 def run_node(args: argparse.Namespace) -> int:

@@ -3,8 +3,10 @@
 Everything after ``launch_server`` is the SGLang line (``python -m sglang.launch_server ...`` may be
 pasted whole), read by attnplan's named subset of SGLang's flags (attnplan/sglang/launch.py);
 attnplan's own flags (``--device``, ``--capability``, ``--flashinfer-version``, ``--cubins``, ``--json``,
-``--no-trace``, ``--rules``) may appear anywhere in it. Exit 0: SGLang starts and attnplan has its
-FlashInfer plan; 1: SGLang refuses (the phase and rule are named) or the FlashInfer plan is rejected;
+``--no-trace``, ``--require-flashinfer``, ``--rules``) may appear anywhere in it. The answer leads with the
+verdict of the line as typed: SGLang's own backend per phase and what happens (runs; fails at startup,
+graph capture or the first request; wrong output). Exit 0: the line runs; 1: any other outcome (the
+rule is named; ``--require-flashinfer``: also where SGLang runs a backend that is not FlashInfer's);
 2: bad input.
 """
 
@@ -70,4 +72,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(launch_json(la, trace=not own.no_trace))
     else:
         print(render_launch(la))
-    return 0 if la.ok else 1
+    v = la.verdict
+    if v is None:
+        return 0 if la.ok else 1
+    return v.exit_code(require_flashinfer=bool(getattr(own, "require_flashinfer", False)))

@@ -5,8 +5,11 @@ installed (extracted from its parser once per vLLM version and cached in ~/.cach
 $ATTNPLAN_CACHE_DIR), else by a named subset (attnplan/vllm/args.py; ATTNPLAN_VLLM_PARSER=subset
 forces it); attnplan's own flags (``--device``,
 ``--capability``, ``--flashinfer-version``, ``--cubins``, ``--json``, ``--no-trace``, ``--rules``)
-may appear anywhere in it and are taken out first. Exit 0: ok on every rank; 1: vLLM would refuse
-at startup or fail later (the rule is named); 2: bad input.
+may appear anywhere in it and are taken out first. The answer leads with the verdict of the line as
+typed: the backend vLLM itself selects and what happens (runs; fails at startup, at CUDA-graph capture
+or at the first request; runs with wrong output), then FlashInfer's plan (the line's own, or "if
+forced"). Exit 0: the line runs; 1: any other outcome (the rule is named; --require-flashinfer: also
+when vLLM runs a backend that is not FlashInfer's); 2: bad input.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from . import verbosity
 from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 
 OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules")
+OWN_SWITCHES = ("--json", "--no-trace", "--require-flashinfer")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_node_args(s)
     s.add_argument("--json", action="store_true", help="print the plan contract per rank (JSON)")
     s.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
+    s.add_argument("--require-flashinfer", action="store_true",
+                   help="exit 1 also when vLLM runs a backend that is not FlashInfer's")
     add_rules_arg(s)
     s.add_argument("line", nargs=argparse.REMAINDER, metavar="MODEL [vllm serve flags]")
     s.set_defaults(run=run)
@@ -47,7 +53,8 @@ def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tupl
     values given before MODEL (parsed by argparse)."""
     own = argparse.Namespace(**{k: getattr(before, k, None) for k in
                                 ("device", "capability", "flashinfer_version", "cubins", "rules")},
-                             json=bool(getattr(before, "json", False)), no_trace=bool(getattr(before, "no_trace", False)))
+                             **{f.lstrip("-").replace("-", "_"): bool(getattr(before, f.lstrip("-").replace("-", "_"), False))
+                                for f in OWN_SWITCHES})
     rest: list[str] = []
     i = 0
     while i < len(argv):
@@ -60,7 +67,7 @@ def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tupl
                 val = argv[i + 1]
                 i += 1
             setattr(own, name.lstrip("-").replace("-", "_"), val)
-        elif a in ("--json", "--no-trace"):
+        elif a in OWN_SWITCHES:
             setattr(own, a.lstrip("-").replace("-", "_"), True)
         else:
             rest.append(a)
@@ -82,4 +89,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(serve_json(sa, trace=not own.no_trace))
     else:
         print(render_serve(sa))
-    return 0 if sa.ok else 1
+    v = sa.verdict
+    if v is None:
+        return 0 if sa.ok else 1
+    return v.exit_code(require_flashinfer=own.require_flashinfer)

@@ -1,4 +1,4 @@
-"""The configurations the oracle tries: seeded, over every axis SPEC §2 names (issue 21)."""
+"""The configurations the oracle tries: seeded, over every axis docs/contract.md, The plan names (issue 21)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import yaml
 
-from attnplan.errors import RulePackError
+from attnplan.errors import RulePackError, SourceNotFoundError
 
 FIELDS = ("default_backend", "accept", "prefill", "decode", "q_prefill", "q_decode", "kernel_page")
 PLAN_FIELDS = FIELDS[2:]
@@ -41,7 +41,9 @@ def attnplan_fields(case: Any) -> dict[str, Any]:
                            "accept": "ok" if answer.ok else "refused",
                            "rules": sorted({v.rule for v in answer.violations})}
     p = answer.plan
-    out.update(prefill=p.prefill.backend if p else None, decode=p.decode.backend if p else None,
+    # an MLA model's prefill is the engine's own backend where that is not FlashInfer (vLLM's default FLASH_ATTN)
+    own = (getattr(answer, "engine_phases", None) or {}).get("prefill") if case.mla else None
+    out.update(prefill=(own.name if own is not None and not own.runs_flashinfer else p.prefill.backend) if p else None, decode=p.decode.backend if p else None,
                q_prefill=p.prefill.query_dtype if p else None, q_decode=p.decode.query_dtype if p else None,
                kernel_page=p.kv_cache.page_size if p else None)
     return out
@@ -90,7 +92,13 @@ class Exception_:
 
 
 def load_exceptions(path: Path = EXCEPTIONS_FILE) -> list[Exception_]:
-    data = yaml.safe_load(path.read_text()) if path.exists() else None
+    """The named exceptions; a missing file is an error, never "no exceptions" (issue 39: an installed
+    oracle without its exceptions file would count every named disagreement as a failure, or - read as
+    empty - hide why)."""
+    if not path.is_file():
+        raise SourceNotFoundError(f"{path}: the oracle's named exceptions are missing (they ship as package data "
+                                  f"of attnplan.oracle)")
+    data = yaml.safe_load(path.read_text())
     out = []
     for raw in (data or {}).get("exceptions", []):
         fields = tuple(raw["fields"])

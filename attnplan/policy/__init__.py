@@ -68,7 +68,7 @@ from .version import SUPPORTED_FLASHINFER
 # Helpers the other sub-packages share (per_rank_fields, base_context, backend_choice, node_json, the
 # artifactory probe...) are imported from their modules, never re-exported here.
 __all__ = [
-    # the embedded calls (SPEC §8) and their answers
+    # the embedded calls (docs/contract.md, The plan) and their answers
     "AttentionConfig", "plan_for", "require_plan", "clear_cache", "evaluate", "explain", "Explanation",
     "suggestions_for", "apply_suggestion", "evaluate_candidate", "CandidateResult",
     "PlanAnswer", "Plan", "PhasePlan", "KVCachePlan", "MetadataPlan", "BatchMetadata", "JitModule",

@@ -1,4 +1,4 @@
-"""The answer contract (SPEC §8): status, node, config, plan, violations, suggestions, notes, trace."""
+"""The answer contract (docs/contract.md, The plan): status, node, config, plan, violations, suggestions, notes, trace."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ Call = Literal[
 
 
 class Violation(BaseModel):
-    """One rule that failed, with what failed (pydantic-error style, SPEC §9)."""
+    """One rule that failed, with what failed (pydantic-error style, docs/contract.md, Errors and exit codes)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -48,7 +48,7 @@ class Violation(BaseModel):
     layer: Layer = Field("kernel", description="kernel: what FlashInfer can run; engine: what the serving engine adds")
     group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
     outcome: Optional[Literal["startup", "backend-build", "first-request", "silent-wrong"]] = Field(
-        None, description="engine refusals: when the engine fails (SPEC §11); absent for rule checks")
+        None, description="engine refusals: when the engine fails (docs/contract.md, Engines and versions); absent for rule checks")
 
 
 class Fallback(BaseModel):
@@ -64,7 +64,7 @@ class Fallback(BaseModel):
 
 
 class EngineRef(BaseModel):
-    """The engine layer an answer was made for (SPEC §10)."""
+    """The engine layer an answer was made for (docs/contract.md, Engines and versions)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -90,7 +90,7 @@ class EngineBackend(BaseModel):
 
 
 class Coercion(BaseModel):
-    """A value the engine silently replaces (SPEC §11): what the user gave and what the engine runs."""
+    """A value the engine silently replaces (docs/contract.md, Engines and versions): what the user gave and what the engine runs."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -113,6 +113,54 @@ class Suggestion(BaseModel):
     prefill: Optional[str] = Field(None, description="prefill backend with this change")
     decode: Optional[str] = Field(None, description="decode backend with this change")
     group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
+
+
+Outcome = Literal["runs", "wrong-output", "fails-at-first-request", "fails-at-graph-capture", "fails-at-startup"]
+
+
+class Selected(BaseModel):
+    """The engine's own backend per phase for the command as typed, in the engine's vocabulary."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prefill: str
+    decode: str
+    runs_flashinfer: bool = Field(description="every phase runs FlashInfer kernels (the plan beneath is the command's)")
+    source: str = Field("", description="the engine code the choice is read from")
+
+
+class Fix(BaseModel):
+    """A change the same command accepts, re-evaluated: the outcome it gives."""
+
+    model_config = ConfigDict(frozen=True)
+
+    args: Optional[str] = Field(None, description="the flags to add or change (None: a change on the node)")
+    change: str = Field(description="what changes, for people")
+    outcome: Outcome
+    selected: str = Field("", description="the engine's backend with this change")
+
+
+class Verdict(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    engine: str = Field(description="the engine and release the verdict speaks for, e.g. vllm==0.33.0")
+    selected: Selected
+    outcome: Outcome
+    modelled: bool = Field(description="attnplan plans and checks the kernels that run (FlashInfer's)")
+    rules: tuple[str, ...] = Field((), description="the rules that decide a non-runs outcome")
+    message: str = ""
+    fixes: tuple[Fix, ...] = ()
+    flashinfer_plan: Literal["command", "if-forced"] = Field(
+        "command", description="the FlashInfer plan beneath is what the command runs, or what it would run if forced")
+    forced_with: Optional[str] = Field(None, description="the flag that runs the FlashInfer plan ('if-forced')")
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome == "runs"
+
+    def exit_code(self, *, require_flashinfer: bool = False) -> int:
+        """0 runs, 1 any other outcome (``require_flashinfer``: also when the engine runs no FlashInfer kernel)."""
+        return 0 if self.runs and (self.modelled or not require_flashinfer) else 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +190,16 @@ class JitModule(BaseModel):
     params: dict[str, Any]
 
 
+class CubinRef(BaseModel):
+    """A precompiled kernel a phase loads: its cubin file, function and sha256 (the table's checksums.txt)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str
+    function: str
+    sha256: str
+
+
 class PhasePlan(BaseModel):
     """One phase, executable as it stands: what to call, with which FlashInfer backend argument."""
 
@@ -164,10 +222,14 @@ class PhasePlan(BaseModel):
     q_len_per_req: int = 1
     runs_on_prefill_kernel: bool = False
     modules: tuple[JitModule, ...] = ()
+    # trtllm-gen phases: every cubin the serving shapes load, decided by FlashInfer's own selection over its
+    # kernel table (attnplan/kernels/trtllm_gen), and which table and code decided (``kernel_table``)
+    cubins: tuple[CubinRef, ...] = ()
+    kernel_table: Optional[str] = None
 
 
 class KVCachePlan(BaseModel):
-    """The one paged KV cache both phases read (SPEC §5)."""
+    """The one paged KV cache both phases read (docs/contract.md, The plan)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -231,7 +293,7 @@ class Plan(BaseModel):
 
 
 class PlanAnswer(BaseModel):
-    """What ``plan_for`` returns and the CLI/REST print (SPEC §8)."""
+    """What ``plan_for`` returns and the CLI/REST print (docs/contract.md, The plan)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -252,6 +314,9 @@ class PlanAnswer(BaseModel):
     # An engine that picks per phase (SGLang): its backend for each phase, and its silent coercions.
     engine_phases: Optional[dict[str, EngineBackend]] = None
     coercions: tuple[Coercion, ...] = ()
+    # What the command as typed does (policy/verdict.py): the engine's own pick and its outcome; the plan
+    # above is FlashInfer's, for the command itself or "if forced" (verdict.flashinfer_plan).
+    verdict: Optional[Verdict] = None
 
     @property
     def ok(self) -> bool:
@@ -264,7 +329,9 @@ class PlanAnswer(BaseModel):
 
     def to_json(self, *, trace: bool = True) -> dict[str, Any]:
         """The JSON contract; ``config`` is normalised (defaults filled, aliases resolved)."""
-        data = {"schema_version": ANSWER_SCHEMA_VERSION, **self.model_dump(mode="json")}
+        dumped = self.model_dump(mode="json")
+        # The verdict leads every answer (docs/contract.md "The verdict").
+        data = {"schema_version": ANSWER_SCHEMA_VERSION, "verdict": dumped.pop("verdict"), **dumped}
         data["node"] = node_json(self.node)
         # Engine-layer fields appear only where an engine says something (vLLM answers stay as they were).
         for key, empty in (("engine_backend", None), ("engine_phases", None), ("coercions", [])):

@@ -1,15 +1,17 @@
-"""The embedded calls (SPEC §8): ``plan_for`` and ``require_plan``."""
+"""The embedded calls (docs/contract.md, The plan): ``plan_for`` and ``require_plan``."""
 
 from __future__ import annotations
 
 import functools
 from typing import Any, Mapping, Optional, Union
 
-from .answer import PlanAnswer
+from .answer import Fix, PlanAnswer, Verdict
+from .backend_names import VLLM_TO_ATTNPLAN
 from .config import AttentionConfig
 from .engine import default_ruleset, evaluate
 from .engines import EngineLike, EngineSpec, parse_engine
-from .suggest import suggestions_for
+from .suggest import suggestion_flag, suggestions_for
+from .verdict import OUTCOMES, engine_backend_names, verdict_for
 from .errors import UnsupportedConfigurationError
 from .facts import NodeFacts
 from .hfconfig import make_config
@@ -27,9 +29,60 @@ def _cached(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet, engine: 
 
 def _answer(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet, engine: EngineSpec) -> PlanAnswer:
     answer = evaluate(config, node, ruleset, engine=engine)
-    if answer.status == "ok":
-        return answer
-    return answer.model_copy(update={"suggestions": tuple(suggestions_for(config, node, ruleset, engine=engine))})
+    if answer.status != "ok":
+        answer = answer.model_copy(update={"suggestions": tuple(suggestions_for(config, node, ruleset, engine=engine))})
+    v = verdict_for(answer, ruleset)
+    if not v.runs:
+        v = v.model_copy(update={"fixes": fixes_for(answer, v, ruleset, engine)})
+    return answer.model_copy(update={"verdict": v})
+
+
+def _verdict_only(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet, engine: EngineSpec) -> Verdict:
+    """The verdict of a changed command (a fix candidate): evaluated, never suggested or fixed again."""
+    return verdict_for(evaluate(config, node, ruleset, engine=engine, trace=False), ruleset)
+
+
+def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -> tuple[Fix, ...]:
+    """Changes the same command accepts, each re-evaluated to the outcome it gives (runs first): the engine's
+    other backends (``--attention-backend``), then the answer's verified single-field suggestions as flags."""
+    cfg, node = answer.config, answer.node
+    out: list[Fix] = []
+    seen: set[str] = set()
+
+    def add(args: Optional[str], change: str, new: Verdict) -> None:
+        key = args or change
+        if key in seen:
+            return
+        seen.add(key)
+        sel = new.selected.decode if new.selected.prefill == new.selected.decode else \
+            f"{new.selected.prefill} / {new.selected.decode}"
+        out.append(Fix(args=args, change=change, outcome=new.outcome, selected=sel))
+
+    if answer.engine.name == "vllm":
+        for name in engine_backend_names(rs, "vllm", cfg.is_mla):
+            if name == v.selected.decode and v.selected.prefill == name:
+                continue
+            changed = cfg.replace(attention_backend=VLLM_TO_ATTNPLAN.get(name, name), engine_attention_backend=None) \
+                if name in VLLM_TO_ATTNPLAN else cfg.replace(attention_backend="auto", engine_attention_backend=name)
+            add(f"--attention-backend {name}", f"run vLLM's {name}", _verdict_only(changed, node, rs, engine))
+    for s in answer.suggestions:
+        flag = suggestion_flag(answer.engine.name, s.field, s.value)
+        if s.target == "node":
+            if v.modelled or answer.engine.name == "flashinfer":
+                # verified by re-evaluating every rule on the changed node (policy/suggest.py): the plan is valid
+                out.append(Fix(args=None, change=s.message, outcome="runs", selected=s.decode or ""))
+            continue
+        if flag is None:
+            continue
+        try:
+            changed = cfg.replace(**{s.field: s.value})
+        except Exception:  # noqa: BLE001 - a suggestion the config cannot take is no fix
+            continue
+        add(flag, s.message, _verdict_only(changed, node, rs, engine))
+    # a fix makes the command do better than it does: what happens first comes later, or it runs
+    better = [f for f in out if OUTCOMES.index(f.outcome) < OUTCOMES.index(v.outcome)]
+    better.sort(key=lambda f: OUTCOMES.index(f.outcome))
+    return tuple(better)
 
 
 def plan_for(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,

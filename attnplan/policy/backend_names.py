@@ -3,8 +3,9 @@
 vLLM 0.33 names its backends in ``AttentionBackendEnum``
 (/work/ref/vllm-src/vllm/v1/attention/backends/registry.py) and its MLA prefill backends in
 ``MLAPrefillBackendEnum`` (v1/attention/backends/mla/prefill/registry.py). attnplan plans
-FlashInfer / TRTLLM-gen kernels only, so only the FlashInfer names map; every other vLLM name is
-refused with one line saying so (never a silent ``auto``).
+FlashInfer / TRTLLM-gen kernels, so only the FlashInfer names map onto its backends; every other vLLM name is
+vLLM's own backend, kept by name (``AttentionConfig.engine_attention_backend``) and judged by vLLM's own
+validation in the verdict (policy/verdict.py) - never a silent ``auto``.
 
 Decisions (each cites the vLLM code it mirrors):
 - ``FLASHINFER`` -> ``flashinfer``: vLLM's FlashInfer backend itself chooses between FlashInfer's
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 from typing import Literal, Optional, get_args
 
-from .errors import InvalidInputError
 
 # attnplan's own backend choices (AttentionConfig.attention_backend): here, beside the vLLM names that
 # map onto them, so that the config imports the table and the table never imports the config.
@@ -56,10 +56,18 @@ VLLM_OTHER_BACKENDS: frozenset[str] = frozenset({
 })
 
 
+def vllm_own_backend(raw: str) -> Optional[str]:
+    """vLLM's enum name for one of its own backends that run no FlashInfer kernel (FLASH_ATTN, TRITON_MLA, ...),
+    or None. Such a backend is accepted as vLLM accepts it: the verdict judges it by vLLM's own validation
+    (backends.yaml engines.vllm.engine_backend) and says that attnplan does not model its kernels."""
+    key = str(raw).strip().upper().replace("-", "_")
+    return key if key in VLLM_OTHER_BACKENDS else None
+
+
 def backend_choice(raw: Optional[str]) -> Optional[str]:
     """attnplan's backend for a ``--attention-backend`` value: a vLLM enum name (any case) or one
-    of attnplan's own choices. A vLLM backend that is not a FlashInfer one is an
-    ``InvalidInputError`` naming it."""
+    of attnplan's own choices. vLLM's own non-FlashInfer backends come back as their enum name
+    (AttentionConfig keeps them as ``engine_attention_backend``)."""
     if raw is None:
         return None
     name = str(raw).strip()
@@ -67,10 +75,7 @@ def backend_choice(raw: Optional[str]) -> Optional[str]:
     if key in VLLM_TO_ATTNPLAN:
         return VLLM_TO_ATTNPLAN[key]
     if key in VLLM_OTHER_BACKENDS:
-        raise InvalidInputError(
-            "attention_backend",
-            f"{name!r} is a vLLM backend that does not run FlashInfer kernels; attnplan plans only "
-            f"FlashInfer/TRTLLM-gen attention", sorted(VLLM_TO_ATTNPLAN) + list(BACKEND_CHOICES))
+        return key
     low = name.lower().replace("_", "-")
     if low in BACKEND_CHOICES:
         return low

@@ -1,4 +1,4 @@
-"""One candidate backend for one phase, against every applicable check (SPEC §4).
+"""One candidate backend for one phase, against every applicable check (docs/contract.md, Selection).
 
 ``evaluate_candidate`` is the public per-candidate evaluation that ``explain`` and ``matrix`` use;
 ``evaluate`` (engine.py) runs it for each candidate the selection order names.
@@ -18,7 +18,7 @@ from .conditions import Failure, Leaf
 from .engines import EngineLike, active_checks, resolve_engine
 from .config import AttentionConfig
 from .facts import NodeFacts
-from .facts_catalog import PAGE_SIZE, base_context, display
+from .facts_catalog import KERNEL_FACTS, PAGE_SIZE, base_context, display
 from .rulepack import Check, RuleSet
 from .shipped import default_ruleset
 
@@ -60,7 +60,60 @@ def trace_entry(check: Check, ctx: dict[str, Any], phase: str, backend: Optional
 
 
 def reads_page(check: Check) -> bool:
-    return PAGE_SIZE in check.require.reads or (check.when is not None and PAGE_SIZE in check.when.reads)
+    # The kernel facts depend on the page (FlashInfer's table has kernels per page size): checks reading
+    # them are judged per page like those reading config.page_size.
+    reads = set(check.require.reads) | (set(check.when.reads) if check.when is not None else set())
+    return PAGE_SIZE in reads or any(f in reads for f in KERNEL_FACTS)
+
+
+def _entry_point(backend: str, phase: str) -> Optional[str]:
+    """The FlashInfer function a (backend, phase) calls (backends.yaml ``calls.<phase>.entry_point``)."""
+    spec = default_ruleset().backends.get(backend)
+    call = spec.calls.get(phase) if spec is not None else None  # type: ignore[union-attr]
+    return call.entry_point if call is not None else None
+
+
+def trtllm_decision(ctx: dict[str, Any], phase: str, backend: str) -> Any:
+    """The trtllm-gen kernel this candidate loads at ctx's page (attnplan.kernels.trtllm_gen.phase.decide),
+    or None where it is not decided (an entry point that is not trtllm-gen's, no page yet, a flashinfer
+    version without a known table and code, a node the kernel table has no family for: rule trtllm.family
+    answers that)."""
+    from ..kernels.trtllm_gen import phase as tg
+    from .capability import capability_major
+
+    page = ctx.get(PAGE_SIZE)
+    cap = ctx.get("node.capability")
+    entry = _entry_point(backend, phase)
+    if entry is None or page is None or not isinstance(cap, int) or capability_major(cap) not in tg.FAMILY_MAJORS:
+        return None
+    if tg.code_for(ctx.get("node.flashinfer_version")) is None:
+        return None
+    try:
+        call = tg.phase_call(
+            entry, query_dtype=ctx["phase.query_dtype"], kv_dtype=ctx["config.kv_dtype"],
+            out_dtype=ctx.get("phase.output_dtype") or ctx["config.dtype"], head_dim_qk=ctx["config.head_dim"],
+            head_dim_vo=ctx["config.head_dim_vo"], num_qo_heads=ctx["config.num_qo_heads"],
+            num_kv_heads=ctx["config.num_kv_heads"], num_speculative_tokens=ctx.get("config.num_speculative_tokens") or 0,
+            sliding_window=ctx.get("config.sliding_window"), kv_lora_rank=ctx.get("config.kv_lora_rank"),
+            qk_rope_head_dim=ctx.get("config.qk_rope_head_dim"))
+    except KeyError:   # a dtype FlashInfer has no Data_type for: the dtype rules answer it
+        return None
+    if call is None:
+        return None
+    return tg.decide(call, cap, page, str(ctx.get("node.flashinfer_version")))
+
+
+def _set_kernel_facts(ctx: dict[str, Any], phase: str, backend: str) -> Any:
+    d = trtllm_decision(ctx, phase, backend)
+    ctx["kernel.trtllm_gen"] = d.function if d is not None else None
+    ctx["kernel.trtllm_gen_missing"] = d.missing if d is not None else None
+    ctx["kernel.trtllm_gen_decided_by"] = d.provenance() if d is not None else None
+    return d
+
+
+def reads_kernel(check: Check) -> bool:
+    reads = set(check.require.reads) | (set(check.when.reads) if check.when is not None else set())
+    return any(f in reads for f in KERNEL_FACTS)
 
 
 def page_domain(ruleset: RuleSet) -> tuple[int, ...]:
@@ -94,10 +147,22 @@ class CandidateResult:
     pages: tuple[int, ...] = ()
     trace: list[TraceEntry] = field(default_factory=list)
     query_dtype: Optional[str] = None   # the query dtype this phase runs with (engine_rows.query_dtype)
+    tensor_cores: Optional[bool] = None  # the engine's use_tensor_cores for this decode (engine_rows.decode_tensor_cores)
+    # trtllm-gen phases: per valid page, the kernel FlashInfer loads (attnplan.kernels.trtllm_gen.phase.Decision:
+    # function, cubin, sha256, every cubin the serving shapes load, the table and code that decided)
+    kernels: dict[int, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.violations and bool(self.pages)
+
+
+def output_dtype(rs: Any, backend: str, kv_dtype: str, dtype: str) -> str:
+    """The dtype (config vocabulary) a backend's call writes: its family's over this KV dtype (backends.yaml
+    families.<f>.output_dtype_over_kv: trtllm-gen's NVFP4 kernels write fp8 only), else the model's."""
+    spec = rs.backends.get(backend)
+    fam = rs.families.get(spec.family) if spec is not None else None
+    return (fam.output_dtype_over_kv.get(kv_dtype) if fam is not None else None) or dtype
 
 
 def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, backend: str,
@@ -113,7 +178,10 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
     ctx["phase"], ctx["backend"] = phase, backend
     q = engine_rows.query_dtype(engine_spec, ctx) if engine_spec is not None else ctx["config.dtype"]
     ctx["phase.query_dtype"] = q
-    res = CandidateResult(phase, backend, query_dtype=q)
+    tc = engine_rows.decode_tensor_cores(engine_spec, ctx) if engine_spec is not None and phase == "decode" else None
+    ctx["phase.decode_tensor_cores"] = tc
+    ctx["phase.output_dtype"] = output_dtype(default_ruleset(), backend, ctx["config.kv_dtype"], ctx["config.dtype"])
+    res = CandidateResult(phase, backend, tensor_cores=tc, query_dtype=q)
     page_checks: list[Check] = []
     for check in checks:
         if check.scope != "candidate" or not check.applies_to(backend, phase):
@@ -131,13 +199,28 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
         if with_trace:
             res.trace.append(trace_entry(check, ctx, phase, backend, "pass" if passed else "fail"))
     ok_pages = []
+    # the kernel facts are computed where a rule reads them (trtllm.kernel-missing names its backends)
+    trtllm = any(reads_kernel(c) for c in page_checks)
     for p in pages:
         ctx[PAGE_SIZE] = p
+        d = _set_kernel_facts(ctx, phase, backend) if trtllm else None
         if all(c.require.test(ctx) for c in page_checks if c.when is None or c.when.test(ctx)):
             ok_pages.append(p)
+            if d is not None and d.ok:
+                res.kernels[p] = d
     res.pages = tuple(ok_pages)
     fixed = base[PAGE_SIZE]
     ctx[PAGE_SIZE] = fixed
+    if trtllm:
+        # the fixed page's facts; a block the kernel pages divide is judged by those pages (ok_pages)
+        _set_kernel_facts(ctx, phase, backend)
+        if block_divides and fixed is not None and ctx["kernel.trtllm_gen_missing"] is not None and ok_pages:
+            ctx["kernel.trtllm_gen_missing"] = None
+        elif fixed is None and not ok_pages and pages:
+            # no page passes: the message names the smallest page's missing kernel
+            ctx[PAGE_SIZE] = pages[0]
+            _set_kernel_facts(ctx, phase, backend)
+            ctx[PAGE_SIZE] = fixed
     for check in page_checks:
         if not (check.when is None or check.when.test(ctx)):
             if with_trace:

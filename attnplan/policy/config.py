@@ -1,4 +1,4 @@
-"""The attention configuration a caller asks a plan for (SPEC §2).
+"""The attention configuration a caller asks a plan for (docs/contract.md, The plan).
 
 One model serves the library, the REST body and the CLI (``--head-dim`` <-> ``head_dim``).
 Spelling variants are normalised here (``bfloat16`` -> ``bf16``, ``fp8`` -> ``fp8_e4m3`` for
@@ -12,24 +12,14 @@ from typing import Any, Literal, Optional, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
-from .backend_names import Backend, backend_choice
-from .dtypes import KVCacheDType, QueryDType, kv_element_dtype
+from .backend_names import VLLM_OTHER_BACKENDS, Backend, backend_choice, vllm_own_backend
+from .dtypes import DTYPE_ALIASES, KV_ALIASES, KVCacheDType, QueryDType, kv_element_dtype
 from .dtypes import KV_CACHE_DTYPES, QUERY_DTYPES  # noqa: F401 - re-exported (policy, cli, matrix, suggest)
 from .errors import InvalidInputError
 
-_DTYPE_ALIASES = {
-    "float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16", "torch.float16": "fp16",
-    "bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
-    "float32": "fp32", "float": "fp32", "fp32": "fp32", "f32": "fp32", "torch.float32": "fp32",
-    "fp8_e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3",
-}
-_KV_ALIASES = {
-    "auto": "auto", "fp16": "fp16", "float16": "fp16", "half": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
-    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
-    "nvfp4": "nvfp4", "fp4": "nvfp4",
-}
+# Spelling variants, one table each (policy/dtypes.py).
+_DTYPE_ALIASES = DTYPE_ALIASES
+_KV_ALIASES = KV_ALIASES
 
 # Bounds that keep every integer a real attention shape (and keep hostile input out).
 _MAX_HEADS = 4096
@@ -76,7 +66,33 @@ class AttentionConfig(BaseModel):
     dcp_world_size: StrictInt = Field(1, ge=1, le=1024, description="decode context-parallel world size")
     cascade: StrictBool = Field(False, description="cascade (shared-prefix) attention")
     attention_backend: Backend = Field("auto", description="force one backend in both phases (auto: choose)")
+    # An engine backend that runs no FlashInfer kernel, as typed (vLLM's --attention-backend FLASH_ATTN): the
+    # verdict judges it by the engine's own validation; the FlashInfer plan is then the one "if forced".
+    engine_attention_backend: Optional[str] = Field(
+        None, max_length=64, description="the engine's own non-FlashInfer backend asked for (vLLM: FLASH_ATTN, TRITON_ATTN, ...)")
     batch_invariant: Optional[StrictBool] = Field(None, description="batch-invariant mode (default: VLLM_BATCH_INVARIANT)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_engine_backend(cls, data: Any) -> Any:
+        # vLLM's own backends (FLASH_ATTN, TRITON_MLA, ...) are a choice of the engine, not of FlashInfer's
+        # kernels: kept apart, so that the FlashInfer plan stays what --attention-backend FLASHINFER runs.
+        if isinstance(data, dict) and isinstance(data.get("attention_backend"), str):
+            own = vllm_own_backend(data["attention_backend"])
+            if own is not None:
+                data = {**data, "attention_backend": "auto", "engine_attention_backend": own}
+        return data
+
+    @field_validator("engine_attention_backend", mode="before")
+    @classmethod
+    def _norm_engine_backend(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        own = vllm_own_backend(v) if isinstance(v, str) else None
+        if own is None:
+            raise InvalidInputError("engine_attention_backend", f"{v!r} is not one of vLLM's own attention backends",
+                                    sorted(VLLM_OTHER_BACKENDS))
+        return own
 
     @field_validator("dtype", mode="before")
     @classmethod

@@ -68,3 +68,39 @@ def output_torch_dtype(dtype: str) -> str:
 # nvfp4 is packed uint8 and is never inferred from uint8. Any other cache is stored as it is viewed.
 QUANTIZED_KV: dict[str, tuple[str, str]] = {"fp8_e4m3": ("uint8", "float8_e4m3fn"), "fp8_e5m2": ("uint8", "float8_e5m2"),
                                             "nvfp4": ("uint8", "nvfp4")}
+
+
+# -- the engines' own spellings (one place: the config's aliases, the serve-line readers and the verdict's fixes) --
+# Spellings of the query / model dtype the config takes (bfloat16 -> bf16, torch.float16 -> fp16, ...).
+DTYPE_ALIASES: dict[str, str] = {
+    "float16": "fp16", "half": "fp16", "fp16": "fp16", "f16": "fp16", "torch.float16": "fp16",
+    "bfloat16": "bf16", "bf16": "bf16", "torch.bfloat16": "bf16",
+    "float32": "fp32", "float": "fp32", "fp32": "fp32", "f32": "fp32", "torch.float32": "fp32",
+    "fp8_e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "e4m3": "fp8_e4m3",
+}
+# Spellings of a KV cache dtype attnplan's own config takes (its ``plan --kv-cache-dtype``, a REST body).
+KV_ALIASES: dict[str, str] = {
+    "auto": "auto", "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "bf16": "bf16", "bfloat16": "bf16",
+    "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3",
+    "fp8_e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+    "nvfp4": "nvfp4", "fp4": "nvfp4",
+}
+# vLLM 0.33's --kv-cache-dtype, exactly (vllm/config/cache.py CacheDType): each name -> the config's KV dtype, or
+# None where it selects a cache layout no FlashInfer kernel attnplan models reads (the answer names the rule,
+# ``vllm.kv-cache-dtype``). A spelling not listed here (fp4, bf16, half, fp8_e4m3fn) vLLM refuses at startup.
+VLLM_CACHE_DTYPES: dict[str, str | None] = {
+    "auto": "auto", "float16": "fp16", "bfloat16": "bf16", "fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2",
+    "nvfp4": "nvfp4",
+    "fp8_inc": None, "fp8_ds_mla": None, "nvfp4_ds_mla": None, "nvfp4_4over6": None, "turboquant_k8v4": None,
+    "turboquant_4bit_nc": None, "turboquant_k3v4_nc": None, "turboquant_3bit_nc": None, "octave_k3v4": None,
+    "octave_k3v3": None, "octave_k3v3_compact": None, "ultraquant_4bit": None, "int4_per_token_head": None,
+    "int8_per_token_head": None, "fp8_per_token_head": None,
+}
+# The config's KV dtype -> the spelling each engine's command line takes (a fix is a flag the same command accepts).
+ENGINE_KV_SPELLING: dict[str, dict[str, str]] = {
+    "vllm": {"fp16": "float16", "bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2",
+             "nvfp4": "nvfp4", "auto": "auto"},
+    "sglang": {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "nvfp4": "nvfp4",
+               "auto": "auto"},
+}

@@ -1,4 +1,4 @@
-"""Evaluate the rules over (config, node) for one engine layer and select backends (SPEC §4, §10).
+"""Evaluate the rules over (config, node) for one engine layer and select backends (docs/contract.md, Selection, §10).
 
 Pure functions: the node's facts come in as data, so every rule runs without a GPU. ``evaluate``
 never suggests; ``plan_for`` (api.py) composes it with ``suggestions_for`` (suggest.py).
@@ -29,7 +29,10 @@ def candidates_for(ruleset: RuleSet, config: AttentionConfig, cap_major: Optiona
     that select with the engine's own order (vLLM's FLASHINFER: backends.yaml engines.vllm.auto_names)."""
     kind = "mla" if config.is_mla else "standard"
     if config.attention_backend != "auto" and config.attention_backend not in auto_names:
-        return [ruleset.force[kind][config.attention_backend][phase]]
+        forced = ruleset.force[kind].get(config.attention_backend)
+        # A name this engine does not force (FlashInfer's own-order names under an engine whose backends are its
+        # own, SGLang): no candidate - the engine layer's rule says why (sglang.backend-names), never a KeyError.
+        return [forced[phase]] if forced is not None else []
     row = selection_row(ruleset, config, cap_major, phase, selection)
     return list(row.candidates) if row is not None else []
 
@@ -128,7 +131,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
         return PlanAnswer(status="rejected", node=node, config=config, plan=None, engine=ref,
                           violations=tuple(violations), notes=tuple(notes), trace=tuple(entries),
                           rules_revision=rs.revision,
-                          **(extra or {"engine_backend": engine_backend_for(spec, config, base, ref, ok=False)}))
+                          **(extra or _engine_fields(spec, config, base, ref, ok=False)))
 
     p, d, common = chosen
     if divides:
@@ -152,10 +155,37 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
         notes.append(f"page_size {page} chosen: the smallest that prefill {p.backend} and decode {d.backend} both take")
     plan = build_plan(config, p.backend, d.backend, page, common, rs, capability=base["node.capability"],
                       batch_invariant=bool(base["config.batch_invariant"]),
-                      query_dtypes=(p.query_dtype, d.query_dtype), block_size=block if divides else None)
+                      query_dtypes=(p.query_dtype, d.query_dtype), block_size=block if divides else None,
+                      kernels=(p.kernels.get(page), d.kernels.get(page)),
+                      decode_tensor_cores=d.tensor_cores)
     return PlanAnswer(status="ok", node=node, config=config, plan=plan, notes=tuple(notes), engine=ref,
                       fallbacks=tuple(fallbacks), trace=tuple(entries), rules_revision=rs.revision,
-                      **(extra or {"engine_backend": engine_backend_for(spec, config, base, ref)}))
+                      **(extra or _engine_fields(spec, config, base, ref)))
+
+
+def _engine_fields(spec: Any, config: AttentionConfig, base: dict[str, Any], ref: Any, ok: bool = True) -> dict[str, Any]:
+    """``engine_backend`` - and, for an MLA model of an engine that picks its MLA prefill apart (vLLM 0.33:
+    get_mla_prefill_backend_cls), ``engine_phases``: the prefill backend it runs by default, which is not
+    FlashInfer's where it is FLASH_ATTN (the FlashInfer prefill of the plan then runs with
+    --attention-config '{"mla_prefill_backend": "TRTLLM_RAGGED"}')."""
+    eb = engine_backend_for(spec, config, base, ref, ok=ok)
+    out: dict[str, Any] = {"engine_backend": eb}
+    pre = engine_rows.mla_prefill_choice(spec, base) if config.is_mla and eb is not None else None
+    if pre is None:
+        return out
+    who = " ".join(x for x in (_DISPLAY.get(ref.name, ref.name), ref.version) if x)
+    if pre["name"] == "none":
+        note = f"{who} finds no MLA prefill backend for these dimensions (get_mla_prefill_backend_cls)"
+    elif pre["runs_flashinfer"]:
+        note = f"{who}'s MLA prefill {pre['name']} runs FlashInfer {pre['flashinfer']}"
+    else:
+        note = (f"{who}'s default MLA prefill is {pre['name']} (not FlashInfer); the FlashInfer prefill of the plan "
+                "runs with --attention-config '{\"mla_prefill_backend\": \"TRTLLM_RAGGED\"}'")
+    src = "vllm/platforms/interface.py Platform.get_mla_prefill_backend_cls"
+    out["engine_phases"] = {
+        "prefill": EngineBackend(name=pre["name"], runs_flashinfer=pre["runs_flashinfer"], source=src, note=note),
+        "decode": eb}
+    return out
 
 
 def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any], ref: Any,

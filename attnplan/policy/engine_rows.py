@@ -53,8 +53,9 @@ def compile_all(rs: RuleSet) -> None:
     """Compile every engine row (a bad fact name raises ConditionError naming it): tests call this."""
     for spec in rs.engines.values():
         _rows(id(spec), "query_dtype", spec)
+        _rows(id(spec), "decode_tensor_cores", spec)
         eb = spec.engine_backend or {}
-        for kind in ("standard", "mla"):
+        for kind in ("standard", "mla", "mla_prefill"):
             for row in eb.get(kind, []):
                 for cond in (row.get("when"),) + tuple(r.get("when") for r in row.get("refused_when", [])):
                     if cond is not None:
@@ -79,12 +80,38 @@ def query_dtype(spec: EngineLayer, ctx: dict[str, Any]) -> str:
     return ctx["config.dtype"]
 
 
+def decode_tensor_cores(spec: EngineLayer, ctx: dict[str, Any]) -> Optional[bool]:
+    """Whether the engine's decode wrapper runs on tensor cores here (its first ``decode_tensor_cores`` row that
+    holds); None when the engine's data says nothing (attnplan's own choice then: plan.py)."""
+    for row in _rows(id(spec), "decode_tensor_cores", spec):
+        if row.holds(ctx):
+            return bool(row.data["value"])
+    return None
+
+
 def kernel_page_mode(spec: EngineLayer) -> str:
     return spec.kernel_page
 
 
 def selects_as_auto(spec: EngineLayer, name: str) -> bool:
     return name == "auto" or name in spec.auto_names
+
+
+def mla_prefill_choice(spec: EngineLayer, ctx: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The engine's own MLA prefill backend (``engine_backend.mla_prefill``: first row whose ``when`` holds and no
+    ``refused_when`` does); None when the data has no such rows, name "none" when no row holds."""
+    eb = spec.engine_backend or {}
+    rows = eb.get("mla_prefill") or []
+    if not rows:
+        return None
+    for row in rows:
+        if row.get("when") is not None and not _cond(row["when"]).test(ctx):
+            continue
+        if any(_cond(r["when"]).test(ctx) for r in row.get("refused_when", [])):
+            continue
+        return {"name": row["name"], "runs_flashinfer": bool(row.get("runs_flashinfer", False)),
+                "flashinfer": row.get("flashinfer")}
+    return {"name": "none", "runs_flashinfer": False, "flashinfer": None}
 
 
 def engine_choice(spec: EngineLayer, ctx: dict[str, Any], is_mla: bool) -> Optional[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Engine layers (SPEC §10): which engine and version an answer speaks for, and which rules apply.
+"""Engine layers (docs/contract.md, Engines and versions): which engine and version an answer speaks for, and which rules apply.
 
 ``vllm`` (the default) is FlashInfer's kernel rules plus vLLM's own gates, read for the versions
 ``rules/backends.yaml`` models; ``flashinfer`` is the kernel rules alone. A version the data does
@@ -177,3 +177,17 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
 
     module, _, fn = spec.resolver.partition(":")
     return getattr(importlib.import_module(module), fn)(rs, ref, config, node, request)
+
+
+def engine_request_for_model(rs: RuleSet, spec: EngineSpec, data: Any, where: str = "config.json") -> EngineSpec:
+    """An engine whose resolver keys decisions on the model (SGLang: ``hf_config.architectures[0]``) gets the
+    model with its request - the resolver module's ``request_for_model`` - so every entry point that plans a
+    model (CLI, REST, preflight, labels, launch_server, compare) resolves it one way (issue 39). Other
+    engines: the spec as it is."""
+    layer = rs.engines[spec.name]
+    if layer.resolver is None:
+        return spec
+    import importlib
+
+    hook = getattr(importlib.import_module(layer.resolver.partition(":")[0]), "request_for_model", None)
+    return spec if hook is None else EngineSpec(spec.name, spec.version, hook(spec.request, data, where))

@@ -1,4 +1,4 @@
-"""Node facts: what a node has, each value tagged with how we know it (SPEC §2).
+"""Node facts: what a node has, each value tagged with how we know it (docs/contract.md, The plan).
 
 ``measured``: read off this machine (NVML, installed packages, an HTTP probe);
 ``declared``: given by a caller (``--device B200``, a REST body);

@@ -64,6 +64,15 @@ FACTS: dict[str, FactInfo] = {
     # (run_candidate sets it per phase and backend from backends.yaml engines.<name>.query_dtype)
     "phase.query_dtype": FactInfo("the query dtype this phase runs with (the engine's choice: vLLM quantizes it for fp8 KV)",
                                   _plain, _cfg("dtype")),
+    # the output dtype a phase's call writes: the model dtype (plan.py output_torch_dtype). FlashInfer's NVFP4
+    # trtllm-gen kernels write fp8 only (vLLM 0.33 allocates an fp8 buffer and dequantizes): where the plan
+    # says so, run_candidate sets it per phase and backend, and trtllm.kernel-missing reads it.
+    # whether this decode runs FlashInfer's tensor-core path (use_tensor_cores): the engine's choice where its
+    # data says (backends.yaml engines.<name>.decode_tensor_cores; vLLM 0.33: always), else unknown (None) -
+    # attnplan's own plan then decides by GQA group (families.<f>.tensor_core_decode_group)
+    "phase.decode_tensor_cores": FactInfo("the decode runs on tensor cores (the engine's use_tensor_cores)", _plain),
+    "phase.output_dtype": FactInfo("the output dtype this phase's call writes (the plan's output_dtype)", _plain,
+                                   _cfg("dtype")),
     "config.attention_backend": FactInfo("the backend asked for (auto, or a name such as flashinfer / flashinfer-mla)",
                                          _plain, _cfg("attention_backend")),
     "config.head_dim": FactInfo("query/key head size (MLA: qk_nope + qk_rope)", _plain, _cfg("qk_head_dim")),
@@ -102,7 +111,18 @@ FACTS: dict[str, FactInfo] = {
     "node.jit_toolchain": FactInfo("JIT modules can be built (nvcc, or flashinfer-jit-cache installed)", _plain,
                                    _node("jit_toolchain")),
     "node.vllm_version": FactInfo("installed vllm version", _plain, _node("vllm_version")),
+    # Set per candidate (backend, phase, page, query dtype) for trtllm-gen / trtllm-gen-mla / trtllm-ragged
+    # by candidates.py from attnplan.kernels.trtllm_gen (FlashInfer's selection code over its kernel table);
+    # None where the flashinfer version's selection is not known there.
+    "kernel.trtllm_gen": FactInfo("the trtllm-gen kernel (cubin function) the phase loads, from FlashInfer's kernel "
+                                  "table and selection code", _plain),
+    "kernel.trtllm_gen_missing": FactInfo("the trtllm-gen kernel the phase needs and the table lacks: its parameters "
+                                          "and the serving shapes that need it (null: none missing)", _plain),
+    "kernel.trtllm_gen_decided_by": FactInfo("the kernel table and selection code that decided kernel.trtllm_gen",
+                                             _plain),
 }
+# Candidate facts read per kernel page (candidates.py evaluates checks reading them once per page).
+KERNEL_FACTS = ("kernel.trtllm_gen", "kernel.trtllm_gen_missing", "kernel.trtllm_gen_decided_by")
 
 PAGE_SIZE = "config.page_size"
 

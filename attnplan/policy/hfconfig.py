@@ -1,4 +1,4 @@
-"""A HuggingFace model (directory, config.json or cached repo id) -> attention config fields (SPEC §2).
+"""A HuggingFace model (directory, config.json or cached repo id) -> attention config fields (docs/contract.md, The plan).
 
 Reading follows vLLM 0.33 (/work/ref/vllm-src/vllm/transformers_utils/config.py
 ``CONFIG_FIELD_ALIASES`` and transformers_utils/model_arch_config_convertor.py
@@ -85,24 +85,60 @@ def hf_cache_dir() -> Path:
     return Path(home) / "hub"
 
 
-def _cached_config(repo_id: str, revision: Optional[str]) -> Optional[Path]:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        try_to_load_from_cache = None
-    if try_to_load_from_cache is not None:
-        # Offline by construction: this reads the cache only (HF_HOME / HF_HUB_CACHE honoured).
-        got = try_to_load_from_cache(repo_id, "config.json", cache_dir=str(hf_cache_dir()), revision=revision)
-        return Path(got) if isinstance(got, str) else None
-    # Without huggingface_hub: the cache layout it documents (models--org--name/refs, snapshots).
-    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
-    ref = revision or "main"
-    try:
-        sha = (repo_dir / "refs" / ref).read_text(encoding="utf-8").strip() if (repo_dir / "refs" / ref).is_file() else ref
-    except OSError:
+# A revision is a git ref (branch or tag) or a commit hash, never a path (issue 40 #4: a REST client's
+# ``revision: "/etc"`` or ``"../../x"`` made the node open that directory's config.json, and
+# huggingface_hub's try_to_load_from_cache reads ``refs/<revision>`` whole: a 700 MB file named as the
+# revision took the server to 2.2 GB). One path segment of the characters HuggingFace's own branch and
+# tag names use; ``..`` is no git ref name (git check-ref-format).
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_REF_BYTES = 256  # refs/<name> holds one commit hash
+
+
+def check_revision(revision: Any) -> Optional[str]:
+    """``revision`` when it is a branch, tag or commit hash; else ``InvalidInputError`` (never echoing it)."""
+    if revision is None:
         return None
-    p = repo_dir / "snapshots" / sha / "config.json"
-    return p if p.is_file() else None
+    if not isinstance(revision, str) or not REVISION.fullmatch(revision) or ".." in revision:
+        raise InvalidInputError("revision", "a git branch, tag or commit hash (letters, digits, '.', '_', '-'; "
+                                            "e.g. main or a 40-hex commit), never a path")
+    return revision
+
+
+def _under(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve(strict=True).is_relative_to(root.resolve(strict=True))
+    except (OSError, RuntimeError):  # gone, a symlink loop
+        return False
+
+
+def _cached_config(repo_id: str, revision: Optional[str]) -> Optional[Path]:
+    """The cached snapshot's config.json of ``repo_id`` at ``revision`` (the layout huggingface_hub
+    documents: models--org--name/refs/<ref> holds a commit, snapshots/<commit>/config.json), or None.
+    Read offline, bounded, and only inside that repo's cache folder: the file (a symlink into
+    ../../blobs) must resolve under it, and a ref file is read to at most ``MAX_REF_BYTES``."""
+    from attnplan.safeio import read_bounded
+
+    if not _REPO_ID.fullmatch(repo_id) or ".." in repo_id:
+        return None
+    ref = check_revision(revision) or "main"
+    repo_dir = hf_cache_dir() / ("models--" + repo_id.replace("/", "--"))
+    commit = ref
+    ref_file = repo_dir / "refs" / ref
+    if ref_file.is_file() and _under(ref_file, repo_dir):
+        try:
+            commit = read_bounded(ref_file, what="revision", max_bytes=MAX_REF_BYTES).strip()
+        except InvalidInputError:
+            return None
+        if not REVISION.fullmatch(commit) or ".." in commit:
+            return None
+    p = repo_dir / "snapshots" / commit / "config.json"
+    return p if p.is_file() and _under(p, repo_dir) else None
+
+
+def cached_config(repo_id: str, revision: Optional[str] = None) -> Optional[Path]:
+    """The config.json of a repo id in the local HuggingFace cache at ``revision`` (a ref or commit:
+    ``check_revision``), resolved inside the repo's cache folder only; None when it is not cached."""
+    return _cached_config(repo_id, revision)
 
 
 def _preset(name: str) -> Optional[Path]:
@@ -118,7 +154,9 @@ def _preset(name: str) -> Optional[Path]:
 def resolve_model(ref: str | Path, revision: Optional[str] = None) -> Path:
     """The config.json a model reference names: a config.json path, a directory holding one, a
     shipped preset by name (``llama-3.1-8b``: attnplan/presets), or a HuggingFace repo id found in
-    the local cache (never downloaded). A local path wins over a preset, a preset over the cache."""
+    the local cache (never downloaded). A local path wins over a preset, a preset over the cache.
+    ``revision`` is a git ref or commit hash (``check_revision``), never a path."""
+    check_revision(revision)
     s = str(ref)
     if not s.strip():
         raise ModelConfigError(repr(s), "empty model reference")
@@ -127,7 +165,7 @@ def resolve_model(ref: str | Path, revision: Optional[str] = None) -> Path:
         if not (p / "config.json").exists():
             raise ModelConfigError(s, "directory has no config.json")
         return p / "config.json"
-    if p.exists() or s.startswith((".", "/", "~")) or s.endswith(".json") or not _REPO_ID.match(s):
+    if p.exists() or s.startswith((".", "/", "~")) or s.endswith(".json") or not _REPO_ID.fullmatch(s):
         return p
     preset = _preset(s)
     if preset is not None:
@@ -266,6 +304,51 @@ SPELLED_OUT: dict[str, tuple[str, ...]] = {
 }
 
 
+# What each family's transformers config class gives an attention field the file leaves out (issue 40
+# #8), read from the installed transformers 5.20 (transformers/models/<family>/configuration_<family>.py
+# class attributes and __post_init__), so that attnplan's own reader (no transformers installed, or
+# ``use_transformers=False``) reads a file as vLLM does through that class. Only a field *absent* from
+# the file takes its default (a JSON null is passed to the class as None). Fields not listed take
+# attnplan's derivations, which are the classes' own: KV heads = the attention heads (LlamaConfig,
+# Phi3Config ``num_key_value_heads = num_attention_heads``), head size = hidden_size / heads
+# (LlamaConfig, MistralConfig, MixtralConfig ``head_dim``; Qwen3MoeConfig has no head_dim attribute,
+# so vLLM's get_head_size derives it). The size of the model itself (num_attention_heads,
+# hidden_size) is never defaulted: a file that does not give it is refused, not planned as the class's
+# example model. tests/test_model_defaults.py checks every row against the installed transformers.
+CLASS_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {},
+    "phi3": {},
+    "mistral": {"num_key_value_heads": 8, "sliding_window": 4096},
+    "mixtral": {"num_key_value_heads": 8},
+    "qwen2": {"num_key_value_heads": 32, "use_sliding_window": False, "sliding_window": 4096},
+    "qwen2_moe": {"num_key_value_heads": 16, "use_sliding_window": False, "sliding_window": 4096},
+    "qwen3": {"num_key_value_heads": 32, "head_dim": 128, "use_sliding_window": False, "sliding_window": 4096},
+    "qwen3_moe": {"num_key_value_heads": 4, "use_sliding_window": False, "sliding_window": 4096},
+    "gemma": {"num_key_value_heads": 16, "head_dim": 256},
+    "gemma2": {"num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0},
+    "gemma3_text": {"num_key_value_heads": 4, "head_dim": 256, "sliding_window": 4096},
+    "deepseek_v2": {"kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128},
+    "deepseek_v3": {"num_key_value_heads": 128, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+                    "v_head_dim": 128},
+    "gpt_oss": {"num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128},
+}
+# A multimodal config's text_config is read by its text family's class (Gemma3Config -> Gemma3TextConfig).
+_TEXT_FAMILY = {"gemma3": "gemma3_text"}
+
+
+def with_class_defaults(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` with the attention fields its family's config class defaults filled in where absent."""
+    mt = data.get("model_type")
+    mt = _TEXT_FAMILY.get(mt, mt) if isinstance(mt, str) else None
+    defaults = CLASS_DEFAULTS.get(mt) if mt is not None else None
+    out = dict(data)
+    for key, value in (defaults or {}).items():
+        if key == "num_key_value_heads" and any(k in data for k in KV_HEAD_KEYS):
+            continue  # another spelling of the KV heads is given
+        out.setdefault(key, value)
+    return out
+
+
 def _own_reading(data: Mapping[str, Any], where: str) -> Optional["ModelInfo"]:
     """attnplan's own reading when it can read the whole file (see the module docstring), else None."""
     inner: Mapping[str, Any] = data
@@ -313,6 +396,7 @@ def model_info(data: Mapping[str, Any], where: str = "config.json", *,
             inner.setdefault("model_type", data.get("model_type"))
             inner.setdefault("torch_dtype", data.get("torch_dtype") or data.get("dtype"))
             data = inner
+        data = with_class_defaults(data)
         src = _Dict(data)
         model_type = data.get("model_type")
         unread = sorted(k for k in data if k not in _READ and k not in _HARMLESS and not k.endswith("_token_id"))
@@ -375,10 +459,11 @@ def model_info(data: Mapping[str, Any], where: str = "config.json", *,
 
 
 def read_model(ref: str | Path, *, hf_overrides: Optional[Mapping[str, Any]] = None,
-               use_transformers: bool = True) -> ModelInfo:
-    """A model by directory, config.json path or cached repo id; ``hf_overrides`` are merged over
-    the file as vLLM's ``--hf-overrides`` are."""
-    data = read_model_config(ref)
+               use_transformers: bool = True, revision: Optional[str] = None) -> ModelInfo:
+    """A model by directory, config.json path or cached repo id (at ``revision``: a git ref or
+    commit hash, ``check_revision``); ``hf_overrides`` are merged over the file as vLLM's
+    ``--hf-overrides`` are."""
+    data = read_model_config(resolve_model(ref, revision) if revision is not None else ref)
     if hf_overrides:
         data = {**data, **dict(hf_overrides)}
     return model_info(data, str(ref), use_transformers=use_transformers)

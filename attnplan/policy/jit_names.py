@@ -67,7 +67,8 @@ def clashes(ruleset: RuleSet, plans: Iterable[tuple[int, PhasePlan]]) -> list[Vi
                      f"library for both, so a group runs a kernel built for the other's {', '.join(differ)} "
                      f"(output left unwritten, hangs; {spec.source})"),
             fix=(f"serve these groups with one {', '.join(differ)}, or one of them on another backend "
-                 "(the backend is part of the name)")))
+                 "(the backend is part of the name)"),
+            outcome="silent-wrong"))  # it builds, loads and runs: one group computes with the other's kernel
     return out
 
 

@@ -1,4 +1,4 @@
-"""A HuggingFace ``config.json`` -> the model's attention layer groups (SPEC §5, layer groups).
+"""A HuggingFace ``config.json`` -> the model's attention layer groups (docs/contract.md, The plan, layer groups).
 
 Each layer is read the way vLLM 0.33's model code builds it (files under
 ``vllm/model_executor/models/``), then layers with identical parameters collapse into one

@@ -21,7 +21,8 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .answer import AttentionPlan, EngineBackend, EngineRef, Fallback, KVCachePlan, MetadataPlan, PhasePlan, PlanAnswer, Suggestion, Violation, node_json
+from .answer import (ANSWER_SCHEMA_VERSION, AttentionPlan, EngineBackend, EngineRef, Fallback, KVCachePlan, MetadataPlan,
+                     PhasePlan, PlanAnswer, Suggestion, Verdict, Violation, node_json)
 from .explain import Explanation, explain
 from .api import plan_for
 from .config import AttentionConfig
@@ -32,9 +33,10 @@ from .facts import NodeFacts
 from .hfconfig import fields_from_hf, make_config, read_model_config
 from .jit_names import clashes
 from .layers import LayerGroup, ModelLayers, compact_layers, read_layers, text_config
-from .engines import parse_engine
+from .engines import engine_request_for_model, parse_engine
 from .rulepack import RuleSet
 from .shipped import default_ruleset
+from .verdict import combine, violation_outcome
 
 # The model decides these per group; an override would silently re-shape one group as another.
 PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
@@ -111,6 +113,8 @@ class ModelPlanAnswer(BaseModel):
                           "(each group's answer carries its own)")
     notes: tuple[str, ...] = ()
     rules_revision: str = ""
+    verdict: Optional[Verdict] = Field(None, description="the command's verdict: its attention groups' worst, with the "
+                                                        "model-level violations (policy/verdict.py)")
 
     @property
     def ok(self) -> bool:
@@ -158,6 +162,9 @@ class ModelPlanAnswer(BaseModel):
         groups = []
         for g in self.layer_groups:
             d = g.model_dump(mode="json", exclude={"answer"})
+            if g.answer is not None:   # the engine layer's own pick per group (SGLang), as a uniform answer carries it
+                d.update({k: v for k, v in g.answer.to_json(trace=False).items()
+                          if k in ("engine_backend", "engine_phases", "coercions") and v not in (None, [])})
             if trace and not self.uniform and g.answer is not None:
                 d["trace"] = g.answer.to_json()["trace"]
             groups.append(d)
@@ -175,6 +182,8 @@ class ModelPlanAnswer(BaseModel):
                     "config": attn[0].config.model_dump(mode="json") if attn and attn[0].config else None,
                     "plan": None, **tagged, "notes": list(self.all_notes()), "rules_revision": self.rules_revision}
         data.update(model_type=self.model_type, num_layers=self.num_layers, layer_groups=groups, kv_cache_groups=kv)
+        data = {"schema_version": data.pop("schema_version", ANSWER_SCHEMA_VERSION),
+                "verdict": self.verdict.model_dump(mode="json") if self.verdict is not None else None, **data}
         return data
 
 
@@ -255,7 +264,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         if errs:
             raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + errs[0])
     rs = ruleset if ruleset is not None else default_ruleset()
-    engine = parse_engine(engine, rs)  # once for every group
+    engine = engine_request_for_model(rs, parse_engine(engine, rs), data, where)  # once for every group
     answers = {i: _plan(_group_config(base, g, over, tp), node, rs, engine)
                for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []
@@ -328,8 +337,11 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         from .probe import local_node
 
         n = local_node()
+    verdict = model_verdict([a for a in answers.values() if a.verdict is not None],
+                            [v for g in out for v in g.violations if g.answer is not None and v not in g.answer.violations]
+                            + violations, rs)
     return ModelPlanAnswer(
-        status=status, model_type=model.model_type, num_layers=model.num_layers, node=n,
+        verdict=verdict, status=status, model_type=model.model_type, num_layers=model.num_layers, node=n,
         layer_groups=tuple(out), kv_cache_groups=kv, violations=tuple(violations),
         engine=first.engine if first is not None else EngineRef(),
         engine_backend=first.engine_backend if first is not None else None, notes=tuple(dict.fromkeys(notes)),
@@ -411,3 +423,15 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
         groups = tuple(out)
     return KVCacheGroupsPlan(kernel_page_size=page, block_size=block, page_bytes=top, layers_per_group=per,
                              groups=groups, recurrent_state_bytes=state_bytes, notes=tuple(notes))
+
+
+def model_verdict(answers: list[PlanAnswer], extra: list[Violation], rs: RuleSet) -> Optional[Verdict]:
+    """The model's verdict: its attention groups' worst, and the model-level violations (one block size for
+    every group, module-name clashes, chunk vs block) where every group runs the FlashInfer plan they judge."""
+    vs = [a.verdict for a in answers if a.verdict is not None]
+    if not vs:
+        return None
+    eng = answers[0].engine.name
+    counted = [(v, violation_outcome(v, rs, eng)) for v in extra] if all(v.flashinfer_plan == "command" for v in vs) \
+        else [(v, violation_outcome(v, rs, eng)) for v in extra if v.rule.startswith("chunked-local")]
+    return combine(vs, counted)

@@ -1,4 +1,4 @@
-"""From chosen backends to the executable plan (SPEC §5): KV views, kernels, metadata needs.
+"""From chosen backends to the executable plan (docs/contract.md, The plan): KV views, kernels, metadata needs.
 
 Nothing here decides *whether* a backend may run - the rules did that. This module only
 derives what a validated choice implies.
@@ -6,7 +6,9 @@ derives what a validated choice implies.
 
 from __future__ import annotations
 
-from .answer import AttentionPlan, BatchMetadata, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
+from typing import Any
+
+from .answer import AttentionPlan, BatchMetadata, CubinRef, JitModule, KVCachePlan, MetadataPlan, PhasePlan, Plan
 from .capability import capability_major
 from .config import AttentionConfig
 from .dtypes import NVFP4_BLOCK, NVFP4_SCALE_DTYPE, QUANTIZED_KV, TORCH_DTYPE, output_torch_dtype
@@ -35,7 +37,7 @@ def _query_dtype(config: AttentionConfig, backend: str, ruleset: RuleSet, decide
     if decided is not None:
         return TORCH_DTYPE[decided]
     # a family whose kernels take another query dtype over this KV dtype (backends.yaml families: trtllm-gen's
-    # FP4 FMHA takes an fp8_e4m3 query over an nvfp4 cache, SPEC §5)
+    # FP4 FMHA takes an fp8_e4m3 query over an nvfp4 cache, docs/contract.md, The plan)
     over_kv = ruleset.family(backend).query_dtype_over_kv.get(config.kv_dtype)
     return TORCH_DTYPE[over_kv if over_kv is not None else config.dtype]
 
@@ -61,12 +63,18 @@ def _modules(config: AttentionConfig, phase: str, backend: str, kernel_kind: str
 
 
 def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleSet, page_size: int,
-                batch_invariant: bool = False, query_dtype: str | None = None) -> PhasePlan:
+                batch_invariant: bool = False, query_dtype: str | None = None, kernels: Any = None,
+                engine_tensor_cores: bool | None = None) -> PhasePlan:
+    """One phase, executable as it stands. ``kernels``: the trtllm-gen kernels the candidate's rule check decided
+    at this page (candidates.CandidateResult.kernels: attnplan.kernels.trtllm_gen.phase.Decision), listed as the
+    cubins the phase loads."""
     spec = ruleset.backends[backend]
     family = ruleset.family(backend)
     kv_storage_dtype, kv_view_dtype = kv_storage_view_dtypes(config)
     q = _query_dtype(config, backend, ruleset, query_dtype)
-    out = output_torch_dtype(config.dtype)
+    # the family's own output over this cache (trtllm-gen writes fp8 over nvfp4), else the model's
+    over = family.output_dtype_over_kv.get(config.kv_dtype)
+    out = TORCH_DTYPE[over] if over is not None else output_torch_dtype(config.dtype)
     q_len = 1 + config.num_speculative_tokens if phase == "decode" else 1
     kernel = spec.kernels[phase]  # type: ignore[index]
     sink_call = spec.sink_calls.get(phase) if config.sinks else None  # type: ignore[call-overload]
@@ -78,8 +86,11 @@ def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleS
     if phase == "decode" and family.tensor_core_decode_group is not None and not config.is_mla:
         # FlashInfer's fixed_split_size (batch invariance) is taken by tensor-core decode only
         # (flashinfer/decode.py BatchDecodeWithPagedKVCacheWrapper.plan).
-        use_tc = (config.group_size >= family.tensor_core_decode_group or backend in family.tensor_core_decode_backends
-                  or batch_invariant)
+        # the engine's own use_tensor_cores where its data says (vLLM 0.33 passes True: flashinfer.py
+        # _get_decode_wrapper), else attnplan's choice by GQA group
+        use_tc = engine_tensor_cores if engine_tensor_cores is not None else (
+            config.group_size >= family.tensor_core_decode_group or backend in family.tensor_core_decode_backends
+            or batch_invariant)
         # Native decode kernels take one query token per request; speculative decode runs the
         # (causal) prefill kernel over q_len tokens instead.
         if q_len > 1 and sink_call is None:
@@ -98,6 +109,9 @@ def phase_plan(config: AttentionConfig, phase: str, backend: str, ruleset: RuleS
         use_tensor_cores=use_tc, q_len_per_req=q_len, runs_on_prefill_kernel=on_prefill,
         modules=_modules(config, phase, backend, kernel_kind, q, kv_view_dtype, out, family.module_kind, page_size)
         + _merge_modules(config, phase, backend, out),
+        cubins=tuple(CubinRef(file=f + ".cubin", function=f, sha256=h) for f, h in zip(kernels.functions, kernels.sha256s))
+        if kernels is not None else (),
+        kernel_table=kernels.provenance() if kernels is not None else None,
     )
 
 
@@ -169,7 +183,7 @@ def _split_kv_disabled(ruleset: RuleSet, config: AttentionConfig, backends: tupl
 def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: int,
                valid_pages: tuple[int, ...], ruleset: RuleSet, *, capability: int | None = None,
                batch_invariant: bool = False, query_dtypes: tuple[str | None, str | None] = (None, None),
-               block_size: int | None = None) -> Plan:
+               block_size: int | None = None, kernels: tuple[Any, Any] = (None, None), decode_tensor_cores: bool | None = None) -> Plan:
     kv_storage_dtype, kv_view_dtype = kv_storage_view_dtypes(config)
     nvfp4 = config.kv_dtype == "nvfp4"
     if config.is_mla:
@@ -189,8 +203,9 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
         attention=attention_plan(config, page_size=page_size, batch_invariant=batch_invariant,
                                  fixed_split_tokens=ruleset.sizes().decode_fixed_split_tokens,
                                  split_kv_disabled=_split_kv_disabled(ruleset, config, (prefill, decode), capability)),
-        prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant, query_dtypes[0]),
-        decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant, query_dtypes[1]),
+        prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant, query_dtypes[0], kernels[0]),
+        decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant, query_dtypes[1], kernels[1],
+                          engine_tensor_cores=decode_tensor_cores),
         kv_cache=kv,
         metadata=metadata_needs(config, uses_trtllm_api(ruleset, prefill), uses_trtllm_api(ruleset, decode)),
     )

@@ -369,3 +369,44 @@ LOCAL = NodeCache()
 def local_node(refresh: bool = False) -> NodeFacts:
     """This machine's facts (cached after the first probe)."""
     return LOCAL.get(refresh)
+
+
+# -- the node's trtllm-gen kernel table (issue 37) ------------------------------------------------------------
+def _package_dir(name: str) -> Optional[str]:
+    """Where an installed package lives, found without importing it."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]
+
+
+def installed_artifact_pin() -> Optional[tuple[str, str]]:
+    """(pin, checksums sha256) of the installed flashinfer's trtllm-gen FMHA artifact, read from its
+    flashinfer/artifacts.py (ArtifactPath.TRTLLM_GEN_FMHA, CheckSumHash.TRTLLM_GEN_FMHA) without importing it."""
+    from ..kernels.trtllm_gen.node import artifact_pin
+
+    d = _package_dir("flashinfer")
+    if d is None or not os.path.isfile(os.path.join(d, "artifacts.py")):
+        return None
+    with open(os.path.join(d, "artifacts.py"), encoding="utf-8", errors="replace") as fh:
+        return artifact_pin(fh.read())
+
+
+def probe_trtllm_table(io: ProbeIO | None = None, flashinfer_version: Optional[str] = None,
+                       pin: Optional[tuple[str, str]] = None) -> Any:
+    """The node's own trtllm-gen kernel table where FlashInfer looks for it (kernels/trtllm_gen/node.py):
+    a NodeTable (table None when not on disk, with why). A corrupt, truncated or foreign table raises
+    TableError naming the file: the node is not ready, and nothing falls back to the shipped table."""
+    from ..kernels.trtllm_gen import node as tgnode
+
+    io = io or ProbeIO()
+    fi = flashinfer_version or io.package_version("flashinfer-python") or io.package_version("flashinfer")
+    cubin_v = io.package_version("flashinfer-cubin")
+    cubin_pkg = _package_dir("flashinfer_cubin") if cubin_v else None
+    cubin_dir = os.path.join(cubin_pkg, "cubins") if cubin_pkg else None
+    if pin is None and flashinfer_version is None:
+        pin = installed_artifact_pin()
+    loc = tgnode.locate(io.env, fi, cubin_v, cubin_dir, pin)
+    return tgnode.load(loc)

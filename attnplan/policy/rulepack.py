@@ -1,7 +1,10 @@
 """Rule packs: YAML files of rules, safe-loaded and validated, compiled once.
 
 A pack either loads whole or raises ``RulePackError`` naming the file and the rule: unknown
-keys, duplicate ids, unknown facts or backends and bad version specifiers are all refused.
+keys, duplicate ids, unknown facts or backends and bad version specifiers are all refused. The
+catalog's engine rows are held to a schema and their conditions compiled at load; a directory of
+packs (policy/shipped.py) is then checked as a whole (``check_whole``): every rule id the code
+(``RESOLVER_RULES``) or the catalog names exists, or nothing loads (issue 40 #3).
 """
 
 from __future__ import annotations
@@ -83,7 +86,10 @@ class RuleSpec(BaseModel):
     # "resolver": an engine rule its engine's resolver applies (backends.yaml engines.<name>.resolver)
     # before any candidate is checked - a backend it switches, a page size it forces, a refusal at
     # one of its phases (outcome); such a rule has no checks of its own.
-    applied_by: Literal["checks", "resolver"] = "checks"
+    # "verdict": an engine rule the verdict applies (policy/verdict.py) from the engine's own backend data
+    # (backends.yaml engines.<name>.engine_backend) - its validation of the backend it runs, which is not
+    # FlashInfer's and has no candidate checks.
+    applied_by: Literal["checks", "resolver", "verdict"] = "checks"
     outcome: Optional[Literal["startup", "backend-build", "first-request", "silent-wrong", "coercion", "default"]] = None
     checks: list[CheckSpec] = []
 
@@ -99,8 +105,8 @@ class RuleSpec(BaseModel):
             raise RuleError("a vllm range belongs to a vllm rule; give another engine's range as versions")
         if self.applied_by == "checks" and not self.checks:
             raise RuleError("a rule needs at least one check (or applied_by: resolver, for an engine's resolver)")
-        if self.applied_by == "resolver" and (self.checks or self.layer != "engine"):
-            raise RuleError("a resolver rule is an engine rule without checks")
+        if self.applied_by in ("resolver", "verdict") and (self.checks or self.layer != "engine"):
+            raise RuleError(f"a {self.applied_by} rule is an engine rule without checks")
         return self
 
     @model_validator(mode="before")
@@ -199,6 +205,7 @@ class FamilySpec(BaseModel):
     trtllm_api: bool                             # block tables + seq_lens (no paged_kv_indices)
     kv_layout: Optional[Literal["NHD", "HND"]] = None   # the cache layout it needs (None: either)
     query_dtype_over_kv: dict[str, str] = {}     # KV dtype -> the query dtype its kernels take over it
+    output_dtype_over_kv: dict[str, str] = {}    # KV dtype -> the output dtype its kernels write over it
     tensor_core_decode_group: Optional[int] = None      # decode runs on tensor cores from this GQA group
     tensor_core_decode_backends: list[str] = []         # ... and always on these backends' decode
     split_kv_disabled: Optional[SplitKVSpec] = None
@@ -258,7 +265,7 @@ class EngineSizesSpec(BaseModel):
 
 
 class EngineLayer(BaseModel):
-    """One engine layer (SPEC §10): the versions modelled and its selection order."""
+    """One engine layer (docs/contract.md, Engines and versions): the versions modelled and its selection order."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -272,11 +279,69 @@ class EngineLayer(BaseModel):
     native: Optional[dict[str, Any]] = None
     # Issue 21 (attnplan/policy/engine_rows.py reads these): backend names that select with the engine's
     # own order, how a requested page maps to the kernel page, the query dtype per phase, and the
-    # engine's own backend choice (rows of conditions, compiled when first used).
+    # engine's own backend choice (rows of conditions: checked against QueryDtypeRow / EngineBackendSpec and
+    # compiled at load, _check_engine_rows; kept as data for engine_rows.py).
     auto_names: list[str] = []
     kernel_page: Literal["exact", "largest_divisor"] = "exact"
     query_dtype: list[dict[str, Any]] = []
     engine_backend: Optional[dict[str, Any]] = None
+    # whether the engine's FlashInfer decode wrapper runs on tensor cores (use_tensor_cores), first row that
+    # holds (TensorCoreRow); no rows: attnplan's own choice (families.<f>.tensor_core_decode_group)
+    decode_tensor_cores: list[dict[str, Any]] = []
+
+
+class QueryDtypeRow(BaseModel):
+    """One row of ``engines.<name>.query_dtype`` (read by policy/engine_rows.py query_dtype): a typo in a
+    key would otherwise load and fail every plan of the engine at run time (issue 40 #3)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    phases: Optional[list[Phase]] = None
+    backends: Optional[list[str]] = None
+    when: Optional[dict[str, Any]] = None
+    dtype: str = Field(min_length=1)   # model, kv or a dtype name
+
+
+class TensorCoreRow(BaseModel):
+    """One row of ``engines.<name>.decode_tensor_cores`` (policy/engine_rows.py decode_tensor_cores)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    when: Optional[dict[str, Any]] = None
+    value: bool
+
+
+class EngineRefusalRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(min_length=1)
+    when: dict[str, Any]
+
+
+class EngineChoiceRow(BaseModel):
+    """One backend of ``engines.<name>.engine_backend.<kind>`` (policy/engine_rows.py engine_choice)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    runs_flashinfer: bool = False
+    flashinfer: Optional[str] = None    # mla_prefill rows: the FlashInfer backend that engine backend runs
+    when: Optional[dict[str, Any]] = None
+    refused_when: list[EngineRefusalRow] = []
+
+
+class EngineBackendSpec(BaseModel):
+    """``engines.<name>.engine_backend``: the engine's own backend choice, as rows of conditions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = ""
+    flashinfer_name: dict[Literal["standard", "mla"], str] = {}
+    standard: list[EngineChoiceRow] = []
+    mla: list[EngineChoiceRow] = []
+    # the engine's own MLA prefill backend, chosen apart from the attention backend (vLLM 0.33:
+    # platforms/interface.py get_mla_prefill_backend_cls): policy/engine.py names it in engine_phases
+    mla_prefill: list[EngineChoiceRow] = []
 
 
 class CubinIndexSpec(BaseModel):
@@ -353,7 +418,7 @@ class Rule:
         return "; ".join(f"{r.verdict} on {r.device} ({r.capability}, flashinfer {r.flashinfer}, {r.date})" for r in v)
 
     def applies(self, engine: str, engine_version: Optional[str], flashinfer_version: Any) -> bool:
-        """Whether this rule speaks for this engine layer and these versions (SPEC §10).
+        """Whether this rule speaks for this engine layer and these versions (docs/contract.md, Engines and versions).
 
         Engine rules apply under their engine and vLLM range only; a kernel rule's flashinfer range
         limits it to those releases (an unknown flashinfer version keeps it: fail closed)."""
@@ -516,6 +581,8 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
                         if b not in known:
                             raise RulePackError(str(backends_path),
                                                 f"engines.{ename}.selection.{kind}.{phase} names unknown backend {b!r}")
+    for ename, eng in catalog.engines.items():
+        _check_engine_rows(str(backends_path), ename, eng, known)
     for name, spec in catalog.backends.items():
         for phase in spec.phases:
             if phase not in spec.calls:
@@ -622,6 +689,130 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         mla_modules=dict(catalog.mla_modules),
         engine_sizes=dict(catalog.engine_sizes),
     )
+
+
+def _check_engine_rows(file: str, ename: str, eng: EngineLayer, known: set[str]) -> None:
+    """``engines.<name>.query_dtype`` and ``engine_backend`` against their schema, every condition
+    compiled and every backend named known: a typo there loaded and then failed every plan of the
+    engine at run time (issue 40 #3). The rows stay data (policy/engine_rows.py reads them)."""
+    from .dtypes import KV_DTYPES, QUERY_DTYPES
+
+    where = f"engines.{ename}"
+    for i, raw in enumerate(eng.query_dtype):
+        try:
+            row = QueryDtypeRow.model_validate(raw)
+        except ValidationError as exc:
+            raise RulePackError(file, f"{where}.query_dtype[{i}]: {_pydantic_msg(exc)}") from None
+        allowed = ("model", "kv", *QUERY_DTYPES, *KV_DTYPES)
+        if row.dtype not in allowed:
+            raise RulePackError(file, f"{where}.query_dtype[{i}].dtype {row.dtype!r} is not one of {', '.join(allowed)}")
+        for b in row.backends or ():
+            if b not in known:
+                raise RulePackError(file, f"{where}.query_dtype[{i}] names unknown backend {b!r}")
+        _compiles(file, f"{where}.query_dtype[{i}].when", row.when)
+    for i, raw in enumerate(eng.decode_tensor_cores):
+        try:
+            tc = TensorCoreRow.model_validate(raw)
+        except ValidationError as exc:
+            raise RulePackError(file, f"{where}.decode_tensor_cores[{i}]: {_pydantic_msg(exc)}") from None
+        _compiles(file, f"{where}.decode_tensor_cores[{i}].when", tc.when)
+    if eng.engine_backend is not None:
+        try:
+            eb = EngineBackendSpec.model_validate(eng.engine_backend)
+        except ValidationError as exc:
+            raise RulePackError(file, f"{where}.engine_backend: {_pydantic_msg(exc)}") from None
+        for kind, rows in (("standard", eb.standard), ("mla", eb.mla), ("mla_prefill", eb.mla_prefill)):
+            for i, row in enumerate(rows):
+                _compiles(file, f"{where}.engine_backend.{kind}[{i}] ({row.name}).when", row.when)
+                for j, ref in enumerate(row.refused_when):
+                    _compiles(file, f"{where}.engine_backend.{kind}[{i}] ({row.name}).refused_when[{j}].when", ref.when)
+
+
+def _compiles(file: str, where: str, cond: Any) -> None:
+    if cond is None:
+        return
+    try:
+        compile_condition(cond)
+    except ConditionError as exc:
+        raise RulePackError(file, f"{where}: {exc}") from None
+
+
+# -- the rule set as a whole (issue 40 #3) ------------------------------------------------------
+# The rule ids an engine's resolver looks up by key (``rs.rule(id)``) or reports its refusals and
+# coercions under, per resolver (backends.yaml ``engines.<name>.resolver``). A pack set without one
+# of them used to load and then fail every plan of that engine with a KeyError; now the load fails
+# naming the id. tests/test_rules_load_whole.py reads the ids out of attnplan/sglang/*.py and checks
+# that this list holds every one of them (it lives here because policy must not import sglang).
+RESOLVER_RULES: dict[str, frozenset[str]] = {
+    "attnplan.sglang.resolve:engine_resolution": frozenset({
+        "sglang.backend-names", "sglang.kv-names", "sglang.default-backend", "sglang.split-backends",
+        "sglang.page-default", "sglang.deterministic", "sglang.nvfp4-backends", "sglang.nvfp4-capability",
+        "sglang.trtllm-mla-dtypes", "sglang.trtllm-mha-capability", "sglang.trtllm-mha-sm120-fp8",
+        "sglang.trtllm-mha-mla", "sglang.trtllm-mha-page128", "sglang.fa3-e5m2", "sglang.fa3-capability",
+    }),
+}
+# The rule ids the verdict names for an engine (policy/verdict.py: its validation of its own backends, its
+# refusal of a parallel layout), per engine: like the resolver's, a pack set without one fails to load.
+VERDICT_RULES: dict[str, frozenset[str]] = {"vllm": frozenset({"vllm.engine-backend", "vllm.startup"})}
+# The function that validates an engine's native tables (``engines.<name>.native``) against a rule set,
+# per resolver: called at load (by name, like the resolver itself: policy/engines.py).
+RESOLVER_TABLES: dict[str, str] = {
+    "attnplan.sglang.resolve:engine_resolution": "attnplan.sglang.data:native",
+}
+
+
+def _named_rules(data: Any, path: str = "") -> list[tuple[str, str]]:
+    """Every ``rule: ID`` held anywhere in a catalog table, with where."""
+    out: list[tuple[str, str]] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            here = f"{path}.{k}" if path else str(k)
+            if k == "rule" and isinstance(v, str):
+                out.append((path, v))
+            else:
+                out += _named_rules(v, here)
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            out += _named_rules(v, f"{path}[{i}]")
+    return out
+
+
+def check_whole(rs: RuleSet, backends_file: str, packs_where: str) -> None:
+    """The rule set as a whole, or ``RulePackError`` naming the file and the entry: every rule id the
+    code (``RESOLVER_RULES``) or an engine's native tables name is held by a pack (a call's
+    ``jit_name.rule`` is the catalog's own entry, listed by ``attnplan rules``, not a pack's), and every engine's native tables validate. ``load_ruleset`` checks one
+    pack set's own consistency; the directory loaders (policy/shipped.py) call this as well, so a
+    rule set that loads is one every command can plan with."""
+    import importlib
+
+    ids = {r.id for r in rs.rules}
+    for ename in rs.engines:
+        for rid in sorted(VERDICT_RULES.get(ename, frozenset()) - ids):
+            raise RulePackError(packs_where, f"missing: the verdict of every {ename} answer may name this rule",
+                                rule=rid)
+    for ename, eng in rs.engines.items():
+        if eng.resolver is None:
+            continue
+        needed = RESOLVER_RULES.get(eng.resolver)
+        if needed is None:
+            raise RulePackError(backends_file, f"engines.{ename}.resolver {eng.resolver!r}: a resolver attnplan "
+                                               f"does not know (policy/rulepack.py RESOLVER_RULES)")
+        for rid in sorted(needed - ids):
+            raise RulePackError(packs_where, f"missing: engines.{ename}.resolver ({eng.resolver}) looks this rule "
+                                             f"up, so every {ename} plan needs it", rule=rid)
+    for ename, eng in rs.engines.items():
+        for where, rid in _named_rules(eng.native or {}):
+            if rid not in ids:
+                raise RulePackError(backends_file, f"engines.{ename}.native.{where}.rule names rule {rid!r}, "
+                                                   "which no pack holds")
+        target = RESOLVER_TABLES.get(eng.resolver or "")
+        if target is not None:
+            module, _, fn = target.partition(":")
+            try:
+                getattr(importlib.import_module(module), fn)(rs, ename)
+            except RulePackError as exc:
+                msg = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+                raise RulePackError(backends_file, msg) from None
 
 
 def _specifier(file: str, raw: str, what: str, rule: str | None = None) -> None:

@@ -9,12 +9,20 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from .rulepack import RuleSet, load_ruleset, pack_paths_in
+from .rulepack import RuleSet, check_whole, load_ruleset, pack_paths_in
+
+
+def _load_whole(packs_dir: Path, backends_file: Path) -> RuleSet:
+    """A directory of packs and its catalog, validated as a whole (rulepack.py check_whole): every
+    rule the code or the catalog names exists, or the load fails naming it (issue 40 #3)."""
+    rs = load_ruleset(pack_paths_in(packs_dir), backends_file)
+    check_whole(rs, str(backends_file), str(packs_dir))
+    return rs
 
 
 @functools.lru_cache(maxsize=8)
 def _load(packs_dir: str, backends_file: str) -> RuleSet:
-    return load_ruleset(pack_paths_in(Path(packs_dir)), Path(backends_file))
+    return _load_whole(Path(packs_dir), Path(backends_file))
 
 
 def default_ruleset() -> RuleSet:
@@ -29,4 +37,4 @@ def load_rules(packs_dir: str | Path, backends_file: str | Path | None = None) -
     A missing, empty or oversized directory is an error naming it (fail closed)."""
     from attnplan.rules import BACKENDS_FILE
 
-    return load_ruleset(pack_paths_in(Path(packs_dir)), Path(backends_file or BACKENDS_FILE))
+    return _load_whole(Path(packs_dir), Path(backends_file or BACKENDS_FILE))

@@ -7,7 +7,7 @@
 
 Sources yield per-node ``model.Outcome``s (an HTTP answer counts only when ``answers``
 accepts it); ``report.build_report`` judges them (``verdicts``: one node; ``grouping``: groups
-by fingerprint, heterogeneity) into a ``model.PreflightReport`` (SPEC §9), rendered as text
+by fingerprint, heterogeneity) into a ``model.PreflightReport`` (docs/contract.md, Errors and exit codes), rendered as text
 (``text.render_text``, node strings cleaned of control characters), JSON
 (``PreflightReport.to_json``) or one HTML page (``html.render_html``). Nothing is imported
 here, so ``import attnplan.preflight`` stays free; httpx and ray are imported only by the

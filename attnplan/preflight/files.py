@@ -9,7 +9,11 @@ from pathlib import Path
 
 def replace_atomically(target: Path, text: str) -> Path:
     """Write ``text`` to a dotfile beside ``target``, sync it, then rename it over ``target``;
-    on any failure the dotfile is removed and ``target`` is left as it was."""
+    on any failure the dotfile is removed and ``target`` is left as it was. Only a regular file (or nothing)
+    is replaced: a symbolic link, device, FIFO or directory there is refused (safeio.check_replaceable)."""
+    from attnplan.safeio import check_replaceable
+
+    check_replaceable(target)
     directory = target.parent if str(target.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=directory)
     try:

@@ -31,7 +31,7 @@ def cell_key(c: Cell) -> tuple[Any, ...]:
 
 def _plan_text(sig: tuple[Any, ...]) -> str:
     prefill, decode, layout, page = sig
-    return f"{prefill}/{decode} {layout}/{page}"
+    return f"{prefill}/{decode}" + (f" {layout}/{page}" if layout is not None else "")
 
 
 def nodes_text(n: int) -> str:
@@ -57,7 +57,8 @@ def heterogeneity(rows: list[NodeRow], configs: Sequence[NamedConfig]) -> list[W
                 if r.verdict == "pass":
                     r.verdict = "warn"
         for f in HETERO_FIELDS:
-            values = Counter(str(getattr(r.results[i], f)) for r in ok)
+            # a node running the engine's own backend has no FlashInfer layout or page to compare
+            values = Counter(str(getattr(r.results[i], f)) for r in ok if getattr(r.results[i], f) is not None)
             if len(values) < 2:
                 continue
             vs = values.most_common()

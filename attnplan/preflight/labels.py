@@ -9,7 +9,7 @@ that an nvfp4 KV cache plans ok, all for one engine layer (default: the node's v
 newest modelled; ``engine``/``engine-version`` say which). So a rule change (or a node without cubins, or with
 ``VLLM_BATCH_INVARIANT=1``) changes the labels with it.
 
-SPEC §9: names are ``attnplan.io/<name>`` with ``<name>`` at most 63 characters of
+docs/contract.md, Errors and exit codes: names are ``attnplan.io/<name>`` with ``<name>`` at most 63 characters of
 ``[A-Za-z0-9._-]`` starting and ending alphanumeric; values likewise (``2.9.0+cu128`` becomes
 ``2.9.0-cu128``; what cannot be made valid is left out); NFD compares integers only, so the
 capability is published as two integer labels, major and minor. NFD ignores dotfiles and
@@ -127,12 +127,27 @@ def label_name(name: str) -> Optional[str]:
     return PREFIX + short if short and NAME_RE.match(short) else None
 
 
+BACKEND_SUFFIX = "-backend"
+
+
+def backend_label_name(name: str) -> Optional[str]:
+    """``attnplan.io/model-<name>-backend``: the model's name shortened so that the suffix always fits (a long
+    name must never make its backend label the model label itself)."""
+    short = sanitize_value(MODEL_PREFIX + name)
+    if not short:
+        return None
+    short = re.sub(r"[^A-Za-z0-9]+$", "", short[:63 - len(BACKEND_SUFFIX)]) + BACKEND_SUFFIX
+    return PREFIX + short if NAME_RE.match(short) else None
+
+
 def model_labels(node: NodeFacts, configs: Any, ruleset: Optional[RuleSet] = None) -> dict[str, str]:
-    """One label per configured model (or config) of ``configs`` (``preflight.model.NamedConfig``):
-    ``ok`` when this node serves every layer group of it, else the first failing group's rule id
-    (``vllm.startup`` when vLLM itself refuses the parallel layout). A scheduler pins a model's
-    pods with node affinity on ``attnplan.io/model-<name> In (ok)``. Two names that sanitise to
-    one label are bad input."""
+    """Two labels per configured model (or config) of ``configs`` (``preflight.model.NamedConfig``), from the
+    command's verdict (policy/verdict.py): ``model-<name>`` is ``runs`` wherever the engine runs it - on
+    FlashInfer or on a backend of its own - else the rule that decides the other outcome (``vllm.startup``
+    when vLLM itself refuses the parallel layout); ``model-<name>-backend`` is the backend the engine itself
+    selects (FLASHINFER, FLASH_ATTN_MLA, ...). A label never names a rule where the model runs. A scheduler
+    pins a model's pods with node affinity on ``attnplan.io/model-<name> In (runs)``. Two names that
+    sanitise to one label are bad input."""
     from attnplan.policy import InvalidInputError
 
     from .simulate import plan_model_locally
@@ -147,15 +162,27 @@ def model_labels(node: NodeFacts, configs: Any, ruleset: Optional[RuleSet] = Non
         if name in out:
             raise InvalidInputError("model", f"two models are labelled {name}: give them distinct names")
         if nc.request is not None:
-            a = plan_model_locally(nc, node, rs)
-            first = a.first_failure()
-            value = "ok" if a.ok else (first[1] if first else "rejected")
+            a: Any = plan_model_locally(nc, node, rs)
         else:
-            answer = plan_for(nc.config, node, ruleset=rs, engine=nc.engine)
-            value = "ok" if answer.ok else (answer.violations[0].rule if answer.violations else "rejected")
+            a = plan_for(nc.config, node, ruleset=rs, engine=nc.engine)
+        verdict = a.verdict
+        if verdict is None:  # an answer without a verdict (an older node's): judged by its FlashInfer plan
+            first = a.first_failure() if hasattr(a, "first_failure") else (
+                ("", a.violations[0].rule) if a.violations else None)
+            value, backend = ("runs" if a.ok else (first[1] if first else "rejected")), None
+        else:
+            value = "runs" if verdict.runs else (verdict.rules[0] if verdict.rules else verdict.outcome)
+            backend = verdict.selected.decode
         v = sanitize_value(value) or "rejected"
         if valid_label(name, v):
             out[name] = v
+        b = sanitize_value(backend) if backend else None
+        bname = backend_label_name(nc.name)
+        if bname in out:
+            raise InvalidInputError("model", f"{nc.name!r} labels its backend as another model's label {bname}: "
+                                             "give the models distinct names")
+        if b and bname and valid_label(bname, b):
+            out[bname] = b
     return out
 
 
@@ -182,8 +209,9 @@ def write_atomic(path: str | Path, text: str) -> Path:
         raise InvalidInputError("output", f"{target.name}: NFD ignores dotfiles; choose a name without a leading dot")
     if not directory.is_dir():
         raise InvalidInputError("output", f"{directory}: no such directory")
-    if target.is_dir():
-        raise InvalidInputError("output", f"{target} is a directory; give the feature file's name")
+    from attnplan.safeio import check_replaceable
+
+    check_replaceable(target, what="output")  # never a link, device or FIFO replaced (issue 40 #7)
     try:
         return replace_atomically(target, text)
     except OSError as exc:

@@ -1,4 +1,4 @@
-"""The preflight report (SPEC §9): schema_version, rules_revision, query, summary, nodes,
+"""The preflight report (docs/contract.md, Errors and exit codes): schema_version, rules_revision, query, summary, nodes,
 groups, warnings.
 
 Verdicts are ``pass | fail | warn | error | skip``; a node that could not be probed is an
@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from attnplan.policy import (AttentionConfig, EngineRef, EngineSpec, Fallback, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
                              Violation)
+from attnplan.policy.answer import Verdict as CommandVerdict
 
 if TYPE_CHECKING:  # the request module imports the vLLM vocabulary; preflight reads it lazily
     from attnplan.vllm.request import ModelRequest
@@ -98,6 +99,7 @@ class ModelAnswer:
     startup_error: Optional[str] = None
     kv_cache_groups: Optional[KVCacheGroupsPlan] = None
     plan: None = None  # no one plan serves every layer
+    verdict: Optional[CommandVerdict] = None  # the command's verdict as the node gave it (policy/answer.py Verdict)
 
     @property
     def ok(self) -> bool:
@@ -198,6 +200,10 @@ class Cell(Model):
     reason: Optional[str] = None
     layer_groups: list[LayerGroupCell] = Field(default_factory=list, description="a model: each layer group's verdict")
     first_failing: Optional[str] = Field(None, description="a rejected model: the first failing group's rule")
+    outcome: Optional[str] = Field(None, description="the command's outcome (verdict.outcome): runs, fails-at-..., "
+                                                     "wrong-output; pass exactly when it runs")
+    engine_backend: Optional[str] = Field(None, description="the backend the engine itself selects (verdict.selected)")
+    modelled: Optional[bool] = Field(None, description="the engine runs FlashInfer kernels attnplan plans")
 
 
 class NodeRow(Model):
@@ -220,7 +226,7 @@ class NodeRow(Model):
 class GroupCell(Cell):
     """A group's result for one config, with the full violations and verified suggestions."""
 
-    details: list[dict[str, Any]] = Field(default_factory=list, description="violation entries (SPEC §9)")
+    details: list[dict[str, Any]] = Field(default_factory=list, description="violation entries (docs/contract.md, Errors and exit codes)")
     suggestions: list[dict[str, Any]] = Field(default_factory=list)
     fallbacks: list[dict[str, Any]] = Field(default_factory=list,
                                             description="backends skipped for a lower-priority one: phase, skipped, rules, used")

@@ -17,7 +17,7 @@ from attnplan.policy import (EngineRef, Fallback, GroupPlan, KVCacheGroupsPlan, 
                              Violation, compact_layers)
 
 from .answers import BadAnswer, incoherence
-from .model import STARTUP, Cell, GroupAnswer, LayerGroupCell, ModelAnswer, NamedConfig
+from .model import STARTUP, Cell, CommandVerdict, GroupAnswer, LayerGroupCell, ModelAnswer, NamedConfig
 
 # A real model has a handful of groups and at most thousands of layers; more is not an answer.
 MAX_GROUPS = 256
@@ -48,6 +48,12 @@ def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
     except (ValidationError, ValueError, TypeError) as exc:
         raise BadAnswer(f"schema-invalid answer: node: {str(exc).splitlines()[0][:160]}") from None
     status = data.get("status")
+    verdict = None
+    if data.get("verdict") is not None:
+        try:
+            verdict = CommandVerdict.model_validate(data["verdict"])
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise BadAnswer(f"schema-invalid answer: verdict: {str(exc).splitlines()[0][:160]}") from None
     revision = data.get("rules_revision")
     if not isinstance(revision, str) or len(revision) > 256:
         raise BadAnswer("schema-invalid answer: rules_revision is not a revision")
@@ -61,7 +67,7 @@ def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
         if problem:
             raise BadAnswer(f"schema-invalid answer: {problem}")
         return ModelAnswer(status="rejected", node=node, engine=EngineRef(), rules_revision=revision, model_type="",
-                           num_layers=0, groups=(), startup_error=err[:2000])
+                           num_layers=0, groups=(), startup_error=err[:2000], verdict=verdict)
     if status not in ("ok", "rejected"):
         raise BadAnswer(f"schema-invalid answer: status {_short(status)}")
     per = data.get("per_rank")
@@ -129,7 +135,39 @@ def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
     return ModelAnswer(status=status, node=node, engine=engine, rules_revision=revision,
                        model_type=str(per.get("model_type") or "")[:64], num_layers=num_layers, groups=tuple(groups),
                        violations=tuple(tagged + model_level), suggestions=tuple(suggestions),
-                       fallbacks=tuple(fallbacks), notes=notes, kv_cache_groups=kv)
+                       fallbacks=tuple(fallbacks), notes=notes, kv_cache_groups=kv, verdict=verdict)
+
+
+def served_model_answer(sa: Any, node: NodeFacts, revision: str) -> ModelAnswer:
+    """The ``ModelAnswer`` of a request planned here (``vllm.request.plan_request``'s ServeAnswer): the object a
+    node's JSON parses into (``model_answer``), built from the planned objects themselves - a simulated node is
+    judged exactly as a remote one without a JSON round trip."""
+    if sa.startup_error is not None:  # vLLM's own refusal: no plan, the node it was asked for
+        return ModelAnswer(status="rejected", node=node, engine=EngineRef(), rules_revision=revision, model_type="",
+                           num_layers=0, groups=(), startup_error=sa.startup_error[:2000], verdict=sa.verdict)
+    m = sa.model
+    groups: list[GroupAnswer] = []
+    tagged: list[Violation] = []
+    suggestions: list[Suggestion] = []
+    fallbacks: list[Fallback] = []
+    for i, g in enumerate(m.layer_groups):
+        label = compact_layers(g.layers, m.num_layers or None)
+        if g.status == "not_served":
+            groups.append(GroupAnswer(i, g.kind, g.layers, label, "not_served", None))
+            continue
+        a = g.answer.model_copy(update={"status": g.status, "plan": g.answer.plan if g.status == "ok" else None,
+                                        "violations": g.violations, "trace": ()})
+        groups.append(GroupAnswer(i, g.kind, g.layers, label, g.status, a))
+        tagged += [v.model_copy(update={"group": i}) for v in g.violations]
+        suggestions += [s.model_copy(update={"group": i}) for s in g.suggestions]
+        fallbacks += [f.model_copy(update={"group": i}) for f in g.fallbacks]
+    one = m.answer()
+    notes = one.notes if one is not None else m.all_notes()
+    return ModelAnswer(status=m.status, node=m.node, engine=m.engine, rules_revision=m.rules_revision or revision,
+                       model_type=m.model_type[:64], num_layers=m.num_layers, groups=tuple(groups),
+                       violations=tuple(tagged) + tuple(v.model_copy(update={"group": None}) for v in m.violations),
+                       suggestions=tuple(suggestions), fallbacks=tuple(fallbacks),
+                       notes=tuple(str(n)[:500] for n in notes), kv_cache_groups=m.kv_cache_groups, verdict=m.verdict)
 
 
 _SEEN: "dict[tuple[int, bytes], tuple[NamedConfig, ModelAnswer]]" = {}
@@ -169,6 +207,24 @@ def _joined(values: list[Optional[str]]) -> Optional[str]:
     return "|".join(seen) if seen else None
 
 
+def verdict_cell(i: int, v: Any, plan: Any, rules: list[str], **extra: Any) -> Cell:
+    """A cell judged by the command's verdict (policy/verdict.py): pass exactly when the command runs. ``plan``:
+    the FlashInfer plan the command runs (None where the engine runs its own backend, or fails)."""
+    sel = v.selected
+    common = dict(config=i, outcome=v.outcome, modelled=v.modelled,
+                  engine_backend=sel.decode if sel.prefill == sel.decode else f"{sel.prefill}/{sel.decode}", **extra)
+    if v.outcome == "runs":
+        if plan is not None:
+            kv = plan.kv_cache
+            return Cell(verdict="pass", status="ok", prefill=plan.prefill.backend, decode=plan.decode.backend,
+                        kv_layout=kv.layout, page_size=kv.page_size, kv_view_dtype=kv.kv_view_dtype, violations=[],
+                        **common)
+        return Cell(verdict="pass", status="ok", prefill=sel.prefill, decode=sel.decode, violations=[],
+                    reason=None if v.modelled else f"{sel.decode}: not FlashInfer (not modelled)", **common)
+    return Cell(verdict="fail", status="rejected", violations=list(v.rules) or rules,
+                reason=f"{v.outcome}: {v.message}", **common)
+
+
 def model_cell(i: int, a: ModelAnswer) -> Cell:
     """One node x one model: pass only when every layer group passes."""
     rows = []
@@ -180,6 +236,19 @@ def model_cell(i: int, a: ModelAnswer) -> Cell:
             violations=list(dict.fromkeys(v.rule for v in g.answer.violations)) if g.answer else []))
     rules = list(dict.fromkeys(v.rule for v in a.violations))
     first = a.first_failure()
+    if a.verdict is not None:
+        plan = None
+        if a.ok and a.verdict.flashinfer_plan == "command":
+            plans = [g.answer.plan for g in a.attention_groups if g.answer is not None and g.answer.plan is not None]
+            plan = plans[0] if plans else None
+        cell = verdict_cell(i, a.verdict, plan, rules, layer_groups=rows,
+                            first_failing=(a.verdict.rules[0] if a.verdict.rules else None) if not a.verdict.runs else None)
+        if plan is not None:  # every group's kernels, as before
+            cell = cell.model_copy(update={"prefill": _joined([g.answer.plan.prefill.backend for g in a.attention_groups
+                                                               if g.answer is not None and g.answer.plan is not None]),
+                                           "decode": _joined([g.answer.plan.decode.backend for g in a.attention_groups
+                                                              if g.answer is not None and g.answer.plan is not None])})
+        return cell
     if a.ok:
         plans = [g.answer.plan for g in a.attention_groups if g.answer is not None and g.answer.plan is not None]
         kv = plans[0].kv_cache

@@ -1,4 +1,4 @@
-"""From per-node outcomes to the report (SPEC §9): verdicts, groups, warnings, summary.
+"""From per-node outcomes to the report (docs/contract.md, Errors and exit codes): verdicts, groups, warnings, summary.
 
 The jobs live apart: ``verdicts`` judges one node, ``grouping`` groups identical nodes and flags
 heterogeneity, ``text`` renders the report for a terminal; this module puts them together.

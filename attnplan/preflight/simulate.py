@@ -58,16 +58,15 @@ def declared(name: str, *, flashinfer_version: Optional[str] = None, cubins: Opt
 
 
 def plan_model_locally(nc: NamedConfig, node: NodeFacts, ruleset: Optional[RuleSet]) -> Any:
-    """A model request planned here for ``node`` and read back through the JSON a node would send
-    (``model_answers.model_answer``), so a simulated node is judged exactly as a remote one."""
-    from attnplan.vllm.request import answer_json, plan_request
+    """A model request planned here for ``node``, as the ``ModelAnswer`` a node's JSON parses into
+    (``model_answers.served_model_answer``: the same object, no JSON round trip)."""
+    from attnplan.vllm.request import plan_request
 
-    from .model_answers import model_answer
+    from .model_answers import served_model_answer
 
     assert nc.request is not None
     rs = ruleset if ruleset is not None else default_ruleset()
-    sa = plan_request(nc.request, node, rs)
-    return model_answer(answer_json(sa, nc.request, node, trace=False, rules_revision=rs.revision), nc)
+    return served_model_answer(plan_request(nc.request, node, rs), node, rs.revision)
 
 
 def simulate(spec: str, configs: Sequence[NamedConfig], *, flashinfer_version: Optional[str] = None,

@@ -90,8 +90,11 @@ def _ranges(nums: list[str], max_chars: int = 1 << 30) -> str:
 
 
 def groups_text(c: Cell) -> str:
-    """A model's layer groups in one cell: ``sliding x52 fa3/xqa; full x10 fa3/xqa``."""
+    """A model's layer groups in one cell: ``sliding x52 fa3/xqa; full x10 fa3/xqa``; where the engine runs
+    its own backend, the FlashInfer groups are what it would run if forced, and the cell says so."""
     parts = []
+    if c.modelled is False and c.outcome == "runs":
+        return "; ".join(f"{g.kind} x{g.count} {c.engine_backend}" for g in c.layer_groups) or "-"
     for g in c.layer_groups:
         if g.status == "ok":
             parts.append(f"{g.kind} x{g.count} {g.prefill}/{g.decode}")
@@ -109,6 +112,8 @@ def _cell_text(c: Cell, status: str) -> str:
             text += f" ({len(c.layer_groups)} groups)"
         return text + (" (differs)" if c.verdict == "warn" else "")
     if c.verdict == "fail":
+        if c.outcome is not None:  # the command's verdict: its outcome and rule
+            return f"{c.outcome.upper()} " + ",".join(c.violations)
         if c.layer_groups or c.first_failing:  # a model: the first failing group and its rule
             return "REJECTED " + (c.reason or ",".join(c.violations))
         return "REJECTED " + ",".join(c.violations)
@@ -172,8 +177,10 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
             c = g.results[0]
             if c.verdict in ("pass", "warn", "fail"):
                 word = {"pass": "ok", "warn": "ok (differs)", "fail": "REJECTED"}[c.verdict]
-                detail = ", ".join(c.violations) if c.verdict == "fail" else "-"
-                if c.verdict == "fail" and (c.layer_groups or c.first_failing):
+                if c.outcome is not None:  # the command's verdict: what the engine does
+                    word = {"pass": c.outcome, "warn": f"{c.outcome} (differs)"}.get(c.verdict, c.outcome.upper())
+                detail = ", ".join(c.violations) if c.verdict == "fail" else (c.reason or "-") if c.modelled is False else "-"
+                if c.verdict == "fail" and (c.layer_groups or c.first_failing or c.outcome):
                     detail = c.reason or detail  # a model: the first failing layer group and its rule
                 base += [word, c.prefill or "-", c.decode or "-",
                          f"{c.kv_layout}/{c.page_size}" if c.kv_layout else "-", _clip(clean(detail), 120)]

@@ -23,6 +23,10 @@ def answer_cell(i: int, a: Any) -> Cell:
 
         return model_cell(i, a)
     rules = list(dict.fromkeys(v.rule for v in a.violations))
+    if a.verdict is not None:
+        from .model_answers import verdict_cell
+
+        return verdict_cell(i, a.verdict, a.plan if a.verdict.flashinfer_plan == "command" else None, rules)
     if a.status == "ok" and a.plan is not None:
         kv = a.plan.kv_cache
         return Cell(config=i, verdict="pass", status="ok", prefill=a.plan.prefill.backend,
@@ -70,7 +74,7 @@ def node_row(o: Outcome, n_cfg: int) -> NodeRow:
     if status == "rejected":
         rules = list(dict.fromkeys(r for c in cells for r in c.violations if c.verdict == "fail"))
         reason = f"violates {', '.join(rules)}"
-        firsts = [c.reason for c in cells if c.verdict == "fail" and c.layer_groups and c.reason]
+        firsts = [c.reason for c in cells if c.verdict == "fail" and (c.layer_groups or c.outcome) and c.reason]
         if firsts and len(cells) == 1:
             reason = firsts[0]  # a model: its first failing layer group and rule
     return NodeRow(status=status, verdict=verdict, reason=reason, results=cells, **facts, **base)  # type: ignore[arg-type]

@@ -6,13 +6,15 @@ from .tables import (
     engine_line,
     node_label,
     paint,
+    plan_heading,
     render_answer,
     render_explain,
     render_node,
     render_rules,
+    render_verdict,
     rules_json,
     table,
 )
 
 __all__ = ["engine_line", "render_groups", "render_groups_explain", "compact_layers", "node_label", "paint", "render_answer", "render_explain", "render_node", "render_rules",
-           "rules_json", "table"]
+           "render_verdict", "plan_heading", "rules_json", "table"]

@@ -22,9 +22,17 @@ def _param(g: GroupPlan) -> str:
 def render_groups(a: ModelPlanAnswer) -> str:
     from .tables import engine_line
 
+    from .tables import plan_heading, render_verdict
+
     head = paint("OK", "32;1") if a.ok else paint("REJECTED", "31;1")
     line = engine_line(a)
-    out = ([line, ""] if line else []) + [f"{head}  {a.model_type or 'model'}, {a.num_layers} layers, {len(a.layer_groups)} layer groups  {node_label(a.node)}", ""]
+    if a.verdict is not None:
+        top = render_verdict(a.verdict) + [""]
+        heading = plan_heading(a.verdict)
+        top += [heading, ""] if heading else []
+    else:
+        top = [line, ""] if line else []
+    out = top + [f"{head}  {a.model_type or 'model'}, {a.num_layers} layers, {len(a.layer_groups)} layer groups  {node_label(a.node)}", ""]
     rows = []
     for g in a.layer_groups:
         served = g.status != "not_served"

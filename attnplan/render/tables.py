@@ -50,11 +50,45 @@ def engine_line(answer: Any) -> Optional[str]:
     return paint(eb.note, "33;1") if not eb.runs_flashinfer else eb.note
 
 
+_OUTCOME_COLOR = {"runs": "32;1", "wrong-output": "35;1"}
+
+
+def render_verdict(v: Any) -> list[str]:
+    """The verdict block that leads every rendered answer (policy/answer.py Verdict): the outcome of the command
+    as typed, the engine's own pick, the rules that decide it and the fixes, each re-evaluated."""
+    out = [f"{paint(v.outcome.upper(), _OUTCOME_COLOR.get(v.outcome, '31;1'))}  {v.message}"]
+    sel = v.selected
+    picked = sel.prefill if sel.prefill == sel.decode else f"prefill {sel.prefill}, decode {sel.decode}"
+    kind = "FlashInfer, planned below" if v.modelled else "not FlashInfer's kernels"
+    if picked != "none":
+        out.append(f"  {v.engine} selects {picked}: {kind}")
+    elif v.rules[:1] == ("vllm.engine-backend",):
+        out.append(f"  {v.engine} finds no valid backend")
+    if v.fixes:
+        out.append("  fixes (each re-evaluated):")
+        out.append(table(("change", "outcome", "selected"),
+                         [(f.args or f.change, f.outcome, f.selected or "-") for f in v.fixes], indent="    "))
+    return out
+
+
+def plan_heading(v: Any) -> Optional[str]:
+    """The line above a FlashInfer plan that is not what the command runs."""
+    if v is None or v.flashinfer_plan == "command":
+        return None
+    return f"FlashInfer plan if forced with {v.forced_with} (the command as given does not run it):"
+
+
 def render_answer(a: PlanAnswer) -> str:
     out: list[str] = []
-    line = engine_line(a)
-    if line:
-        out += [line, ""]
+    if a.verdict is not None:
+        out += render_verdict(a.verdict) + [""]
+        head = plan_heading(a.verdict)
+        if head:
+            out += [head, ""]
+    else:
+        line = engine_line(a)
+        if line:
+            out += [line, ""]
     if a.ok and a.plan is not None:
         p = a.plan
         out.append(f"{paint('OK', '32;1')}  {node_label(a.node)}  [engine {_engine(a)}]")
@@ -104,7 +138,7 @@ def render_answer(a: PlanAnswer) -> str:
             out.append("suggestions (each verified by re-evaluating every rule):")
             out.append(table(("field", "value", "result"), [
                 (s.field, s.value, s.message) for s in a.suggestions], indent="  "))
-        else:
+        elif not (a.verdict is not None and a.verdict.fixes):
             out.append("no single-field change makes this configuration valid on this node.")
     if a.notes:
         out.append("")

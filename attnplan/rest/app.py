@@ -21,15 +21,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from attnplan.policy import NodeCache, NodeFacts, ProbeIO, RulePackError, RuleSet, default_ruleset, load_rules
 from attnplan.policy.probe import ARTIFACTORY_TTL_S, DEFAULT_TIMEOUT_S
 
+from .bodies import BODY_KEY, client_strings, scrub
 from .metrics import Metrics, MetricsMiddleware
-from .presets import default_examples_dir, load_presets
+from .presets import Presets, default_examples_dir
 from .readiness import PROBE_DEADLINE_S, NodeService
 from .compare_routes import router as compare_router
 from .model_routes import router as model_router
 from .routes import router, static_routes
 from .docs import docs_routes
 from .readiness import REFRESH_INTERVAL_S
-from .security import MAX_BODY_BYTES, OPEN_PATHS, OPEN_PREFIXES, BearerAuth, BodyLimit, CloseOnError, NoTokenInURL
+from .security import (MAX_BODY_BYTES, OPEN_PATHS, OPEN_PREFIXES, BearerAuth, BodyLimit, CatchAll, CloseOnError,
+                       NoTokenInURL)
 from .service import Service
 
 log = logging.getLogger("attnplan.api")
@@ -64,14 +66,18 @@ def _field(loc: list[Any]) -> str:
     return ".".join(str(p) for p in parts) or (str(loc[0]) if loc else "body")
 
 
-def _errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+def _errors(exc: RequestValidationError, sent: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     out = []
     for e in exc.errors():
         loc = list(e.get("loc", ()))
         msg = str(e.get("msg", "invalid"))
-        if e.get("type") == "json_invalid":
+        if e.get("type") == "json_invalid" and e.get("ctx"):
             loc = ["body"]
             msg = f"{msg}: {(e.get('ctx') or {}).get('error', 'malformed JSON')}"
+        elif e.get("type") == "value_error":
+            # Our own refusals (InvalidInputError) may quote a value the client sent: not repeated back
+            # (rest/bodies.py; pydantic's own messages never carry the input).
+            msg = scrub(msg, sent)
         # Never the input itself: it may be 64 KiB of junk, and echoing it helps nobody.
         out.append({"loc": loc, "field": _field(loc), "msg": msg, "type": str(e.get("type", "value_error"))})
     return out
@@ -109,7 +115,8 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
                   ruleset=ruleset, rules_error=rules_error)
     # Presets are read now, not on a request: reading one may import transformers (seconds).
     t0 = time.perf_counter()
-    presets = load_presets(svc.examples_dir)
+    svc.presets = Presets(svc.examples_dir)  # one registry for every route (rest/presets.py)
+    presets = (svc.presets.listed, svc.presets.errors)
     log.info("presets: %d read (%d refused) from %s in %.2f s", len(presets[0]), len(presets[1]),
              svc.examples_dir, time.perf_counter() - t0)
 
@@ -125,7 +132,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
         title="attnplan", version=_version(), lifespan=lifespan, redoc_url=None, docs_url=None,
         swagger_ui_oauth2_redirect_url=None,
         description="Which attention kernels will run on this node, for this model, and why not. "
-                    "`POST /v1/plan` answers as `attnplan plan --json` does (SPEC §8).",
+                    "`POST /v1/plan` answers as `attnplan plan --json` does (docs/contract.md, The plan).",
     )
     app.state.attnplan = svc
     app.state.presets = presets
@@ -138,8 +145,10 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
         app.include_router(docs_routes(docs_dir, title=app.title))
 
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> ErrorResponse:
-        return ErrorResponse({"detail": _errors(exc)}, status_code=422)
+    async def invalid(request: Request, exc: RequestValidationError) -> ErrorResponse:
+        raw = request.scope.get(BODY_KEY)
+        sent = frozenset(client_strings(raw)) if isinstance(raw, bytes) else frozenset()
+        return ErrorResponse({"detail": _errors(exc, sent)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_request: Request, exc: StarletteHTTPException) -> ErrorResponse:
@@ -153,6 +162,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
 
     # Added innermost first: metrics see every request (401s and 413s included), auth runs
     # before the body is read, the body limit before any parser.
+    app.add_middleware(CatchAll)  # innermost: an unhandled exception is a 500 that keeps the connection (issue 40 #5)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     if token:
         app.add_middleware(BearerAuth, token=token)

@@ -13,7 +13,7 @@ from typing import Any, Optional
 from fastapi import APIRouter, Depends, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
 
 from attnplan.policy import InvalidInputError
 
@@ -25,14 +25,19 @@ PRESET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class CompareRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # The body policy of every route (rest/bodies.py): strict types, as /v1/plan's (issue 40 #5: tp took
+    # true, "2" and 2.5), unknown fields refused.
+    model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
-    model: Optional[str] = Field(None, description="a preset name (GET /v1/presets), e.g. llama-3.1-8b")
+    model: Optional[StrictStr] = Field(None, min_length=1, max_length=128,
+                                       description="a preset name (GET /v1/presets), e.g. llama-3.1-8b")
     config_json: Optional[dict[str, Any]] = Field(None, description="a HuggingFace config.json, instead of a preset")
-    devices: list[str] = Field(min_length=1, max_length=16, description='GPUs from the device catalog, e.g. ["H100", "B200"]')
-    tp: int = Field(1, ge=1, le=1024, description="tensor parallel size (each row is one rank)")
-    kv_cache_dtype: str = Field("auto", description="auto, fp8, fp8_e4m3, fp8_e5m2, bf16 or nvfp4 (both engines)")
-    page_size: Optional[int] = Field(None, ge=1, le=1024, description="the block/page size given to both engines")
+    devices: list[StrictStr] = Field(min_length=1, max_length=16,
+                                     description='GPUs from the device catalog, e.g. ["H100", "B200"]')
+    tp: StrictInt = Field(1, ge=1, le=1024, description="tensor parallel size (each row is one rank)")
+    kv_cache_dtype: StrictStr = Field("auto", min_length=1, max_length=32,
+                                      description="auto, fp8, fp8_e4m3, fp8_e5m2, bf16 or nvfp4 (both engines)")
+    page_size: Optional[StrictInt] = Field(None, ge=1, le=1024, description="the block/page size given to both engines")
 
     @model_validator(mode="after")
     def _one_model(self) -> "CompareRequest":
@@ -60,10 +65,11 @@ def compare_route(body: CompareRequest, request: Request) -> Response:
     svc = service(request)
     model: Any = body.config_json
     if body.model is not None:
-        d = svc.examples_dir
-        path = d / f"{body.model}.json" if d is not None and PRESET.match(body.model) else None
-        if path is None or not path.is_file():
-            raise _invalid("model", InvalidInputError("model", f"no preset {body.model!r} (GET /v1/presets lists them)"))
+        # The service's one preset registry (rest/presets.py), as /v1/plan and /v1/plan/serve resolve names.
+        path = svc.presets.path(body.model) if svc.presets is not None else None
+        if path is None:
+            raise _invalid("model", InvalidInputError("model", "no such preset (GET /v1/presets lists them; the "
+                                                               "presets shipped with attnplan are known too)"))
         model = str(path)
     try:
         rep = compare(model, body.devices, tp=body.tp, kv_cache_dtype=body.kv_cache_dtype, page_size=body.page_size,

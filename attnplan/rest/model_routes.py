@@ -24,7 +24,9 @@ from pydantic import ValidationError
 from attnplan.policy import InvalidInputError
 from attnplan.vllm.request import EXAMPLE_SERVE_LINE, ModelRequest, answer_json, parse_serve_text, plan_request
 
-from .models import ErrorOut, ModelPlanOut, NodeSpec, PlanRequest, ServeLineRequest, ValidationErrorOut
+from .bodies import BODY_KEY, parse_body
+from .models import (EXAMPLE_LAUNCH_LINE, ErrorOut, LaunchLineRequest, ModelPlanOut, NodeSpec, PlanRequest,
+                     ServeLineRequest, ValidationErrorOut)
 from .readiness import NotReady
 from .service import Service, dumps
 
@@ -65,7 +67,8 @@ def _render(svc: Service, req: ModelRequest, spec: Optional[NodeSpec], trace: bo
             _cache.move_to_end(key)
             return body
     try:
-        sa = plan_request(req, node, rs, allow_paths=False, parser=parser)
+        sa = plan_request(req, node, rs, allow_paths=False, parser=parser,
+                          presets=svc.presets.paths if svc.presets is not None else None)
     except InvalidInputError as exc:
         raise _field_error(exc) from None
     data = answer_json(sa, req, node, trace=trace, rules_revision=rs.revision)
@@ -116,6 +119,30 @@ SERVE_BODY = {
 }
 
 
+async def _line_body(request: Request, model: Any) -> Any:
+    """A pasted line: ``text/plain`` (the body is the line, the node is this service's) or JSON ``{"line": ...}``
+    read under the one body policy of every route (rest/bodies.py)."""
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    raw = await request.body()
+    request.scope[BODY_KEY] = raw  # so that no error repeats what was sent (rest/bodies.py scrub)
+    if ctype == "text/plain":
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _invalid(("body",), f"not UTF-8 text (byte {exc.start})") from None
+        if len(text) > 8192:
+            raise _invalid(("body",), f"the line is {len(text)} characters; at most 8192")
+        return model.model_construct(line=text, node=None, **({"engine": None} if "engine" in model.model_fields else {}))
+    if ctype == JSON or (ctype.startswith("application/") and ctype.endswith("+json")):
+        data = parse_body(raw)
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise RequestValidationError([{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]}
+                                          for e in exc.errors()]) from None
+    raise HTTPException(415, f"send the line as text/plain, or {{\"line\": ...}} as {JSON}")
+
+
 @router.post(
     "/v1/plan/serve", response_class=JSONResponse, openapi_extra={"requestBody": SERVE_BODY},
     summary="What vLLM 0.33 would do with a pasted `vllm serve ...` line, per rank and layer group",
@@ -132,37 +159,68 @@ async def plan_serve(request: Request, trace: bool = Query(True, description="in
     node; `vllm serve` may be left out); MODEL must be a preset or a repo id in this node's
     HuggingFace cache. `text/plain`: the body is the line and the node is this service's;
     `application/json`: `{"line": ..., "node": {...}, "engine": ...}`."""
-    from fastapi import HTTPException
-
-    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    raw = await request.body()
-    if ctype == "text/plain":
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _invalid(("body",), f"not UTF-8 text (byte {exc.start})") from None
-        if len(text) > 8192:
-            raise _invalid(("body",), f"the line is {len(text)} characters; at most 8192")
-        body = ServeLineRequest.model_construct(line=text, node=None, engine=None)
-    elif ctype == JSON or (ctype.startswith("application/") and ctype.endswith("+json")):
-        from attnplan.policy import AttnplanError
-        from attnplan.safeio import parse_json
-
-        try:
-            data = parse_json(raw.decode("utf-8", "replace"), what="body", name="body")
-        except AttnplanError as exc:
-            raise _invalid(("body",), str(exc).removeprefix("body: body: ")) from None
-        try:
-            body = ServeLineRequest.model_validate(data)
-        except ValidationError as exc:
-            raise RequestValidationError([{"type": e["type"], "loc": ("body", *e["loc"]), "msg": e["msg"]}
-                                          for e in exc.errors()]) from None
-    else:
-        raise HTTPException(415, f"send the line as text/plain, or {{\"line\": ...}} as {JSON}; got {ctype or 'none'!r}")
+    body = await _line_body(request, ServeLineRequest)
     try:
-        line = parse_serve_text(body.line)
+        line = parse_serve_text(body.line, allow_files=False)  # a client's line never opens a node file
         req = ModelRequest.from_serve_line(line, engine=body.engine or "vllm")
     except InvalidInputError as exc:
         field = FIELD_NAMES.get(exc.field, exc.field)
         raise _invalid(("body", "line"), f"{field}: {str(exc).removeprefix(exc.field + ': ')}") from None
     return await _answer(request, req, body.node, trace, parser=line.parser)
+
+
+def _render_launch(svc: Service, text: str, spec: Optional[NodeSpec], trace: bool) -> bytes:
+    """A launch_server line's answer (runs in a worker thread): SGLang's own pick per phase, the verdict, the
+    FlashInfer plan per rank and layer group - what ``attnplan sglang launch_server --json`` prints."""
+    from attnplan.sglang.launch import launch_json, parse_launch_text, plan_launch
+    from attnplan.vllm.request import read_reference
+
+    rs = svc.rules()
+    try:
+        node = svc.node_for(spec)
+    except InvalidInputError as exc:
+        raise _field_error(exc, ("body", "node")) from None
+    try:
+        line = parse_launch_text(text)
+        # a client's model is a preset or a repo id in this node's cache, never a path (as /v1/plan/serve)
+        data = read_reference(line.model, allow_paths=False,
+                              presets=svc.presets.paths if svc.presets is not None else None)
+        la = plan_launch(line, node, rs, data=data)
+    except InvalidInputError as exc:
+        raise _invalid(("body", "line"), str(exc)) from None
+    return dumps(launch_json(la, trace=trace))
+
+
+LAUNCH_BODY = {
+    "required": True,
+    "content": {
+        "text/plain": {"schema": {"type": "string", "minLength": 1, "maxLength": 8192}, "example": EXAMPLE_LAUNCH_LINE},
+        JSON: {"schema": {"type": "object", "required": ["line"], "additionalProperties": False,
+                          "properties": {"line": {"type": "string", "minLength": 1, "maxLength": 8192},
+                                         "node": {"$ref": "#/components/schemas/NodeSpec"}}},
+               "example": {"line": EXAMPLE_LAUNCH_LINE, "node": {"device": "B200"}}},
+    },
+}
+
+
+@router.post(
+    "/v1/plan/launch", response_class=JSONResponse, openapi_extra={"requestBody": LAUNCH_BODY},
+    summary="What SGLang 0.5.23 would do with a pasted `python -m sglang.launch_server ...` line, per rank",
+    responses={200: {"description": "as `attnplan sglang launch_server ... --json`: the verdict, SGLang's pick per "
+                                    "phase, the FlashInfer plan per rank and layer group"},
+               401: {"model": ErrorOut, "description": "missing or invalid bearer token (when the service has one)"},
+               413: {"model": ErrorOut, "description": "body over 64 KiB"},
+               415: {"model": ErrorOut, "description": "neither text/plain nor application/json"},
+               422: {"model": ValidationErrorOut, "description": "invalid input; each entry names the field"},
+               503: {"model": ErrorOut, "description": "the node's facts are not known yet"}},
+)
+async def plan_launch_route(request: Request, trace: bool = Query(True, description="include the per-rule trace")) -> Response:
+    """The line is read as `attnplan sglang launch_server` reads it (`python -m sglang.launch_server` may be
+    left out); `--model-path` must be a preset or a repo id in this node's HuggingFace cache."""
+    body = await _line_body(request, LaunchLineRequest)
+    svc: Service = request.app.state.attnplan
+    try:
+        out = await anyio.to_thread.run_sync(_render_launch, svc, body.line, body.node, trace)
+    except NotReady as exc:
+        raise _not_ready(exc) from None
+    return Response(out, media_type=JSON)

@@ -11,7 +11,7 @@ from attnplan.vllm.request import EXAMPLE_SERVE_LINE, MAX_LINE_CHARS, ModelReque
 
 
 class NodeSpec(BaseModel):
-    """A node you do not have: a catalog device or a compute capability (SPEC §8)."""
+    """A node you do not have: a catalog device or a compute capability (docs/contract.md, The plan)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True)
 
@@ -100,6 +100,22 @@ class ServeLineRequest(BaseModel):
     node: Optional[NodeSpec] = Field(None, description="declared node facts (absent: this service's node)")
     engine: Optional[StrictStr] = Field(None, min_length=1, max_length=64,
                                         description="engine layer (absent: vllm, as the line is vLLM's)")
+
+
+EXAMPLE_LAUNCH_LINE = "python -m sglang.launch_server --model-path llama-3.1-8b --tp 2"
+
+
+class LaunchLineRequest(BaseModel):
+    """A pasted SGLang ``launch_server`` line (JSON form of ``POST /v1/plan/launch``; a ``text/plain`` body is
+    the line)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={"examples": [
+        {"line": EXAMPLE_LAUNCH_LINE, "node": {"device": "B200"}}]})
+
+    line: StrictStr = Field(min_length=1, max_length=MAX_LINE_CHARS,
+                            description="[python -m] sglang.launch_server --model-path M [flags] (M: a preset or a repo "
+                                        "id in the node's cache)")
+    node: Optional[NodeSpec] = Field(None, description="declared node facts (absent: this service's node)")
 
 
 class ModelPlanOut(BaseModel):

@@ -12,9 +12,12 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+import re
+
 from attnplan.policy import AttnplanError, fields_from_hf, read_model_config
 
 MAX_PRESETS = 100
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a preset's name: never a path
 
 
 def default_examples_dir() -> Optional[Path]:
@@ -41,3 +44,26 @@ def load_presets(directory: Optional[Path]) -> tuple[list[dict[str, Any]], list[
             continue
         presets.append({"name": path.stem, "fields": fields})
     return presets, errors
+
+
+class Presets:
+    """The one preset registry of a service (issue 40 #5): every route that takes a preset name
+    (``/v1/plan``, ``/v1/plan/serve``, ``/v1/compare``) resolves it here. ``/v1/presets`` lists the
+    service's presets directory (``listed``: each file read once, now); a name resolves to a preset
+    of that directory that read cleanly, else to one shipped in ``attnplan/presets`` (the CLI's
+    ``--model NAME``): custom presets plan on every route, and so do the shipped ones."""
+
+    def __init__(self, directory: Optional[Path]):
+        from attnplan.presets import PRESETS_DIR
+
+        self.directory = directory
+        self.listed, self.errors = load_presets(directory)
+        self.paths: dict[str, Path] = {p.stem: p for p in sorted(PRESETS_DIR.glob("*.json")) if NAME.fullmatch(p.stem)}
+        if directory is not None and directory.is_dir():
+            good = {p["name"] for p in self.listed}
+            for path in sorted(directory.glob("*.json"))[:MAX_PRESETS]:
+                if path.stem in good and NAME.fullmatch(path.stem):
+                    self.paths[path.stem] = path  # the service's own directory wins over a shipped name
+
+    def path(self, name: Any) -> Optional[Path]:
+        return self.paths.get(name) if isinstance(name, str) else None

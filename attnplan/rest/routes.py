@@ -9,11 +9,14 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
+from attnplan.engine_request import with_backend
+
 from attnplan.render import rules_json
 from attnplan.policy import InvalidInputError
 from attnplan.policy import capability_matrix, matrix_markdown
 from attnplan.policy.probe import DEFAULT_TIMEOUT_S
 
+from .bodies import BODY_KEY, parse_body
 from .metrics import Metrics
 from .models import (
     DevicesOut,
@@ -50,18 +53,27 @@ def not_ready(exc: NotReady) -> HTTPException:
     return HTTPException(503, detail=f"node facts not ready: {exc.reason}", headers={"Retry-After": "1"})
 
 
+def is_json(request: Request) -> bool:
+    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return ctype == JSON or (ctype.startswith("application/") and ctype.endswith("+json"))
+
+
 async def json_body(request: Request) -> None:
     """The body is JSON by its content type, whatever FastAPI's own release tolerates (older
-    ones parsed a ``text/plain`` body as JSON, newer ones refuse it with a 422). ``async``: a
-    plain ``def`` dependency costs a round trip through the thread pool on every plan."""
-    ctype = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-    if ctype != JSON and not (ctype.startswith("application/") and ctype.endswith("+json")):
-        raise HTTPException(415, f"the body must be JSON sent as 'content-type: {JSON}'; got {ctype or 'none'!r}")
+    ones parsed a ``text/plain`` body as JSON, newer ones refuse it with a 422), and it passes the
+    one body policy of every route (rest/bodies.py: strict UTF-8, no duplicate keys, no NaN,
+    bounded nesting) before its model sees it. ``async``: a plain ``def`` dependency costs a round
+    trip through the thread pool on every plan."""
+    if not is_json(request):
+        raise HTTPException(415, f"the body must be JSON sent as 'content-type: {JSON}'")
+    raw = await request.body()  # read once; FastAPI's own parse reads the same cached bytes
+    request.scope[BODY_KEY] = raw
+    parse_body(raw)
 
 
 @router.post(
     "/v1/plan", response_class=JSONResponse, summary="The backend plan (or rejection) for an attention config",
-    responses={200: {"model": PlanOut, "description": "the plan answer (SPEC §8): status ok or rejected"},
+    responses={200: {"model": PlanOut, "description": "the plan answer (docs/contract.md, The plan): status ok or rejected"},
                400: {"model": ErrorOut, "description": "a body that cannot be decoded"},
                413: {"model": ErrorOut, "description": "body over 64 KiB"},
                415: {"model": ErrorOut, "description": "a body not sent as application/json"},
@@ -85,7 +97,13 @@ async def plan(body: PlanRequest, request: Request,
     except InvalidInputError as exc:  # an unknown device, a bad capability or version
         raise invalid(("body", "node", exc.field), exc) from None
     try:
-        rendered = await svc.plan_async(body.config, node, trace, svc.engine(body.engine))
+        engine = svc.engine(body.engine)
+        config = body.config
+        if config.attention_backend != "auto":  # under SGLang the name is SGLang's own (attnplan/engine_request.py)
+            engine, backend = with_backend(engine, config.attention_backend)
+            if backend is None:
+                config = config.replace(attention_backend="auto")
+        rendered = await svc.plan_async(config, node, trace, engine)
     except InvalidInputError as exc:  # an engine (or the node's installed vllm) the rules do not cover
         raise invalid(("body", exc.field), exc) from None
     return Response(rendered.body, media_type=JSON)

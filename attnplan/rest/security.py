@@ -198,3 +198,40 @@ class CloseOnError:
             await send(message)
 
         await self.app(scope, receive, closing)
+
+
+class CatchAll:
+    """The last word on an exception no handler took: a 500 ``{"detail": "internal server error"}``
+    (the traceback to the server's log only), and the exception goes no further.
+
+    Starlette's ServerErrorMiddleware answers 500 through the app's ``Exception`` handler and then
+    re-raises, and uvicorn closes a connection whose app raised after its response had started
+    (protocols/http/h11_impl.py run_asgi: ``self.transport.close()``), without a ``connection:
+    close`` header: a keep-alive client's next request on that connection got nothing (issue 40 #5).
+    Caught here, inside the app, the connection stays usable."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: dict) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception as exc:  # noqa: BLE001 - answered as 500; the log has the traceback
+            import logging
+
+            logging.getLogger("attnplan.api").error("unhandled %s on %s %s", type(exc).__name__, scope.get("method"),
+                                                    scope.get("path"), exc_info=exc)
+            if not started:
+                await send_json(send, 500, "internal server error")
+            # else: the response is already on its way (or sent); nothing more can be said on it

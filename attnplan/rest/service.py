@@ -102,6 +102,7 @@ class Service:
         self.metrics = metrics
         self.nodes = nodes
         self.examples_dir = examples_dir
+        self.presets: Any = None  # rest/presets.py Presets: the one registry every route resolves names in
         self.answers = AnswerCache(ANSWER_CACHE_SIZE)
         self._limiter: Any = None
         self.declared = functools.lru_cache(maxsize=128)(declared_node)

@@ -1,7 +1,7 @@
 """attnplan's rules, as data.
 
-``packs/*.yaml`` hold the capability rules (SPEC §3), ``backends.yaml`` the backend catalog
-and the selection order (SPEC §4), ``devices.yaml`` the device catalog. ``policy`` loads and
+``packs/*.yaml`` hold the capability rules (docs/contract.md, Rules), ``backends.yaml`` the backend catalog
+and the selection order (docs/contract.md, Selection), ``devices.yaml`` the device catalog. ``policy`` loads and
 evaluates them; nothing here is code.
 """
 

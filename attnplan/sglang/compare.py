@@ -17,17 +17,18 @@ from attnplan.policy import make_config, plan_for, plan_model, read_layers, simu
 from attnplan.policy.parallel import per_rank_fields, startup_errors
 from attnplan.policy.hfconfig import model_info, read_model_config
 
-from .flags import SglangEngine, SglangFlags, kv_dtype
+from .flags import SglangEngine, SglangFlags, architecture_of, kv_dtype, request_for_model
 
 ENGINES = ("vllm", "sglang")
 # vLLM's --kv-cache-dtype names -> SGLang's (fp8 is e4m3 in both)
 SGLANG_KV = {"fp8": "fp8_e4m3"}
 
 
-def _engine(name: str, arch: Optional[str], kv: str, page: Optional[int]) -> Any:
+def _engine(name: str, raw: Mapping[str, Any], where: str, kv: str, page: Optional[int]) -> Any:
     if name == "vllm":
         return "vllm"
-    return SglangEngine(SglangFlags(kv_cache_dtype=SGLANG_KV.get(kv, kv), page_size=page, architecture=arch))
+    # the model's architecture rides with SGLang's request as on every other entry point (request_for_model)
+    return request_for_model(SglangEngine(SglangFlags(kv_cache_dtype=SGLANG_KV.get(kv, kv), page_size=page)), raw, where)
 
 
 def _phase(a: PlanAnswer, ph: str) -> dict[str, Any]:
@@ -42,9 +43,13 @@ def _phase(a: PlanAnswer, ph: str) -> dict[str, Any]:
 
 def _row(device: str, node: NodeFacts, engine: str, a: PlanAnswer, page_given: Optional[int],
          group: Optional[str]) -> dict[str, Any]:
+    v = a.verdict
     return {
         "device": device, "capability": node.capability_str, "engine": engine, "version": a.engine.version,
-        "group": group, "status": a.status,
+        # one standard for both engines: the verdict of each engine's command (policy/verdict.py), its outcome as
+        # the row's status; ``flashinfer_plan`` is the status of the FlashInfer plan beneath it
+        "group": group, "status": v.outcome if v is not None else a.status, "flashinfer_plan": a.status,
+        "verdict": v.model_dump(mode="json") if v is not None else None,
         "prefill": _phase(a, "prefill"), "decode": _phase(a, "decode"),
         "page_size": {"given": page_given, "runs": a.plan.kv_cache.page_size if a.plan is not None else None},
         "coercions": [c.model_dump(mode="json") for c in a.coercions],
@@ -69,7 +74,7 @@ def compare(model: str | Mapping[str, Any], devices: Sequence[str], *, tp: int =
     fields["kv_cache_dtype"] = kv_cache_dtype
     if page_size is not None:
         fields["page_size"] = page_size
-    arch = (raw.get("architectures") or [None])[0]
+    arch = architecture_of(raw, where)
     heads = fields["num_qo_heads"]
     errs = startup_errors(heads, fields.get("num_kv_heads") or heads, tp, 1, mla=fields.get("kv_lora_rank") is not None)
     if errs:
@@ -79,7 +84,7 @@ def compare(model: str | Mapping[str, Any], devices: Sequence[str], *, tp: int =
     for dev in devices:
         node = (nodes or {}).get(dev) or simulated_node(dev)
         for eng in ENGINES:
-            e = _engine(eng, arch, kv_cache_dtype, page_size)
+            e = _engine(eng, raw, where, kv_cache_dtype, page_size)
             if layered:
                 over = {k: fields[k] for k in ("kv_cache_dtype", "page_size") if k in fields}
                 mp = plan_model(raw, node, overrides=over, ruleset=ruleset, engine=e, tensor_parallel_size=tp)
@@ -115,12 +120,16 @@ def render_compare(rep: dict[str, Any]) -> str:
         body.append([f"{r['device']} ({r['capability']})", f"{r['engine']} {r['version'] or ''}".strip(), r["group"] or "",
                      _cell(r["prefill"]), _cell(r["decode"]),
                      f"{'unset' if pg['given'] is None else pg['given']} -> {pg['runs'] or '-'}",
-                     f"{r['prefill']['query_dtype'] or '-'}/{r['decode']['query_dtype'] or '-'}", r["status"]])
+                     f"{r['prefill']['query_dtype'] or '-'}/{r['decode']['query_dtype'] or '-'}",
+                     r["status"] if r["status"] == "runs" or r["status"] in ("ok", "rejected") else r["status"].upper()])
         who = f"{r['device']} {r['engine']}" + (f" [{r['group']}]" if r["group"] else "")
         for c in r["coercions"]:
             extra.append(f"  {who}: coerced {c['field']} {'unset' if c['given'] is None else c['given']} -> {c['runs']} "
                          f"[{c['rule']}] (silently)")
-        for v in r["refusals"]:
+        vd = r.get("verdict")
+        if vd is not None and vd["outcome"] != "runs":
+            extra.append(f"  {who}: {vd['outcome']}: {vd['message']}")
+        for v in r["refusals"] if vd is None else ():  # a verdict says the outcome and its rule once
             extra.append(f"  {who}: refused ({v['outcome']}, {v['phase']}) [{v['rule']}] {v['message']}")
     out += ["", table(headers, body)]
     if extra:

@@ -8,7 +8,7 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from attnplan.policy.errors import RulePackError
-from attnplan.policy.rulepack import RuleSet
+from attnplan.policy.rulepack import RESOLVER_RULES, RuleSet
 
 Phase = Literal["prefill", "decode"]
 
@@ -32,13 +32,56 @@ class DefaultRow(_M):
     asymmetric_kv: Optional[bool] = None             # model_config.has_asymmetric_kv
     sinks: Optional[bool] = None                     # model_config.has_attention_sinks
     deepseek: Optional[bool] = None                  # overrides.py _deterministic_is_deepseek_model
+    # what get_default_attn_backend answers for these flags (model_overrides/qwen3_5.py asks it first)
+    default_backend: Optional[str] = None
+    speculative: Optional[bool] = None               # a --speculative-algorithm is given
     backend: str
+    page_size: Optional[int] = None                  # declared with the backend (overrides the user's, last writer wins)
 
 
 class ModelSpec(_M):
+    """One architecture's override (arg_groups/model_overrides/*.py) and model_hook.py's assert."""
+
     rule: str
+    # which flags must be unset for the default: all three (model_override_base.py
+    # is_attention_backend_not_set) or --attention-backend alone (``cfg.attention_backend is None``)
+    unset: Literal["all", "base"] = "all"
     default: list[DefaultRow] = []
     allowed: Optional[list[str]] = None
+    # what the assert reads: both phases (attention_backends_of) or the base backend alone
+    assert_on: Literal["phases", "base"] = "phases"
+    hybrid_gdn: bool = False                         # configs/hybrid_arch.py hybrid_gdn_config
+
+
+class HybridGdnSpec(_M):
+    """attention_registry.py attn_backend_wrapper: the backends a hybrid GDN model builds with on Blackwell."""
+
+    rule: str
+    sm120: list[str]
+    blackwell: list[str]                              # HYBRID_GDN_SM100_BACKENDS (10.x, 11.x)
+
+
+class EagleSpec(_M):
+    """speculative_hook.py _handle_eagle_family: the EAGLE top-k (the user's, else _auto_choose_speculative_params')
+    and the trtllm_mha refusal for top-k > 1."""
+
+    rule: str
+    algorithms: list[str]                             # the algorithms the EAGLE family handler runs for
+    auto_topk: dict[str, int]                         # architecture -> top-k when --speculative-num-steps is unset
+    default_auto_topk: int
+    refuse_topk_above: int
+    backends: list[str]                               # a phase on one of these with top-k above the bound is refused
+    page_rule: str
+    page_tree_backends: list[str]                     # _PAGE_TREE_SPEC_BACKENDS: top-k > 1 with pages > 1
+
+
+class CutedslSpec(_M):
+    """overrides.py _cutedsl_prefill_backend_fill: decode-only, SM100 only, its prefill filled."""
+
+    rule: str
+    platform: str
+    kv_dtypes: list[str]
+    prefill_fill: str
 
 
 class DeterministicSpec(_M):
@@ -61,6 +104,9 @@ class PhaseRow(_M):
     capability_major: Optional[int] = None
     candidates: Optional[list[str]] = Field(None, min_length=1)
     runs: Optional[str] = None
+    # a second kernel of the same phase the FlashInfer plan does not name (flashinfer_backend.py's ragged
+    # prefill wrapper beside the paged one), said plainly
+    also: Optional[str] = None
 
 
 class BackendSpec(_M):
@@ -79,7 +125,25 @@ class NativeSpec(_M):
     pages: dict[str, PageSpec]
     default_page_size: int
     kv4: dict[Literal["standard", "mla", "fa4_prefill_standard", "fa4_prefill_mla"], list[str]]
+    hybrid_gdn: HybridGdnSpec
+    eagle: EagleSpec
+    cutedsl_mla: CutedslSpec
     backends: dict[str, BackendSpec]
+
+
+# The rule ids sglang/resolve.py names in its own steps (the tables name the others): every one must be in
+# the rule set, checked with the tables (``native``), so a pack set without one fails naming it - never a
+# KeyError at plan time (issue 40 class 3). tests/test_sglang_rule_ids.py keeps this list equal to the
+# ids resolve.py spells.
+# The rule ids the resolver's code names: one list, the loader's (policy/rulepack.py RESOLVER_RULES), so a pack set
+# without one of them fails to load instead of failing every SGLang plan.
+CODE_RULES = RESOLVER_RULES["attnplan.sglang.resolve:engine_resolution"]
+
+
+def referenced_rules(data: NativeSpec) -> set[str]:
+    """Every rule id SGLang's resolution can name with these tables: the code's and the tables'."""
+    return (set(CODE_RULES) | {m.rule for m in data.models.values()} | {p.rule for p in data.pages.values()}
+            | {data.hybrid_gdn.rule, data.eagle.rule, data.eagle.page_rule, data.cutedsl_mla.rule})
 
 
 @functools.lru_cache(maxsize=8)
@@ -102,7 +166,21 @@ def native(rs: RuleSet, engine: str = "sglang") -> NativeSpec:
                         if c not in known:
                             raise RulePackError("backends.yaml", f"engines.{engine}.native.backends.{name} names unknown backend {c!r}")
     ids = {r.id for r in rs.rules}
-    for rid in [m.rule for m in data.models.values()] + [p.rule for p in data.pages.values()]:
-        if rid not in ids:
-            raise RulePackError("backends.yaml", f"engines.{engine}.native names rule {rid!r}, which no pack holds")
+    missing = sorted(referenced_rules(data) - ids)
+    if missing:
+        raise RulePackError("backends.yaml", f"engines.{engine}: SGLang's resolution names rule(s) {', '.join(missing)}, "
+                                             f"which no pack holds")
+    for where, rows in [("default.standard", data.default["standard"]), ("default.mla", data.default["mla"]),
+                        ("deterministic.default", data.deterministic.default)] + \
+                       [(f"models.{a}.default", m.default) for a, m in data.models.items()]:
+        for row in rows:
+            names = [row.platform] if isinstance(row.platform, str) else (row.platform or [])
+            for n in names:
+                if n not in data.platform:
+                    raise RulePackError("backends.yaml", f"engines.{engine}.native.{where} names platform {n!r}, "
+                                                         f"which native.platform does not define")
+    for n in [data.cutedsl_mla.platform] + [p.platform for p in data.pages.values() if p.platform]:
+        if n not in data.platform:
+            raise RulePackError("backends.yaml", f"engines.{engine}.native names platform {n!r}, which native.platform "
+                                                 f"does not define")
     return data

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-from attnplan.policy.errors import InvalidInputError
+from attnplan.policy.errors import InvalidInputError, ModelConfigError
 
 # arg_groups/fields/model.py kv_cache_dtype choices -> attnplan's KV dtype vocabulary (config.py);
 # mxfp8 and fp4_mx_block16 have no FlashInfer kernel attnplan models: named, refused as input.
@@ -31,6 +31,7 @@ class SglangFlags:
     speculative_algorithm: Optional[str] = None
     speculative_eagle_topk: Optional[int] = None
     speculative_num_draft_tokens: Optional[int] = None
+    speculative_num_steps: Optional[int] = None      # unset: _auto_choose_speculative_params picks (steps, topk, drafts)
     tp_size: int = 1
     architecture: Optional[str] = None   # hf_config.architectures[0]: model overrides key on it
 
@@ -50,6 +51,43 @@ def kv_dtype(raw: str) -> str:
                             tuple(KV_DTYPES) + KV_UNMODELLED)
 
 
+def architecture_of(raw: Optional[Mapping[str, Any]], where: str = "config.json") -> Optional[str]:
+    """``hf_config.architectures[0]``, the key SGLang's model overrides are registered under
+    (arg_groups/model_hook.py handle_model_specific_adjustments; model_override_base.py
+    collect_model_override_declarations), validated once by type: the field is absent/null (no
+    architecture: no override) or a list whose entries are class names (strings). Anything else -
+    a dict, a number, a bool, a bare string (whose ``[0]`` is its first letter), a nested list, a list
+    of dicts - is refused naming the field, never indexed or hashed."""
+    if not raw:
+        return None
+    value = raw.get("architectures")
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise ModelConfigError(where, f"architectures must be a list of model class names (strings), "
+                                      f"not {_json_kind(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise ModelConfigError(where, f"architectures[{i}] must be a model class name (a non-empty string), "
+                                          f"not {_json_kind(item)}")
+    return value[0].strip() if value else None
+
+
+def _json_kind(v: Any) -> str:
+    """A JSON value's kind, said without echoing the value (errors never carry input)."""
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return "a number"
+    if isinstance(v, str):
+        return "a string" if v.strip() else "a blank string"
+    if isinstance(v, Mapping):
+        return "an object"
+    if isinstance(v, (list, tuple)):
+        return "a list"
+    return "null" if v is None else f"a {type(v).__name__}"
+
+
 @dataclass(frozen=True)
 class SglangEngine:
     """``engine=`` for plan_for / evaluate / plan_model: SGLang at ``version`` with these flags. Hashable,
@@ -60,3 +98,16 @@ class SglangEngine:
 
     def __str__(self) -> str:
         return f"sglang=={self.version}"
+
+
+def request_for_model(request: Any, raw: Optional[Mapping[str, Any]], where: str = "config.json") -> SglangEngine:
+    """The SGLang request a model's plan hands the resolver (issue 39: one pipeline for ``plan --model-config``,
+    ``launch_server`` and ``compare``): the caller's flags (an ``SglangEngine``), else SGLang's defaults, with
+    the architecture read from the model's config.json (``architecture_of``, validated by type) wherever the
+    flags name none - SGLang keys its model overrides and asserts on ``hf_config.architectures[0]``."""
+    arch = architecture_of(raw, where)
+    if isinstance(request, SglangEngine):
+        if request.flags.architecture is not None or arch is None:
+            return request
+        return SglangEngine(request.flags.with_(architecture=arch), request.version)
+    return SglangEngine(SglangFlags(architecture=arch))

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Mapping
 
 from attnplan.policy import InvalidInputError, ModelPlanAnswer, NodeFacts, PlanAnswer, RuleSet
+from attnplan.policy.answer import Selected, Verdict
 from attnplan.policy import make_config, plan_for, plan_model, read_layers
 from attnplan.policy.hfconfig import read_model
 from attnplan.policy.parallel import per_rank_fields, startup_errors
 
-from .flags import SglangEngine, SglangFlags, kv_dtype
+from .flags import SglangEngine, SglangFlags, kv_dtype, request_for_model
 
 # arg_groups/choices.py ATTENTION_BACKEND_CHOICES (SGLang 0.5.23)
 ATTENTION_BACKEND_CHOICES = (
@@ -44,8 +45,13 @@ SUBSET: list[tuple[tuple[str, ...], str, Any, Any]] = [
     (("--host",), "host", str, None),
     (("--port",), "port", int, None),
     (("--mem-fraction-static",), "mem_fraction_static", float, None),
+    # data-parallel attention: each attention group runs tp_size / attn_dp_size of the heads
+    # (runtime_context.py derive_attn_tp_size; parallel_hook.py _handle_deprecated_dp_attention turns
+    # `--dp-size N --enable-dp-attention` into `--attn-dp-size N`)
+    (("--dp-size", "--dp"), "dp_size", int, 1),
+    (("--attn-dp-size",), "attn_dp_size", int, 1),
 ]
-BOOL_FLAGS = ("--enable-deterministic-inference", "--trust-remote-code")
+BOOL_FLAGS = ("--enable-deterministic-inference", "--trust-remote-code", "--enable-dp-attention")
 SUBSET_FLAGS = tuple(f for flags, *_ in SUBSET for f in flags) + BOOL_FLAGS
 PREFIXES = ("python", "python3", "-m", "sglang.launch_server", "launch_server")
 
@@ -57,6 +63,7 @@ class LaunchLine:
     dtype: str = "auto"
     speculative_tokens: int = 0
     parser: str = "subset"
+    attn_dp_size: int = 1   # attention data parallelism: the heads split over tp_size / attn_dp_size ranks
 
 
 class _OneLine(argparse.ArgumentParser):
@@ -81,6 +88,20 @@ def _backend(raw: Optional[str], flag: str) -> Optional[str]:
     return b
 
 
+def parse_launch_text(text: str) -> LaunchLine:
+    """``[python -m] sglang.launch_server --model-path M [flags]`` as one string (a REST body) -> LaunchLine."""
+    import shlex
+
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInputError("line", "give a launch_server line, e.g. 'python -m sglang.launch_server --model-path "
+                                        "llama-3.1-8b --tp 2'")
+    try:
+        words = shlex.split(text.replace("\\\n", " "))
+    except ValueError as exc:
+        raise InvalidInputError("line", f"cannot split the line as a shell would: {exc}") from None
+    return parse_launch_line(words)
+
+
 def parse_launch_line(argv: Sequence[str], architecture: Optional[str] = None) -> LaunchLine:
     """A launch_server argument list (``python -m sglang.launch_server`` pasted whole, or only its flags)."""
     argv = _strip(argv)
@@ -99,6 +120,10 @@ def parse_launch_line(argv: Sequence[str], architecture: Optional[str] = None) -
         raise InvalidInputError("model_path", "give the model: attnplan sglang launch_server --model-path M [flags]")
     if ns.tp_size < 1:
         raise InvalidInputError("tp_size", f"--tp-size must be at least 1, got {ns.tp_size}")
+    for dest, flag in (("dp_size", "--dp-size"), ("attn_dp_size", "--attn-dp-size")):
+        if getattr(ns, dest) < 1:
+            raise InvalidInputError(dest, f"{flag} must be at least 1, got {getattr(ns, dest)}")
+    attn_dp = ns.attn_dp_size if ns.attn_dp_size > 1 else (ns.dp_size if ns.enable_dp_attention else 1)
     if ns.page_size is not None and ns.page_size < 1:
         raise InvalidInputError("page_size", f"--page-size must be at least 1, got {ns.page_size}")
     algo = ns.speculative_algorithm.upper() if ns.speculative_algorithm else None
@@ -112,10 +137,10 @@ def parse_launch_line(argv: Sequence[str], architecture: Optional[str] = None) -
         kv_cache_dtype=str(ns.kv_cache_dtype).lower(), page_size=ns.page_size,
         enable_deterministic_inference=bool(ns.enable_deterministic_inference),
         speculative_algorithm=algo, speculative_eagle_topk=ns.speculative_eagle_topk,
-        speculative_num_draft_tokens=draft, tp_size=ns.tp_size, architecture=architecture)
+        speculative_num_draft_tokens=draft, speculative_num_steps=ns.speculative_num_steps, tp_size=ns.tp_size, architecture=architecture)
     kv_dtype(flags.kv_cache_dtype)  # refuses a dtype attnplan does not model, by name
     return LaunchLine(model=ns.model_path, flags=flags, dtype=ns.dtype,
-                      speculative_tokens=max(0, (draft or 1) - 1) if algo else 0, parser="subset")
+                      speculative_tokens=max(0, (draft or 1) - 1) if algo else 0, parser="subset", attn_dp_size=attn_dp)
 
 
 @dataclass(frozen=True)
@@ -135,13 +160,30 @@ class LaunchAnswer:
             return self.model.ok
         return self.answer is not None and self.answer.ok
 
+    @property
+    def verdict(self) -> Optional[Verdict]:
+        """The verdict of the line (policy/verdict.py): SGLang's own refusal of the parallel split, else the
+        model's (every attention layer group's worst), else the one answer's."""
+        if self.startup_error is not None:
+            return Verdict(engine="sglang==0.5.23", outcome="fails-at-startup", modelled=False,
+                           selected=Selected(prefill="none", decode="none", runs_flashinfer=False,
+                                             source="sglang/srt/configs/model_config.py (heads vs tp_size)"),
+                           rules=("vllm.startup",), message=f"SGLang 0.5.23 refuses at startup: {self.startup_error}")
+        if self.model is not None:
+            return self.model.verdict
+        return self.answer.verdict if self.answer is not None else None
 
-def plan_launch(line: LaunchLine, node: NodeFacts, ruleset: Optional[RuleSet] = None) -> LaunchAnswer:
-    """What SGLang 0.5.23 would run for this line on ``node``, for one tensor-parallel rank."""
-    info = read_model(line.model)
+
+def plan_launch(line: LaunchLine, node: NodeFacts, ruleset: Optional[RuleSet] = None, *,
+                data: Optional[Mapping[str, Any]] = None) -> LaunchAnswer:
+    """What SGLang 0.5.23 would run for this line on ``node``, for one tensor-parallel rank. ``data``: the
+    model's config.json already read (a REST client's line: a preset or a cached repo id, never a path)."""
+    from attnplan.policy.hfconfig import model_info
+
+    info = model_info(dict(data), line.model) if data is not None else read_model(line.model)
     raw = dict(info.raw)
-    arch = (raw.get("architectures") or [None])[0] if raw else None
-    flags = line.flags.with_(architecture=arch)
+    # the model's architecture rides with SGLang's request as on every other entry point (request_for_model)
+    flags = request_for_model(SglangEngine(line.flags), raw, str(info.source)).flags
     fields = dict(info.fields)
     if line.dtype.lower() not in ("auto",):
         fields["dtype"] = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}.get(line.dtype.lower(), line.dtype)
@@ -152,34 +194,46 @@ def plan_launch(line: LaunchLine, node: NodeFacts, ruleset: Optional[RuleSet] = 
         fields["num_speculative_tokens"] = line.speculative_tokens
     if flags.enable_deterministic_inference:
         fields["batch_invariant"] = True
-    tp = flags.tp_size
+    ranks = flags.tp_size
+    notes = list(info.notes)
+    if ranks % line.attn_dp_size:
+        return LaunchAnswer(line, ranks, None, notes=notes, startup_error=(
+            f"tp_size ({ranks}) must be divisible by the attention data-parallel size ({line.attn_dp_size})"))
+    # each attention group holds tp_size / attn_dp_size ranks (runtime_context.py derive_attn_tp_size)
+    tp = ranks // line.attn_dp_size
+    if line.attn_dp_size > 1:
+        notes.append(f"data-parallel attention: {line.attn_dp_size} groups of {tp} attention rank(s); each rank "
+                     f"plans heads/{tp}")
     heads = fields["num_qo_heads"]
     # SGLang splits heads as vLLM does (ModelConfig.get_num_kv_heads: max(1, total // tp)).
     errs = startup_errors(heads, fields.get("num_kv_heads") or heads, tp, 1, mla=fields.get("kv_lora_rank") is not None)
-    notes = list(info.notes)
     if errs:
-        return LaunchAnswer(line, tp, None, startup_error=errs[0], notes=notes)
+        return LaunchAnswer(line, ranks, None, startup_error=errs[0], notes=notes)
     engine = SglangEngine(flags)
     if raw and len(read_layers(raw).attention_groups) > 1:
         over = {k: fields[k] for k in ("kv_cache_dtype", "page_size", "num_speculative_tokens", "batch_invariant")
                 if k in fields}
         model = plan_model(raw, node, overrides=over, ruleset=ruleset, engine=engine, tensor_parallel_size=tp)
-        return LaunchAnswer(line, tp, model.answer(), model=model, notes=notes)
+        return LaunchAnswer(line, ranks, model.answer(), model=model, notes=notes)
     config = make_config(per_rank_fields(fields, tp))
-    return LaunchAnswer(line, tp, plan_for(config, node, ruleset=ruleset, engine=engine), notes=notes)
+    return LaunchAnswer(line, ranks, plan_for(config, node, ruleset=ruleset, engine=engine), notes=notes)
 
 
 def launch_json(la: LaunchAnswer, *, trace: bool = True) -> dict[str, Any]:
     f = la.line.flags
     per_rank = (la.model.to_json(trace=trace) if la.model is not None
                 else la.answer.to_json(trace=trace) if la.answer is not None else None)
+    v = la.verdict
     return {
+        "verdict": v.model_dump(mode="json") if v is not None else None,
         "sglang": {"version": "0.5.23", "parser": la.line.parser, "model_path": la.line.model, "tp_size": f.tp_size,
                    "attention_backend": f.attention_backend, "prefill_attention_backend": f.prefill_attention_backend,
                    "decode_attention_backend": f.decode_attention_backend, "kv_cache_dtype": f.kv_cache_dtype,
                    "page_size": f.page_size, "enable_deterministic_inference": f.enable_deterministic_inference,
                    "speculative_algorithm": f.speculative_algorithm, "speculative_eagle_topk": f.speculative_eagle_topk,
-                   "speculative_num_draft_tokens": f.speculative_num_draft_tokens, "architecture": f.architecture},
+                   "speculative_num_draft_tokens": f.speculative_num_draft_tokens,
+                   "speculative_num_steps": f.speculative_num_steps, "architecture": f.architecture,
+                   "attn_dp_size": la.line.attn_dp_size},
         "ranks": la.ranks,
         "status": "startup_error" if la.startup_error else (
             la.model.status if la.model is not None else (la.answer.status if la.answer else None)),
@@ -199,7 +253,10 @@ def engine_lines(a: PlanAnswer) -> list[str]:
             continue
         fi = getattr(a.plan, ph).backend if a.plan is not None else None
         if eb.runs_flashinfer:
-            out.append(f"  {ph:8s} SGLang {eb.name:12s} -> FlashInfer {fi or eb.note.removeprefix('runs FlashInfer ') + ' (no plan: refused)'}")
+            # the note's first clause names the FlashInfer backend(s); a second one (after ';') says a kernel
+            # the plan does not name (flashinfer's ragged prefill wrapper), kept for --json / the answer's note
+            fis = eb.note.removeprefix('runs FlashInfer ').split(';')[0]
+            out.append(f"  {ph:8s} SGLang {eb.name:12s} -> FlashInfer {fi or fis + ' (no plan: refused)'}")
         else:
             out.append(f"  {ph:8s} SGLang {eb.name:12s} -> not FlashInfer: {eb.note}"
                        + (f" (attnplan's FlashInfer plan here: {fi})" if fi else ""))
@@ -219,7 +276,9 @@ def render_launch(la: LaunchAnswer) -> str:
     out = [f"sglang.launch_server --model-path {la.line.model}: {la.ranks} rank(s) (tensor parallel {f.tp_size}); "
            f"flags read by attnplan's SGLang subset (SGLang 0.5.23)"]
     if la.startup_error:
-        out.append(f"SGLang would refuse at startup: {la.startup_error}")
+        from attnplan.render import render_verdict
+
+        out += render_verdict(la.verdict)
         return "\n".join(out)
     if la.model is not None and la.answer is None:
         from attnplan.render.groups import render_groups
@@ -233,5 +292,5 @@ def render_launch(la: LaunchAnswer) -> str:
     assert la.answer is not None
     out.append("SGLang's pick per phase:")
     out += engine_lines(la.answer)
-    out += ["", render_answer(la.answer)]
+    out += ["", render_answer(la.answer.model_copy(update={"verdict": la.verdict}))]
     return "\n".join(out)

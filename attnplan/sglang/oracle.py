@@ -1,4 +1,4 @@
-"""The differential oracle for the SGLang layer (issue 26, SPEC §11): SGLang 0.5.23's own selection
+"""The differential oracle for the SGLang layer (issue 26, docs/contract.md, Engines and versions): SGLang 0.5.23's own selection
 functions, run on the CPU with a patched device capability and CUDA version, against ``resolve``.
 
 SGLang 0.5.23 does not import on a CPU machine (orjson, triton, sgl_kernel...), so the oracle takes its
@@ -12,9 +12,14 @@ in pipeline.py's order: the GPT-OSS model override, ``handle_deterministic_infer
 the fa3 fallback and the fa4 page), ``handle_kv4_compatibility``, ``_page_size_default``, then the backend
 factories of layers/attention/attention_registry.py (fa3, trtllm_mha, trtllm_mla) as the model runner builds them.
 
+Also run: the model override functions (GPT-OSS, DeepSeek family, Qwen3-Next/Qwen3.5 hybrids, Falcon-H1/Jet,
+Llama-4) for the architectures their ``@_register_for`` names, model_hook.py's per-architecture if/elif chain
+(the GPT-OSS and Llama-4 asserts), speculative_hook.py ``_handle_eagle_family`` (top-k refusals, the automatic
+top-k) and attention_registry.py ``attn_backend_wrapper``'s hybrid-GDN branch - each taken out of the source
+unchanged (a branch as written, run as a function body).
+
 Compared per field: prefill backend, decode backend, page size, and whether SGLang refuses at startup.
-Named exceptions (not exercised): model_hook.py's GPT-OSS assert and DeepSeek overrides (they need a full
-ModelConfig) and TRTLLMHAAttnBackend.__init__'s page-128 check.
+Named exceptions: ``EXCEPTIONS`` below.
 
 ``python -m attnplan.sglang.oracle [--sample N] [--seed S] [--src DIR] [--json]``
 """
@@ -26,6 +31,7 @@ import ast
 import functools
 import itertools
 import json
+import os
 import random
 import sys
 import types
@@ -35,16 +41,21 @@ from typing import Any, Iterator, Optional
 
 from attnplan.errors import SourceNotFoundError
 
-SRC = Path("/work/src/sglang/sglang/srt")
+# sglang/srt of an extracted SGLang 0.5.23 wheel ($ATTNPLAN_SGLANG_SRC, else the project's reference checkout)
+SRC = Path(os.environ.get("ATTNPLAN_SGLANG_SRC") or "/work/src/sglang/sglang/srt")
 FIELDS = ("prefill", "decode", "page_size", "refused")
 # attnplan refusals by a rule whose SGLang code the oracle does not run: such cases are counted, not compared
 EXCEPTED_RULES = frozenset({"sglang.trtllm-mha-page128"})
 EXCEPTIONS = (
-    "model_hook.py handle_model_specific_adjustments (GPT-OSS backend assert): needs a full ModelConfig; "
-    "GPT-OSS cases run with no backend flag only",
-    "model_overrides/deepseek_v2.py _deepseek_family_overrides: needs a full hf_config; DeepSeek defaults not exercised",
     "layers/attention/trtllm_mha_backend.py TRTLLMHAAttnBackend.__init__ (page >= 128 needs GQA and equal head dims): "
     "not exercised (the factories in attention_registry.py are)",
+    "model_overrides/deepseek_v2.py _deepseek_family_overrides: the DSA branch (a config with index_topk) is not "
+    "exercised - is_deepseek_dsa is False for every case; attnplan does not model SGLang's dsa backend",
+    "model_hook.py: the Mamba radix-cache strategy and the other per-architecture passes run with SGLang's defaults "
+    "(radix cache on, overlap schedule on, --linear-attn-backend triton); only the per-architecture if/elif chain "
+    "(the GPT-OSS and Llama-4 asserts) and the override functions run",
+    "speculative_hook.py _handle_eagle_family: EAGLE cases give --speculative-num-steps 3 with a top-k, or neither "
+    "(the automatic choice); a top-k without num-steps (an AssertionError in SGLang) is not generated",
 )
 
 
@@ -64,9 +75,50 @@ class Case:
     deterministic: bool
     topk: Optional[int]
     group: int = 4
+    # EAGLE with neither --speculative-eagle-topk nor --speculative-num-steps: _auto_choose_speculative_params picks
+    spec_auto: bool = False
 
 
 # -- SGLang's functions, out of its source --------------------------------------------------------
+def _registered_for(path: Path, name: str) -> tuple[str, ...]:
+    """The architectures a model override function registers for (its ``@_register_for(...)`` arguments)."""
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            for d in node.decorator_list:
+                if isinstance(d, ast.Call) and getattr(d.func, "id", None) == "_register_for":
+                    return tuple(a.value for a in d.args if isinstance(a, ast.Constant))
+    raise SourceNotFoundError(f"{path}: no @_register_for on {name}")
+
+
+def _branch(path: Path, func: str, marker: str, new_name: str, params: list[str]) -> ast.FunctionDef:
+    """One statement of SGLang's ``func`` (the first ``if``, at any depth, whose test reads ``marker``), unchanged,
+    as the body of a function ``new_name(params)``: the part of a long hook the oracle can run."""
+    tree = ast.parse(path.read_text(), str(path))
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == func), None)
+    if fn is None:
+        raise SourceNotFoundError(f"{path}: no {func}")
+    hit = None
+    for n in ast.walk(fn):
+        if isinstance(n, ast.If) and ast.unparse(n.test) == marker:
+            hit = n
+            break
+    if hit is None:
+        raise SourceNotFoundError(f"{path}: {func} has no branch on {marker!r}")
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in params], kwonlyargs=[], kw_defaults=[], defaults=[])
+    out = ast.FunctionDef(name=new_name, args=args, body=[hit], decorator_list=[], returns=None, type_params=[])
+    return ast.fix_missing_locations(ast.copy_location(out, fn))
+
+
+def _isinstance_names(path: Path, func: str) -> set[str]:
+    """The class names ``func`` tests with isinstance (configs/hybrid_arch.py hybrid_gdn_config)."""
+    tree = ast.parse(path.read_text(), str(path))
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == func), None)
+    if fn is None:
+        raise SourceNotFoundError(f"{path}: no {func}")
+    return {n.id for c in ast.walk(fn) if isinstance(c, ast.Call) and getattr(c.func, "id", None) == "isinstance"
+            for n in ast.walk(c.args[1]) if isinstance(n, ast.Name)}
+
+
 def _defs(path: Path, names: set[str]) -> list[ast.stmt]:
     tree = ast.parse(path.read_text(), str(path))
     out: list[ast.stmt] = []
@@ -96,8 +148,11 @@ def _platform_names(src: Path) -> dict[str, str]:
 
 
 class _Envs:
+    # environ.py defaults the functions read (SGLANG_SIMULATE_ACC_LEN: off)
+    DEFAULTS = {"SGLANG_SIMULATE_ACC_LEN": -1.0}
+
     def __getattr__(self, name: str) -> Any:
-        return types.SimpleNamespace(get=lambda: None, set=lambda v: None)
+        return types.SimpleNamespace(get=lambda: self.DEFAULTS.get(name), set=lambda v: None)
 
 
 class _Log:
@@ -119,7 +174,7 @@ def _sglang(src: str) -> dict[str, Any]:
                              "is_sm120_supported", "is_sm100_supported", "is_sm100_or_sm110_supported", "is_sm110_supported",
                              "is_sm90_supported", "is_sm80_supported", "is_no_spec_infer_or_topk_one"}),
         ("arg_groups/model_override_base.py", {"get_default_attn_backend", "attention_backends_of", "is_attention_backend_not_set",
-                                               "_forces_eagle_topk_one"}),
+                                               "_forces_eagle_topk_one", "mamba_extra_buffer_of"}),
         ("arg_groups/overrides.py", {"_deterministic_attention_backend", "_attention_backend_default", "_mla_backend_page_constraints",
                                      "_mla_kv_cache_dtype_checks", "_cutedsl_prefill_backend_fill", "_attention_backend_fa3_fp8_fallback",
                                      "_fa4_page_constraint", "_attention_backend_platform_fallbacks", "_intel_xpu_page_constraint",
@@ -129,15 +184,42 @@ def _sglang(src: str) -> dict[str, Any]:
         ("arg_groups/kv_cache_hook.py", {"handle_nvfp4_prefill_kv_dequant_dtype", "handle_kv4_compatibility",
                                          "_NVFP4_PREFILL_BACKEND", "_NVFP4_PREFILL_DEQUANT_DTYPE"}),
         ("arg_groups/model_overrides/gpt_oss.py", {"_gpt_oss_overrides"}),
+        ("arg_groups/model_overrides/qwen3_5.py", {"_qwen3_5_hybrid_overrides"}),
+        ("arg_groups/model_overrides/falcon_h1.py", {"_falcon_h1_jet_overrides"}),
+        ("arg_groups/model_overrides/llama4.py", {"_llama4_overrides"}),
+        ("arg_groups/model_overrides/deepseek_v2.py", {"_deepseek_family_overrides", "_dsa_dcp_overrides"}),
+        ("arg_groups/speculative_hook.py", {"_handle_eagle_family", "_auto_choose_speculative_params",
+                                            "_should_auto_enable_hip_rejection_sampling", "_disable_overlap_schedule_for_cpu",
+                                            "_check_oot_speculative_algorithm", "_handle_iquest_q1_mtp_draft"}),
         ("layers/attention/attention_registry.py", {"create_flashattention_v3_backend", "create_trtllm_mha_backend",
-                                                    "create_trtllm_mla_backend"}),
+                                                    "create_trtllm_mla_backend", "HYBRID_GDN_SM100_BACKENDS"}),
     ]
     body: list[ast.stmt] = []
     for rel, names in mods:
         body += _defs(s / rel, names)
+    # handle_model_specific_adjustments' per-architecture if/elif chain (the GPT-OSS and Llama-4 asserts live
+    # there), and attn_backend_wrapper's hybrid-GDN branch: run as SGLang wrote them.
+    body.append(_branch(s / "arg_groups/model_hook.py", "handle_model_specific_adjustments", "model_arch in ['GptOssForCausalLM']",
+                        "_model_branches", ["server_args", "model_arch", "cfg", "hf_config", "model_config"]))
+    body.append(_branch(s / "layers/attention/attention_registry.py", "attn_backend_wrapper",
+                        "hybrid_gdn_config(runner.model_config) is not None", "_hybrid_gdn_branch", ["runner"]))
     exec(compile(ast.Module(body=body, type_ignores=[]), "sglang-0.5.23-functions", "exec"), ns)
     ns["_platform_names"] = _platform_names(s)
+    over = {}
+    for rel, fn in (("gpt_oss.py", "_gpt_oss_overrides"), ("qwen3_5.py", "_qwen3_5_hybrid_overrides"),
+                    ("falcon_h1.py", "_falcon_h1_jet_overrides"), ("llama4.py", "_llama4_overrides"),
+                    ("deepseek_v2.py", "_deepseek_family_overrides")):
+        for arch in _registered_for(s / "arg_groups/model_overrides" / rel, fn):
+            over[arch] = ns[fn]
+    ns["_overrides_by_arch"] = over
+    ns["_hybrid_gdn_classes"] = _isinstance_names(s / "configs/hybrid_arch.py", "hybrid_gdn_config")
     return ns
+
+
+# The transformers config class of each architecture the cases use (configs/*.py): hybrid_gdn_config tests the class.
+CONFIG_CLASS = {"Qwen3NextForCausalLM": "Qwen3NextConfig", "Qwen3_5ForConditionalGeneration": "Qwen3_5Config",
+                "Qwen3_5MoeForConditionalGeneration": "Qwen3_5MoeConfig", "JetNemotronForCausalLM": "JetNemotronConfig",
+                "InternS2PreviewForConditionalGeneration": "InternS2PreviewConfig", "FalconH1ForCausalLM": "FalconH1Config"}
 
 
 # -- the harness ------------------------------------------------------------------------------------
@@ -171,6 +253,10 @@ def _install_imports(ns: dict[str, Any]) -> None:
     class SpeculativeAlgorithm:
         DFLASH = types.SimpleNamespace(name="DFLASH")
 
+        @staticmethod
+        def from_string(name: Any) -> Any:
+            return types.SimpleNamespace(supports_mixed_chunk=lambda: False, name=name)
+
     mod("sglang.srt.speculative.spec_info", SpeculativeAlgorithm=SpeculativeAlgorithm, _attnplan_oracle=True)
     mod("sglang.srt.server_args", DETERMINISTIC_ATTENTION_BACKEND_CHOICES=ns["_choices"]["DETERMINISTIC_ATTENTION_BACKEND_CHOICES"],
         RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND=ns["_choices"]["RADIX_SUPPORTED_DETERMINISTIC_ATTENTION_BACKEND"],
@@ -181,8 +267,15 @@ def _install_imports(ns: dict[str, Any]) -> None:
     for m, cls in (("flashattention_backend", "FlashAttentionBackend"), ("trtllm_mha_backend", "TRTLLMHAAttnBackend"),
                    ("trtllm_mla_backend", "TRTLLMMLABackend"), ("cutedsl_mla_backend", "CuteDslMLAPrefillBackend")):
         mod(f"sglang.srt.layers.attention.{m}", **{cls: lambda *a, **k: "built"}, _attnplan_oracle=True)
-    for pkg in ("sglang.srt.layers", "sglang.srt.layers.attention"):
+    for pkg in ("sglang.srt.layers", "sglang.srt.layers.attention", "sglang.srt.layers.attention.qsa"):
         mod(pkg, _attnplan_oracle=True)
+    mod("sglang.srt.layers.attention.qsa.config", is_qwen_qsa=lambda c: False, _attnplan_oracle=True)
+    mod("sglang.srt.configs.iquest_q1", IQuestQ1MTPConfig=object, _attnplan_oracle=True)
+    mod("sglang.srt.utils.hf_transformers_utils", get_config=lambda *a, **k: None, _attnplan_oracle=True)
+    # the non-DSA DeepSeek branch (no index_topk): is_deepseek_dsa is False for every case
+    mod("sglang.srt.configs.model_config", is_deepseek_dsa=lambda c: False, get_dsa_index_kpool=lambda c: 1,
+        unwrap_modelopt_quantization_config=lambda q: q or {}, NONCAUSAL_FULL_ATTENTION="noncausal",
+        _attnplan_oracle=True)
     sys.modules.setdefault("sglang.srt.utils", types.ModuleType("sglang.srt.utils"))
 
 
@@ -210,8 +303,14 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
                                get_num_kv_heads=lambda *a: 8, attention_arch="MLA" if c.mla else "MHA")
     view = _View(attention_backend=c.attention_backend, prefill_attention_backend=c.prefill,
                  decode_attention_backend=c.decode, kv_cache_dtype=c.kv, page_size=c.page,
-                 enable_deterministic_inference=c.deterministic, speculative_algorithm="EAGLE" if c.topk else None,
-                 speculative_eagle_topk=c.topk, device="cuda", attn_cp_size=1, dcp_size=1, tp_size=1,
+                 enable_deterministic_inference=c.deterministic,
+                 speculative_algorithm="EAGLE" if (c.topk or c.spec_auto) else None, speculative_eagle_topk=c.topk,
+                 speculative_num_steps=3 if c.topk else None,
+                 speculative_num_draft_tokens=(4 if c.topk == 1 else 8) if c.topk else None,
+                 speculative_adaptive=False, max_running_requests=None, enable_mixed_chunk=False,
+                 speculative_use_rejection_sampling=False, speculative_accept_threshold_single=1.0,
+                 speculative_accept_threshold_acc=1.0, disable_overlap_schedule=False, disable_radix_cache=False,
+                 mamba_radix_cache_strategy="auto", linear_attn_backend="triton", quantization=None, device="cuda", attn_cp_size=1, dcp_size=1, tp_size=1,
                  model_path="model", prefill_kv_cache_dequant_dtype="auto", disaggregation_mode="null",
                  enable_unified_memory=False, moe_runner_backend="auto", ep_size=1, dtype="auto",
                  speculative_ngram_max_bfs_breadth=1, cuda_graph_config=None, mem_fraction_static=0.8)
@@ -236,19 +335,29 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
              get_parallel=lambda: types.SimpleNamespace(dcp_enabled=False),
              get_spec=lambda: types.SimpleNamespace(speculative_algorithm=view.speculative_algorithm),
              torch=types.SimpleNamespace(float8_e4m3fn="float8_e4m3fn"),
-             parse_connector_type=lambda p: None, ConnectorType=types.SimpleNamespace(INSTANCE="instance"))
+             parse_connector_type=lambda p: None, ConnectorType=types.SimpleNamespace(INSTANCE="instance"),
+             get_quantization_config=lambda hf: None, is_npu=lambda: False, is_blackwell=lambda: preds["is_blackwell"],
+             hybrid_gdn_config=lambda m: (object() if CONFIG_CLASS.get(arch) in ns["_hybrid_gdn_classes"] else None),
+             GDNAttnBackend=lambda *a, **k: "built", context_parallel_attn_dp_size=lambda *a, **k: 1)
     g["resolved_view"] = lambda x: x
     _install_imports(ns)
     try:
-        if arch == "GptOssForCausalLM":
-            apply_dict = ns["_gpt_oss_overrides"](view, hf)
-            if "attention_backend" in apply_dict:
-                view.attention_backend = apply_dict["attention_backend"]
+        # model_hook.py handle_model_specific_adjustments: the architecture's declarations (the last writer
+        # wins over the flags), then its per-architecture branch (the asserts)
+        override = ns["_overrides_by_arch"].get(arch)
+        if override is not None:
+            for k, v in (override(view, hf) or {}).items():
+                if k in ("attention_backend", "page_size"):
+                    setattr(view, k, v)
+        ns["_model_branches"](view, arch, view, hf, mc)
         ns["handle_deterministic_inference"](view)
         ns["handle_nvfp4_prefill_kv_dequant_dtype"](view)
         ns["handle_attention_backend_compatibility"](view)
         ns["handle_kv4_compatibility"](view)
         apply(view, ns["_page_size_default"])
+        # handle_speculative_decoding -> the EAGLE family's handler (after the page default in pipeline.py)
+        if view.speculative_algorithm is not None:
+            ns["_handle_eagle_family"](view)
         # ModelRunner builds each phase's backend through attention_registry.py's factories.
         runner = types.SimpleNamespace(use_mla_backend=c.mla, server_args=view, kv_cache_dtype=None,
                                        model_config=mc)
@@ -257,6 +366,11 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
         for b in dict.fromkeys(ns["attention_backends_of"](view)):
             if b in factories:
                 ns[factories[b]](runner)
+        # attn_backend_wrapper: the hybrid-GDN branch, for a model whose config class hybrid_gdn_config lists
+        if CONFIG_CLASS.get(arch) in ns["_hybrid_gdn_classes"]:
+            pre, dec = ns["attention_backends_of"](view)
+            runner.prefill_attention_backend_str, runner.decode_attention_backend_str = pre, dec
+            ns["_hybrid_gdn_branch"](runner)
     except (ValueError, RuntimeError, AssertionError, NotImplementedError) as exc:
         return {"refused": True, "error": f"{type(exc).__name__}: {exc}"}
     pre, dec = ns["attention_backends_of"](view)
@@ -275,8 +389,9 @@ def _attnplan(c: Case) -> dict[str, Any]:
     arch = c.arch or ("DeepseekV2ForCausalLM" if c.mla else "LlamaForCausalLM")  # no model override registered
     flags = SglangFlags(attention_backend=c.attention_backend, prefill_attention_backend=c.prefill,
                         decode_attention_backend=c.decode, kv_cache_dtype=c.kv, page_size=c.page,
-                        enable_deterministic_inference=c.deterministic, speculative_algorithm="EAGLE" if c.topk else None,
-                        speculative_eagle_topk=c.topk, architecture=arch)
+                        enable_deterministic_inference=c.deterministic,
+                        speculative_algorithm="EAGLE" if (c.topk or c.spec_auto) else None, speculative_eagle_topk=c.topk,
+                        speculative_num_steps=3 if c.topk else None, architecture=arch)
     cuda = tuple(int(x) for x in c.cuda.split(".")[:2])
     m = ModelFacts(is_mla=c.mla, sinks=c.sinks, asymmetric_kv=c.asymmetric, group_size=c.group, architecture=arch)
     r = resolve(flags, m, Platform(c.capability, cuda), t)  # type: ignore[arg-type]
@@ -294,6 +409,18 @@ KVS = ("auto", "fp8_e4m3", "fp8_e5m2", "bf16", "nvfp4")
 PAGES = (None, 1, 16, 64, 128)
 
 
+# Architectures with an override, an assert or a hybrid-GDN build check (and Llama, whose automatic EAGLE top-k
+# is 4): (architecture, MLA, sinks).
+ARCHS = (("GptOssForCausalLM", False, True), ("DeepseekV3ForCausalLM", True, False),
+         ("KimiK25ForConditionalGeneration", True, False), ("Qwen3NextForCausalLM", False, False),
+         ("Qwen3_5ForConditionalGeneration", False, False), ("Qwen3_5MoeForConditionalGeneration", False, False),
+         ("InternS2PreviewForConditionalGeneration", False, False), ("InternS2MobiusForConditionalGeneration", False, False),
+         ("FalconH1ForCausalLM", False, False), ("JetNemotronForCausalLM", False, False), ("Llama4ForCausalLM", False, False),
+         ("Llama4ForConditionalGeneration", False, False), ("LlamaForCausalLM", False, False))
+# (top-k, EAGLE with no top-k and no num-steps)
+SPECS = ((None, False), (1, False), (4, False), (None, True))
+
+
 def cases() -> Iterator[Case]:
     """Every generated configuration (the oracle's space)."""
     for cap, cuda, mla, be, (pre, dec), kv, page, det, topk in itertools.product(
@@ -301,7 +428,13 @@ def cases() -> Iterator[Case]:
         yield Case(cap, cuda, mla, False, False, None, be, pre, dec, kv, page, det, topk)
     for cap, cuda, sinks, asym, kv, page in itertools.product(CAPS, CUDAS, (False, True), (False, True), KVS, PAGES):
         yield Case(cap, cuda, False, sinks, asym, None, None, None, None, kv, page, False, None)
-        yield Case(cap, cuda, False, True, False, "GptOssForCausalLM", None, None, None, kv, page, False, None)
+    for (arch, mla, sinks), cap, cuda, be, (pre, dec), kv, page, (topk, auto) in itertools.product(
+            ARCHS, CAPS, ("12.4", "12.8"), BACKENDS, SPLITS, ("auto", "fp8_e4m3", "nvfp4"), (None, 16, 128), SPECS):
+        yield Case(cap, cuda, mla, sinks, False, arch, be, pre, dec, kv, page, False, topk, spec_auto=auto)
+    for cap, cuda, be, pre, dec, kv in itertools.product(CAPS, ("12.4", "12.8"), (None, "cutedsl_mla", "trtllm_mla"),
+                                                          (None, "cutedsl_mla", "trtllm_mla", "flashinfer"),
+                                                          (None, "cutedsl_mla", "trtllm_mla"), KVS):
+        yield Case(cap, cuda, True, False, False, "DeepseekV2ForCausalLM", be, pre, dec, kv, None, False, None)
 
 
 def compare(sample: Optional[int] = None, seed: int = 0, src: Path = SRC) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """SGLang 0.5.23's attention resolution, as a pure function over (flags, model, platform, tables).
 
 The steps run in the order of sglang/srt/arg_groups/pipeline.py ``run_resolution_pipeline`` (model
-overrides -> deterministic inference -> NVFP4 -> ``handle_attention_backend_compatibility`` ->
-FP4 KV checks -> page size default), then the backend factories of layers/attention/
-attention_registry.py (backend build). SGLang raises at its first failure, so a refusal stops the
+overrides and model_hook.py's asserts -> deterministic inference -> NVFP4 ->
+``handle_attention_backend_compatibility`` (cutedsl_mla's fill included) -> FP4 KV checks -> page size
+default -> speculative_hook.py ``_handle_eagle_family``), then the backend factories of layers/attention/
+attention_registry.py and its ``attn_backend_wrapper`` (backend build). SGLang raises at its first failure, so a refusal stops the
 resolution: one refusal, with the phase at which SGLang fails (``outcome``). Every step names its rule
 (rules/packs/sglang.yaml); the tables come from rules/backends.yaml ``engines.sglang.native``.
 """
@@ -21,6 +22,9 @@ from attnplan.policy.rulepack import RuleSet, SelectionRow
 
 from .data import DefaultRow, NativeSpec, native
 from .flags import KV_DTYPES, SglangFlags
+# The model's half of the request, beside the resolver backends.yaml names (engines.sglang.resolver): a model
+# plan hands config.json to it so SGLang's model overrides see the architecture (issue 39).
+from .flags import request_for_model as request_for_model
 
 PHASES = ("prefill", "decode")
 # When the node's torch CUDA is unknown (a simulated node): assumed, not read - every Blackwell path
@@ -131,14 +135,24 @@ def _row_holds(row: DefaultRow, p: Platform, t: NativeSpec, f: SglangFlags, m: M
         return False
     if row.deepseek is not None and (m.architecture in t.deterministic.deepseek) != row.deepseek:
         return False
+    if row.speculative is not None and (f.speculative_algorithm is not None) != row.speculative:
+        return False
+    if row.default_backend is not None and \
+            _first(t.default["mla" if m.is_mla else "standard"], p, t, f, m) != row.default_backend:
+        return False   # model_overrides/qwen3_5.py asks get_default_attn_backend first
     return True
 
 
-def _first(rows: list[DefaultRow], p: Platform, t: NativeSpec, f: SglangFlags, m: ModelFacts) -> Optional[str]:
+def _first_row(rows: list[DefaultRow], p: Platform, t: NativeSpec, f: SglangFlags, m: ModelFacts) -> Optional[DefaultRow]:
     for row in rows:
         if _row_holds(row, p, t, f, m):
-            return row.backend
+            return row
     return None
+
+
+def _first(rows: list[DefaultRow], p: Platform, t: NativeSpec, f: SglangFlags, m: ModelFacts) -> Optional[str]:
+    row = _first_row(rows, p, t, f, m)
+    return row.backend if row is not None else None
 
 
 def resolve(flags: SglangFlags, model: ModelFacts, p: Platform, t: NativeSpec, *, build: bool = True) -> Resolution:
@@ -163,19 +177,32 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
     def mark() -> None:  # the backends resolved so far: what a refusal names
         r.attention_backend, r.prefill, r.decode = base, pre or base, dec or base
 
+    page = f.page_size
     mark()
     # 1. model_hook.py handle_model_specific_adjustments: the architecture's override, then its assert.
     spec = t.models.get(m.architecture or "")
     if spec is not None:
-        if base is None and pre is None and dec is None:
-            pick = _first(spec.default, p, t, f, m)
-            if pick is not None:
-                base = pick
+        # is_attention_backend_not_set (all three flags) or ``cfg.attention_backend is None`` (the override's own test)
+        if base is None and (spec.unset == "base" or (pre is None and dec is None)):
+            row = _first_row(spec.default, p, t, f, m)
+            if row is not None:
+                base = row.backend
                 r.steps.append(spec.rule)
+                if row.page_size is not None and row.page_size != page:
+                    # the declaration is the last writer over the user's --page-size (ResolvedView's overlay)
+                    if page is not None or row.page_size != t.default_page_size:
+                        _coerce(r, "page_size", page, row.page_size, spec.rule,
+                                f"{m.architecture} on this GPU runs {base} with pages of {row.page_size}: SGLang "
+                                f"changes page_size {'unset' if page is None else page} to {row.page_size}")
+                    page = row.page_size
         mark()
         if spec.allowed is not None:
             pp, dd = pre or base, dec or base
-            if pp not in spec.allowed or dd not in spec.allowed:
+            if spec.assert_on == "base":
+                if base not in spec.allowed:
+                    _refuse(spec.rule, f"{', '.join(spec.allowed)} is required for {m.architecture} but got {base} "
+                            f"(AssertionError)", backend=base)
+            elif pp not in spec.allowed or dd not in spec.allowed:
                 _refuse(spec.rule, f"{m.architecture} requires one of {spec.allowed} attention backends, but got "
                         f"prefill {pp}, decode {dd} (AssertionError)", backend=f"{pp}/{dd}")
 
@@ -237,7 +264,6 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         return pre or base, dec or base
 
     # 4b. overrides.py _mla_backend_page_constraints (the user's page, an unset one included)
-    page = f.page_size
     for name, ps in t.pages.items():
         if ps.standard_only:
             continue
@@ -256,6 +282,21 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         if kv not in ("fp8_e4m3", "bf16", "auto"):
             _refuse("sglang.trtllm-mla-dtypes", f"TensorRT-LLM MLA only supports kv-cache-dtype fp8_e4m3, bf16 or auto; got {kv}",
                     backend="trtllm_mla")
+    mark()
+    # 4c'. overrides.py _cutedsl_prefill_backend_fill
+    cs = t.cutedsl_mla
+    if "cutedsl_mla" in (base, pre, dec):
+        if pre == "cutedsl_mla":
+            _refuse(cs.rule, "CuteDSL MLA only supports decoding for now (AssertionError)", phase="prefill",
+                    backend="cutedsl_mla")
+        if not _is(p, t, cs.platform):
+            _refuse(cs.rule, "CuteDSL MLA backend is only supported on Blackwell GPUs (SM100)", backend="cutedsl_mla")
+        if kv not in cs.kv_dtypes:
+            _refuse(cs.rule, f"CuteDSL MLA backend only supports kv-cache-dtype of {', '.join(cs.kv_dtypes)}; got {kv}",
+                    backend="cutedsl_mla")
+        if pre is None:
+            pre = cs.prefill_fill
+            r.steps.append(cs.rule)
     mark()
     # 4d. the trtllm_mha capability checks
     pp, dd = phases()
@@ -302,11 +343,31 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
     if page is None:
         page = t.default_page_size
         r.steps.append("sglang.page-default")
+    # 7. speculative_hook.py _handle_eagle_family (handle_speculative_decoding runs after the page default)
+    e = t.eagle
+    algo = str(f.speculative_algorithm).upper() if f.speculative_algorithm else None
+    if algo in e.algorithms:
+        topk = f.speculative_eagle_topk
+        if topk is None and f.speculative_num_steps is None:   # _auto_choose_speculative_params
+            topk = e.default_auto_topk if algo == "STANDALONE" else e.auto_topk.get(m.architecture or "", e.default_auto_topk)
+            r.steps.append(e.rule)
+        hit = [b for b in phases() if b in e.backends]
+        if topk is not None and topk > e.refuse_topk_above and hit:
+            _refuse(e.rule, f"{hit[0]} backend only supports topk = 1 for speculative decoding; EAGLE top-k is {topk}"
+                    + ("" if f.speculative_eagle_topk is not None else
+                       f" (SGLang's automatic choice for {m.architecture or 'this model'} with no --speculative-num-steps)"),
+                    backend=hit[0])
+
+        # topk > 1 with pages > 1 needs the two-pass cascade draft decode: the base backend must implement it
+        if topk is not None and topk > e.refuse_topk_above and page > 1 and base not in e.page_tree_backends:
+            _refuse(e.page_rule, f"speculative_eagle_topk > 1 with page_size > 1 is only supported on "
+                    f"{tuple(e.page_tree_backends)}; got attention_backend={base!r}", backend=base)
+
     r.page_size = page
     r.attention_backend = base
     r.prefill, r.decode = phases()
 
-    # 7. layers/attention/attention_registry.py: the backend factories, when the model runner builds them.
+    # 8. layers/attention/attention_registry.py: the backend factories, when the model runner builds them.
     if not build:
         return
     for phase, b in (("prefill", r.prefill), ("decode", r.decode)):
@@ -319,6 +380,15 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         if b == "trtllm_mla" and not m.is_mla:
             _refuse("sglang.trtllm-mha-mla", "trtllm_mla backend can only be used with MLA models",
                     outcome="backend-build", phase=phase, backend=b)
+    # attention_registry.py attn_backend_wrapper: hybrid GDN models on Blackwell
+    if spec is not None and spec.hybrid_gdn and _is(p, t, "is_blackwell"):
+        gdn = t.hybrid_gdn
+        allowed = gdn.sm120 if _is(p, t, "is_sm120") else gdn.blackwell
+        if r.prefill not in allowed or r.decode not in allowed:
+            _refuse(gdn.rule, f"Only {allowed} backends are supported on Blackwell GPUs for hybrid GDN models. Got "
+                    f"prefill={r.prefill}, decode={r.decode} (AssertionError)", outcome="backend-build",
+                    phase="prefill" if r.prefill not in allowed else "decode",
+                    backend=r.prefill if r.prefill not in allowed else r.decode)
     xqa = _is(p, t, "is_sm90") or _is(p, t, "is_sm120")
     if "trtllm_mha" in (r.prefill, r.decode) and page >= 128 and not xqa:
         if m.group_size <= 1 or m.asymmetric_kv or page & (page - 1):
@@ -350,7 +420,8 @@ def phase_backend(name: Optional[str], kind: str, phase: str, major: int, t: Nat
         if row.capability_major is None or row.capability_major == major:
             if row.candidates:
                 return EngineBackend(name=name, runs_flashinfer=True, source=spec.source,
-                                     note=f"runs FlashInfer {', '.join(row.candidates)}"), list(row.candidates)
+                                     note=f"runs FlashInfer {', '.join(row.candidates)}"
+                                          + (f"; {row.also}" if row.also else "")), list(row.candidates)
             return EngineBackend(name=name, runs_flashinfer=False, source=spec.source, note=row.runs or ""), None
     return EngineBackend(name=name, runs_flashinfer=False, source=spec.source, note="no row for this capability"), None
 

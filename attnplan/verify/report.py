@@ -23,6 +23,9 @@ from . import tolerance as tol
 from .generate import Generated, Probe
 
 SCHEMA = "attnplan-verify/1"
+# Pseudo-rules of probes drawn over what the packs accept (no one rules boundary): the covering
+# sweep, the uniform sample and the exhaustive XQA run.
+COVERING = ("sweep", "sample", "exhaustive")
 ORDER = ("dangerous", "hang", "stale", "consistent", "source-only", "untested")
 
 
@@ -86,8 +89,9 @@ def build_report(gen: Generated, results: dict[str, dict[str, Any]], *, device: 
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """1 when a rule is dangerous or a config it accepts hangs (a sweep probe included), else 0."""
-    sweep_bad = any(p["verdicts"].get("sweep") in ("dangerous", "hang") for p in report["probes"])
+    """1 when a rule is dangerous or a config it accepts hangs (a sweep, sample or exhaustive probe
+    included: their pseudo-rules ``COVERING``), else 0."""
+    sweep_bad = any(p["verdicts"].get(c) in ("dangerous", "hang") for p in report["probes"] for c in COVERING)
     return 1 if sweep_bad or any(r["verdict"] in ("dangerous", "hang") for r in report["rules"]) else 0
 
 
@@ -170,6 +174,7 @@ def markdown(report: dict[str, Any]) -> str:
         "",
     ]
     lines += sweep_markdown(report)
+    lines += sample_markdown(report)
     for r in sorted(report["rules"], key=lambda r: (ORDER.index(r["verdict"]), r["id"])):
         lines += [f"## `{r['id']}`: {r['verdict']}", ""]
         if r["probes"]:
@@ -222,6 +227,29 @@ def sweep_markdown(report: dict[str, Any]) -> list[str]:
             vals = ", ".join(f"{v['factor']}={v['value']} ({v['failing']})" for v in s["values_only_in_failures"][:8])
             lines.append(f"- {s['backend']}/{s['phase']} {s['call']}: {s['failing']} failing, {s['passing']} passing; "
                          f"values only failures hold: {vals or 'none (a pair or the shape)'}")
+        lines.append("")
+    return lines
+
+
+def sample_markdown(report: dict[str, Any]) -> list[str]:
+    sm = report.get("sample")
+    if not sm:
+        return []
+    mine = [p for p in report["probes"] if "sample" in p["verdicts"]]
+    ran = [p for p in mine if p["outcome"] not in ("skipped", None)]
+    bad = [p for p in mine if p["verdicts"]["sample"] in ("dangerous", "hang")]
+    lines = ["## Uniform sample over what the packs accept", "",
+             f"Seed {sm['seed']}: {sm['drawn']} configurations drawn uniformly over every target's space, "
+             f"{len(mine)} accepted (probes), {len(ran)} run, {len(bad)} dangerous.", "",
+             "| target | probes | space (configurations) |", "|---|---|---|"]
+    for t, n in sm["per_target"].items():
+        lines.append(f"| {t} | {n} | {sm['space'].get(t, '')} |")
+    lines.append("")
+    if bad:
+        lines += ["| probe | backend/phase | call | config | result |", "|---|---|---|---|---|"]
+        for p in bad:
+            lines.append(f"| {p['id']} | {p['backend']}/{p['phase']} | {p['call']} | "
+                         f"{_fmt_changed(p['boundaries'][0]['changed'])} | {_fmt_result(p)} |")
         lines.append("")
     return lines
 

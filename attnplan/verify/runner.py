@@ -167,8 +167,10 @@ def _build_timeout(limit: float) -> dict[str, Any]:
 
 
 def _build_failed(res: dict[str, Any]) -> bool:
-    """Whether a module's first probe says the module itself is unusable (its followers inherit it)."""
-    err = str(res.get("error") or "").lower()
+    """Whether a module's first probe says the module itself is unusable (its followers inherit it).
+    A CUDA error at run time is the probe's own (PyTorch's text for it says "Compile with
+    `TORCH_USE_CUDA_DSA`", which is no build failure): the module's other probes still run."""
+    err = str(res.get("error") or "").lower().replace("compile with `torch_use_cuda_dsa`", "")
     return res["outcome"] in ("hang", "build-timeout") or (
         res["outcome"] == "error" and any(w in err for w in _BUILD_FAILURE))
 

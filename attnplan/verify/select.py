@@ -2,7 +2,7 @@
 
 One function decides what a *kernel* rule is, so switching to the packs' ``layer`` field is a
 one-line change: a rule that declares ``layer`` is taken at its word; a rule without one (packs
-older than the two-layer rules, SPEC §10) counts as a kernel rule when any of its checks is
+older than the two-layer rules, docs/contract.md, Engines and versions) counts as a kernel rule when any of its checks is
 evaluated per backend (candidate scope) - engine rules are policy, not measurable.
 """
 

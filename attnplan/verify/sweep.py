@@ -7,6 +7,12 @@ sinks, speculative q_len, batch shape - and builds rows (configs) until every *p
 values that some accepted config holds is held by at least one accepted row (a pairwise
 covering array, built greedily: each new row covers as many uncovered pairs as it can).
 
+With ``strength`` t > 2 the factors the target's JIT family compiles in (``COMPILED``: XQA's
+head, group, dtypes, page, window and q_len; fa2/fa3's head, dtypes, window, soft cap and sinks;
+MLA's dims and dtypes) are covered t-way - every t-tuple of their values some accepted config holds
+is held by a row - and the rest pairwise (issue 38: head 256 x group 32 x fp8 crashed XQA while
+every pair of them ran). ``sample`` draws accepted configs uniformly instead, as a second check.
+
 Only configs that every kernel rule accepts on this node are rows: a wrong answer, a crash or a
 build failure on any of them means a rule accepts what FlashInfer does not do (*dangerous*).
 A pair no accepted config holds is reported as ``refused``, with no probe.
@@ -17,12 +23,14 @@ rules, node and seed give the same rows on every machine).
 
 from __future__ import annotations
 
+from attnplan.errors import InvalidInputError
+
 import hashlib
 import itertools
 import json
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from attnplan.policy import AttentionConfig, NodeFacts, RuleSet
 from attnplan.policy.facts_catalog import node_context
@@ -169,11 +177,44 @@ class _Judge:
         return not any(refuses(c, pair, cand) for c in self.checks)
 
 
-Pair = tuple[tuple[str, Any], tuple[str, Any]]
+Pair = tuple[tuple[str, Any], ...]          # a tuple of (factor, value), factors in factor order
+
+# The factors each JIT family compiles into a module (generate.jit_identity; flashinfer/jit/xqa.py
+# gen_xqa_module; flashinfer/jit/attention/modules.py get_batch_prefill_uri / get_batch_decode_uri /
+# get_batch_mla_uri): a failure that needs three of them at once (XQA head 256 x group 32 x fp8,
+# issue 38) is held by no pairwise covering, so ``strength`` covers these t-way, the rest pairwise.
+COMPILED = {
+    "xqa": ("head", "group", "dtype", "kv", "page", "window", "spec"),
+    "mla": ("mla_dims", "dtype", "kv", "window", "soft_cap"),
+    "native": ("head", "dtype", "kv", "window", "soft_cap", "sinks"),
+}
+
+
+def compiled_factors(t: "SweepTarget", names: list[str]) -> list[str]:
+    """The factors of ``t`` its JIT family compiles in (factor order)."""
+    fam = COMPILED["xqa" if t.backend == "xqa" else "mla" if t.mla else "native"]
+    return [n for n in names if n in fam]
+
+
+def combos(names: list[str], strong: list[str], strength: int) -> list[tuple[str, ...]]:
+    """The factor combinations a covering of ``strength`` must hold every value tuple of: every
+    pair of factors, and every combination of 3..strength of the ``strong`` (compiled) ones."""
+    if strength < 2:
+        raise InvalidInputError("strength", "covering strength must be at least 2")
+    order = {n: i for i, n in enumerate(names)}
+    out = list(itertools.combinations(names, 2))
+    strong = sorted(strong, key=order.__getitem__)
+    for k in range(3, strength + 1):
+        out += list(itertools.combinations(strong, k))
+    return out
+
+
+def _tuples(row: dict[str, Any], cs: list[tuple[str, ...]]) -> set[Pair]:
+    return {tuple((n, row[n]) for n in c) for c in cs}
 
 
 def _pairs(row: dict[str, Any], names: list[str]) -> set[Pair]:
-    return {((a, row[a]), (b, row[b])) for a, b in itertools.combinations(names, 2)}
+    return _tuples(row, list(itertools.combinations(names, 2)))
 
 
 @dataclass
@@ -181,23 +222,28 @@ class Coverage:
     target: SweepTarget
     call: str
     rows: list[dict[str, Any]]
-    pairs_total: int                      # every pair of factor values
+    pairs_total: int                      # every value tuple to cover (pairs; t-tuples of compiled factors)
     pairs_covered: int                    # held by some accepted row
     refused: list[Pair] = field(default_factory=list)   # held by no accepted config found
     skip: Optional[str] = None            # why this target has no rows here
+    strength: int = 2
 
 
 def _fill(row: dict[str, Any], fixed: set[str], names: list[str], domains: dict[str, tuple[Any, ...]],
-          uncovered: set[Pair], judge: _Judge, rng: random.Random, module: Optional[str]) -> dict[str, Any]:
-    """Greedily set the factors not in ``fixed`` to values that cover uncovered pairs, keeping the
-    row accepted (and, with ``module``, on that JIT module)."""
-    order_of = {n: i for i, n in enumerate(names)}
+          uncovered: set[Pair], judge: _Judge, rng: random.Random, module: Optional[str],
+          cs: Optional[list[tuple[str, ...]]] = None) -> dict[str, Any]:
+    """Greedily set the factors not in ``fixed`` to values that cover uncovered tuples (of the
+    combinations ``cs``; default every pair), keeping the row accepted (and, with ``module``, on
+    that JIT module)."""
+    cs = cs if cs is not None else list(itertools.combinations(names, 2))
+    by_name = {n: [c for c in cs if n in c] for n in names}
     fixed = set(fixed)
     order = [n for n in names if n not in fixed]
     rng.shuffle(order)
     for n in order:
         def gain(v: Any) -> int:
-            return sum(1 for f in fixed if _key(order_of, n, v, f, row[f]) in uncovered)
+            return sum(1 for c in by_name[n] if all(m == n or m in fixed for m in c)
+                       and tuple((m, v if m == n else row[m]) for m in c) in uncovered)
         here = gain(row[n])
         for v in sorted(domains[n], key=lambda v: (-gain(v), rng.random())):
             if gain(v) <= here:
@@ -212,20 +258,22 @@ def _fill(row: dict[str, Any], fixed: set[str], names: list[str], domains: dict[
 
 def _search_row(pair: Pair, names: list[str], domains: dict[str, tuple[Any, ...]], uncovered: set[Pair],
                 judge: _Judge, rng: random.Random, base: dict[str, Any], tries: int,
-                reps: Optional[list[dict[str, Any]]] = None) -> Optional[dict[str, Any]]:
-    """An accepted row holding ``pair`` that covers many uncovered pairs, or None. A row on a JIT
-    module already chosen (``reps``: one row per module) is preferred to one that needs a new
-    module: modules are what a sweep spends its lease on."""
-    keep = {pair[0][0], pair[1][0]}
+                reps: Optional[list[dict[str, Any]]] = None,
+                cs: Optional[list[tuple[str, ...]]] = None) -> Optional[dict[str, Any]]:
+    """An accepted row holding ``pair`` (a value tuple) that covers many uncovered tuples, or None.
+    A row on a JIT module already chosen (``reps``: one row per module) is preferred to one that
+    needs a new module: modules are what a sweep spends its lease on."""
+    cs = cs if cs is not None else list(itertools.combinations(names, 2))
+    keep = {n for n, _ in pair}
     reuse = []
     for r in reps or ():
         cand = {**r, **dict(pair)}
         if judge(cand) and judge.module(cand) == judge.module(r):
             reuse.append(cand)
     if reuse:
-        reuse.sort(key=lambda c: -len(_pairs(c, names) & uncovered))
-        best = [_fill(c, keep, names, domains, uncovered, judge, rng, judge.module(c)) for c in reuse[:3]]
-        return max(best, key=lambda c: len(_pairs(c, names) & uncovered))
+        reuse.sort(key=lambda c: -len(_tuples(c, cs) & uncovered))
+        best = [_fill(c, keep, names, domains, uncovered, judge, rng, judge.module(c), cs) for c in reuse[:3]]
+        return max(best, key=lambda c: len(_tuples(c, cs) & uncovered))
     best, best_score = None, -1
     for attempt in range(tries):
         row = dict(base)
@@ -234,8 +282,8 @@ def _search_row(pair: Pair, names: list[str], domains: dict[str, tuple[Any, ...]
             row = _repair(row, keep, names, domains, judge, rng)
             if row is None:
                 return best
-        row = _fill(row, keep, names, domains, uncovered, judge, rng, None)
-        score = len(_pairs(row, names) & uncovered)
+        row = _fill(row, keep, names, domains, uncovered, judge, rng, None, cs)
+        score = len(_tuples(row, cs) & uncovered)
         if score > best_score:
             best, best_score = row, score
     return best
@@ -269,45 +317,57 @@ def _repair(row: dict[str, Any], keep: set[str], names: list[str], domains: dict
 
 
 def cover(ruleset: RuleSet, node: NodeFacts, t: SweepTarget, *, seed: int = 0, tries: int = 2,
-          known: Optional[list[dict[str, Any]]] = None) -> Coverage:
-    """The covering rows for one target (greedy pairwise over the accepted configs). ``known``:
-    rows of targets covered before; those of them this target accepts on the same JIT module
-    are offered for reuse first (a module the sweep builds anyway costs nothing more)."""
+          known: Optional[list[dict[str, Any]]] = None, strength: int = 2) -> Coverage:
+    """The covering rows for one target (greedy over the accepted configs: every pair of factor
+    values, and with ``strength`` t > 2 every t-tuple of the factors the target's JIT family
+    compiles in). ``known``: rows of targets covered before; those of them this target accepts
+    on the same JIT module are offered for reuse first (a module the sweep builds anyway costs
+    nothing more)."""
     fs = factors(t)
     names = [n for n, _ in fs]
     domains = dict(fs)
+    cs = combos(names, compiled_factors(t, names), strength)
     all_pairs: set[Pair] = set()
-    for a, b in itertools.combinations(names, 2):
-        all_pairs |= {((a, va), (b, vb)) for va in domains[a] for vb in domains[b]}
+    for c in cs:
+        all_pairs |= {tuple(zip(c, vals)) for vals in itertools.product(*(domains[n] for n in c))}
     call = _target_call(ruleset, t)
     judge = _Judge(ruleset, node, t, call)
     rng = random.Random(f"attnplan-sweep:{seed}:{t.label}")
     base = _base_row(t, domains, judge, names, rng)
     if base is None:
         return Coverage(t, call, [], len(all_pairs), 0, sorted(all_pairs, key=str),
-                        skip="no config is accepted by every kernel rule here")
+                        skip="no config is accepted by every kernel rule here", strength=strength)
     uncovered = set(all_pairs)
     refused: list[Pair] = []
+    refused_set: set[Pair] = set()
     rows: list[dict[str, Any]] = []
     reps: dict[str, dict[str, Any]] = {}
     for other in known or ():
         row = {n: other[n] if n in other and other[n] in domains[n] else base[n] for n in names}
         if judge(row):
             reps.setdefault(judge.module(row), row)
-    order, nxt = sorted(all_pairs, key=_pair_sort), 0      # the next pair: the least uncovered one
+    # Pairs first (in the order a pairwise sweep takes them: its rows do not move when t grows),
+    # then longer tuples; a tuple holding a refused shorter one is refused without a search.
+    order, nxt = sorted(all_pairs, key=lambda p: (len(p), _pair_sort(p))), 0
     while uncovered:
         while order[nxt] not in uncovered:
             nxt += 1
         pair = order[nxt]
-        row = _search_row(pair, names, domains, uncovered, judge, rng, base, tries, list(reps.values()))
+        if len(pair) > 2 and any(sub in refused_set for k in range(2, len(pair))
+                                 for sub in itertools.combinations(pair, k)):
+            row = None
+        else:
+            row = _search_row(pair, names, domains, uncovered, judge, rng, base, tries, list(reps.values()), cs)
         if row is None:
             uncovered.discard(pair)
             refused.append(pair)
+            refused_set.add(pair)
             continue
         rows.append(row)
         reps.setdefault(judge.module(row), row)
-        uncovered -= _pairs(row, names)
-    return Coverage(t, call, rows, len(all_pairs), len(all_pairs) - len(refused), sorted(refused, key=_pair_sort))
+        uncovered -= _tuples(row, cs)
+    return Coverage(t, call, rows, len(all_pairs), len(all_pairs) - len(refused), sorted(refused, key=_pair_sort),
+                    strength=strength)
 
 
 def _pair_sort(p: Pair) -> str:
@@ -350,15 +410,18 @@ class Sweep:
     probes: list[Probe]
     coverage: list[Coverage]
     seed: int
+    strength: int = 2
 
     def summary(self) -> list[dict[str, Any]]:
         return [{"target": c.target.label, "backend": c.target.backend, "phase": c.target.phase, "call": c.call,
                  "rows": len(c.rows), "pairs_total": c.pairs_total, "pairs_covered": c.pairs_covered,
-                 "pairs_refused": len(c.refused), "skip": c.skip} for c in self.coverage]
+                 "pairs_refused": len(c.refused), "skip": c.skip, "strength": c.strength} for c in self.coverage]
 
 
-def sweep(ruleset: RuleSet, node: NodeFacts, *, seed: int = 0, only: Optional[Iterable[str]] = None) -> Sweep:
-    """Every covering probe on this node (``only``: target labels or backend names)."""
+def sweep(ruleset: RuleSet, node: NodeFacts, *, seed: int = 0, only: Optional[Iterable[str]] = None,
+          strength: int = 2, progress: Callable[[str], None] = lambda s: None) -> Sweep:
+    """Every covering probe on this node (``only``: target labels or backend names; ``strength``:
+    cover() - t-way over each family's compiled factors; ``progress``: a line per target)."""
     cap = node.capability.value
     probes: dict[str, Probe] = {}
     cov: list[Coverage] = []
@@ -375,26 +438,15 @@ def sweep(ruleset: RuleSet, node: NodeFacts, *, seed: int = 0, only: Optional[It
         # A target's rows reuse the JIT modules of the targets covered before it (``known``), so
         # those are covered even when not chosen: ``only`` picks probes out of the full sweep,
         # digests and all, and a --target run resumes into (and from) a whole sweep's results.
-        c = cover(ruleset, node, t, seed=seed, known=known)
+        progress(f"covering {t.label} (strength {strength})")
+        c = cover(ruleset, node, t, seed=seed, known=known, strength=strength)
         known += c.rows
         if not chosen:
             continue
         cov.append(c)
         for row in c.rows:
-            cfg = config_of(t, row)
-            config = AttentionConfig.model_validate(cfg)
-            q_len = 1 + config.num_speculative_tokens if t.phase == "decode" else 1
-            q_lens, kv_lens = shape_of(t, row, q_len)
-            key = json.dumps([t.backend, t.phase, cfg, row["shape"], seed], sort_keys=True, default=str)
-            digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-            if digest in probes:
-                continue
-            spec, module, skip = make_spec(ruleset, node, t.base, cfg, digest, q_lens=q_lens, kv_lens=kv_lens)
-            spec["sweep_target"] = t.label
-            changed = {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
-            probes[digest] = Probe(id=digest, backend=t.backend, phase=t.phase, call=spec["call"], config=cfg,
-                                   refused_by=(), boundaries=[Boundary("sweep", 0, "accept", changed)],
-                                   spec=spec, module=module, skip=skip)
+            p = _probe(ruleset, node, t, row, seed, "sweep")
+            probes.setdefault(p.id, p)
     # Round-robin over the targets in the order their rows were made (early rows cover the most
     # pairs), so a run cut short by its deadline has covered every target as far as it got.
     per_target: dict[str, list[Probe]] = {}
@@ -403,7 +455,98 @@ def sweep(ruleset: RuleSet, node: NodeFacts, *, seed: int = 0, only: Optional[It
     ordered = [p for group in itertools.zip_longest(*per_target.values()) for p in group if p is not None]
     for i, p in enumerate(ordered):
         p.id = f"s{i:04d}-{p.id}"
-    return Sweep(ordered, cov, seed)
+    return Sweep(ordered, cov, seed, strength)
+
+
+def _probe(ruleset: RuleSet, node: NodeFacts, t: SweepTarget, row: dict[str, Any], seed: int, kind: str) -> Probe:
+    """The probe of one accepted row (id: its content digest; ``kind``: the pseudo-rule, sweep or sample)."""
+    cfg = config_of(t, row)
+    config = AttentionConfig.model_validate(cfg)
+    q_len = 1 + config.num_speculative_tokens if t.phase == "decode" else 1
+    q_lens, kv_lens = shape_of(t, row, q_len)
+    key = json.dumps([t.backend, t.phase, cfg, row["shape"], seed], sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    spec, module, skip = make_spec(ruleset, node, t.base, cfg, digest, q_lens=q_lens, kv_lens=kv_lens)
+    spec["sweep_target"] = t.label
+    changed = {k: (list(v) if isinstance(v, tuple) else v) for k, v in row.items()}
+    return Probe(id=digest, backend=t.backend, phase=t.phase, call=spec["call"], config=cfg, refused_by=(),
+                 boundaries=[Boundary(kind, 0, "accept", changed)], spec=spec, module=module, skip=skip)
+
+
+# -- a uniform sample over the accepted space ---------------------------------------------------
+# Wider than the covering's grid where a value is an integer the user picks: every GQA group up
+# to 64, more windows and speculative lengths (a sample should reach values no grid names).
+SAMPLE_DOMAINS: dict[str, tuple[Any, ...]] = {
+    "group": tuple(range(1, 65)),
+    "window": (None, 32, 64, 128, 1000, 4096),
+    "spec": (0, 1, 2, 3),
+}
+
+
+def sample_factors(t: SweepTarget) -> list[tuple[str, tuple[Any, ...]]]:
+    return [(n, SAMPLE_DOMAINS.get(n, dom)) for n, dom in factors(t)]
+
+
+@dataclass
+class Sample:
+    probes: list[Probe]
+    seed: int
+    drawn: int                           # configurations drawn (accepted or not)
+    per_target: dict[str, int]           # accepted probes per target
+    space: dict[str, int]                # grid size per target (the draw's weights)
+
+    def summary(self) -> dict[str, Any]:
+        return {"seed": self.seed, "probes": len(self.probes), "drawn": self.drawn, "per_target": self.per_target,
+                "space": self.space}
+
+
+def sample(ruleset: RuleSet, node: NodeFacts, n: int, *, seed: int = 0, only: Optional[Iterable[str]] = None,
+           max_draws: Optional[int] = None) -> Sample:
+    """``n`` configurations drawn uniformly from what every kernel rule accepts on this node, as
+    an independent check beside the covering: a target is drawn with probability proportional to
+    its space (the product of its factor domains, ``sample_factors``), a value of each factor
+    uniformly, and a draw the rules refuse is drawn again (rejection sampling: uniform over the
+    accepted (target, configuration) pairs, not over the grid's cells). Same rules, node and
+    seed: the same probes. A configuration drawn twice is one probe (drawn again)."""
+    if n < 0:
+        raise InvalidInputError("sample", "sample size must be >= 0")
+    cap = node.capability.value
+    wanted = set(only or ())
+    runnable = [t for t, why in sweep_targets(ruleset, cap)
+                if why is None and (not wanted or t.label in wanted or t.backend in wanted)]
+    rng = random.Random(f"attnplan-sample:{seed}")
+    doms = {t.label: sample_factors(t) for t in runnable}
+    space = {t.label: _size(doms[t.label]) for t in runnable}
+    judges: dict[str, _Judge] = {}
+    probes: dict[str, Probe] = {}
+    per: dict[str, int] = {}
+    drawn = 0
+    limit = max_draws if max_draws is not None else 2000 * max(n, 1)
+    while runnable and len(probes) < n and drawn < limit:
+        t = rng.choices(runnable, weights=[space[x.label] for x in runnable])[0]
+        row = {name: rng.choice(dom) for name, dom in doms[t.label]}
+        drawn += 1
+        judge = judges.get(t.label)
+        if judge is None:
+            judge = judges[t.label] = _Judge(ruleset, node, t, _target_call(ruleset, t))
+        if not judge(row):
+            continue
+        p = _probe(ruleset, node, t, row, seed, "sample")
+        if p.id in probes:
+            continue
+        probes[p.id] = p
+        per[t.label] = per.get(t.label, 0) + 1
+    ordered = list(probes.values())
+    for i, p in enumerate(ordered):
+        p.id = f"r{i:04d}-{p.id}"
+    return Sample(ordered, seed, drawn, dict(sorted(per.items())), space)
+
+
+def _size(fs: list[tuple[str, tuple[Any, ...]]]) -> int:
+    out = 1
+    for _, dom in fs:
+        out *= len(dom)
+    return out
 
 
 def suspects(probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -441,7 +584,7 @@ def suspects(probes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-__all__ = ["sweep", "Sweep", "Coverage", "SweepTarget", "cover", "factors", "config_of", "sweep_targets", "suspects",
+__all__ = ["sweep", "Sweep", "Coverage", "sample", "Sample", "combos", "compiled_factors", "COMPILED", "SweepTarget", "cover", "factors", "config_of", "sweep_targets", "suspects",
            "GROUPS", "HEADS"]
 
 

@@ -18,6 +18,11 @@ integers, numbers and choices as vLLM's does; other flag values stay strings (at
 the flags ``ServeLine`` holds). Lines using FlexibleArgumentParser's rewriting features
 (``--config FILE``, ``-O3``, dotted ``--x.y`` arguments) go to the real parser.
 
+A line from a REST client (``allow_files=False``) never makes this machine open a file: ``--config``
+and ``@FILE`` values are refused by name before any parser sees the line (issue 40 #4). On the CLI
+``--config FILE`` is the user's own file: checked first (exists, regular, bounded, UTF-8, .yaml), so
+a bad one is exit 2, and vLLM's parser errors over it are shown without the file's contents.
+
 Otherwise (or with ``ATTNPLAN_VLLM_PARSER=subset``) the documented subset below is parsed and any
 other flag is named in one error line, never ignored.
 """
@@ -29,7 +34,7 @@ import functools
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -70,12 +75,30 @@ class ServeLine:
     hf_overrides: dict[str, Any] = field(default_factory=dict)
     trust_remote_code: bool = False
     revision: Optional[str] = None
-    parser: str = "subset"  # "vllm" when vLLM's own parser read it
+    parser: str = "subset"  # "vllm" when vLLM's own parser read it, "table" for the shipped flag table
+    # flags of the line that do not change attention (--port, --gpu-memory-utilization, ...): accepted, listed
+    ignored: tuple[str, ...] = ()
+
+
+_FLAG_WORD = re.compile(r"^--?[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+
+def parser_message(message: str) -> str:
+    """argparse's error, without the values it would repeat: ``unrecognized arguments: --x SECRET``
+    names the flags only (a serve line may come from a REST client, whose input is never echoed)."""
+    head = "unrecognized arguments: "
+    if message.startswith(head):
+        words = message[len(head):].split()
+        flags = [w.split("=", 1)[0] for w in words if _FLAG_WORD.match(w.split("=", 1)[0])]
+        if flags:
+            return head + " ".join(flags[:20]) + (" (with values not shown)" if len(flags) < len(words) else "")
+        return f"{len(words)} unrecognized argument(s) (not shown)"
+    return message
 
 
 class _OneLine(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InvalidInputError("vllm serve", message)
+        raise InvalidInputError("vllm serve", parser_message(message))
 
 
 def parse_json_arg(raw: Any, what: str) -> dict[str, Any]:
@@ -89,12 +112,12 @@ def parse_json_arg(raw: Any, what: str) -> dict[str, Any]:
         raw = getattr(raw, "__dict__", raw)
         if isinstance(raw, dict):
             return {k: v for k, v in raw.items() if v is not None}
-        raise InvalidInputError(what, f"expected a JSON object, got {raw!r}")
+        raise InvalidInputError(what, f"expected a JSON object, got {type(raw).__name__}")
     from attnplan.safeio import parse_json
 
     data = parse_json(raw, what=what, name=f"--{what.replace('_', '-')}")
-    if not isinstance(data, dict):
-        raise InvalidInputError(what, f"expected a JSON object, got {raw!r}")
+    if not isinstance(data, dict):  # the value is the client's: named by its JSON type, never echoed
+        raise InvalidInputError(what, f"expected a JSON object, got a JSON {type(data).__name__}")
     return data
 
 
@@ -171,7 +194,7 @@ def _build_vllm_parser() -> Any:
 
     class Parser(FlexibleArgumentParser):
         def error(self, message: str) -> None:  # type: ignore[override]
-            raise InvalidInputError("vllm serve", message)
+            raise InvalidInputError("vllm serve", parser_message(message))
 
     parser = Parser(prog="vllm serve")
     try:
@@ -202,19 +225,89 @@ def _subset_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_serve_line(argv: Sequence[str]) -> ServeLine:
-    """A ``vllm serve`` argument list (after ``serve``) -> ServeLine; bad input is one InvalidInputError."""
+# Flags whose value makes a parser open a file (issue 40 #4): vLLM's FlexibleArgumentParser reads
+# ``--config FILE`` (a YAML of more flags) while parsing (vllm/utils/argparse_utils.py
+# _pull_args_from_config, load_config_file); ``--hf-overrides @FILE`` is argparse's from-file
+# spelling (vLLM 0.33 does not enable it; refused all the same). A serve line from a REST client
+# never makes the node open a file: these are refused by name before any parser sees the line.
+FILE_FLAGS = ("--config",)
+FROM_FILE_PREFIX = "@"
+MAX_CONFIG_FILE_BYTES = 1 << 20  # a --config YAML read on the CLI (the user's own file)
+
+
+def _flag_name(word: str) -> str:
+    return word.split("=", 1)[0]
+
+
+def refuse_file_reads(argv: Sequence[str]) -> None:
+    """``InvalidInputError`` naming the first flag of ``argv`` that would make this machine read a
+    file (``--config FILE``, a value ``@FILE``). Never the value: it is a path on this machine."""
+    for i, word in enumerate(argv):
+        name = _flag_name(word)
+        if name in FILE_FLAGS:
+            raise InvalidInputError("vllm serve", f"{name} reads a file on this node: not accepted from a client; "
+                                                  "give the flags themselves on the line")
+        if word.startswith(FROM_FILE_PREFIX):
+            raise InvalidInputError("vllm serve", f"an argument names a file ('{FROM_FILE_PREFIX}FILE'): not "
+                                                  "accepted from a client")
+        if name == "--hf-overrides":
+            value = word.split("=", 1)[1] if "=" in word else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value.startswith(FROM_FILE_PREFIX):
+                raise InvalidInputError("vllm serve", f"--hf-overrides names a file ('{FROM_FILE_PREFIX}FILE'): not "
+                                                      "accepted from a client; give the JSON object itself")
+
+
+def _config_file(argv: Sequence[str]) -> Optional[str]:
+    """The ``--config FILE`` of a CLI line, checked before vLLM's parser opens it: a missing,
+    unreadable, oversized or non-YAML file is exit 2 naming the path (the user's own), never a
+    crash (vLLM raises FileNotFoundError / AssertionError / ValueError) and never its contents."""
+    from attnplan.safeio import read_bounded
+
+    names = [i for i, w in enumerate(argv) if _flag_name(w) == "--config"]
+    if not names:
+        return None
+    if len(names) > 1:
+        raise InvalidInputError("config", "give --config at most once")
+    i = names[0]
+    word = argv[i]
+    if "=" in word:
+        raise InvalidInputError("config", "write --config FILE (vLLM reads the file only in that spelling)")
+    if i + 1 >= len(argv) or argv[i + 1].startswith("-"):
+        raise InvalidInputError("config", "--config needs a YAML file")
+    path = argv[i + 1]
+    if path.rsplit(".", 1)[-1] not in ("yaml", "yml"):
+        raise InvalidInputError("config", "--config takes a .yaml or .yml file (vLLM's load_config_file)")
+    read_bounded(path, what="config", max_bytes=MAX_CONFIG_FILE_BYTES)  # exists, regular, bounded, UTF-8
+    return path
+
+
+def parse_serve_line(argv: Sequence[str], *, allow_files: bool = True) -> ServeLine:
+    """A ``vllm serve`` argument list (after ``serve``) -> ServeLine; bad input is one InvalidInputError.
+
+    ``allow_files``: whether the line may make this machine read a file (``--config FILE``): the CLI,
+    where the file is the user's own, yes; a line from a REST client, no (``refuse_file_reads``)."""
     argv = list(argv)
+    if not allow_files:
+        refuse_file_reads(argv)
     if vllm_available():
         ns = None
+        config = _config_file(argv) if allow_files else None
         if not _needs_real_parser(argv):
             table = flag_table()
             if table is not None:
                 ns = _table_parser(table).parse_args(argv)
         if ns is None:
-            ns = _vllm_parser().parse_args(argv)
+            ns = _real_parse(argv, config)
             _save_flag_table(_vllm_parser())
         how = "vllm"
+    elif not _forced_subset() and shipped_table() is not None:
+        # vLLM is not installed: its flag table, shipped, reads the line (every flag vLLM 0.33 takes)
+        if _needs_real_parser(argv):
+            used = sorted({_flag_name(a) for a in argv if _REWRITTEN.match(a) or (a.startswith("--") and "_" in _flag_name(a))})
+            raise InvalidInputError("vllm serve", f"{' '.join(used)}: vLLM's own parser rewrites these (a config file, "
+                                                  "-O levels, dotted or underscored flags); install vllm to read them")
+        ns = _table_parser(shipped_table()).parse_args(argv)
+        how = "table"
     else:
         p = _subset_parser()
         try:
@@ -227,7 +320,49 @@ def parse_serve_line(argv: Sequence[str]) -> ServeLine:
                 "vllm serve", f"not in attnplan's vLLM subset (install vllm to accept every flag): {' '.join(flags)}",
                 SUBSET_FLAGS)
         how = "subset"
-    return line_from_namespace(ns, how)
+    return replace(line_from_namespace(ns, how), ignored=ignored_flags(argv))
+
+
+# What attnplan reads off a line (line_from_namespace): every other flag does not change attention.
+ATTENTION_DESTS = frozenset({
+    "model", "model_tag", "tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size", "dtype",
+    "kv_cache_dtype", "block_size", "attention_backend", "attention_config", "speculative_config", "max_model_len",
+    "hf_overrides", "trust_remote_code", "revision"})
+
+
+def ignored_flags(argv: Sequence[str]) -> tuple[str, ...]:
+    """The line's flags that do not change attention, as typed (each once, in order): the shipped table maps
+    each spelling to its destination; a flag it does not know is left to the parser that read the line."""
+    table = shipped_table()
+    if table is None:
+        return ()
+    dest = {o: e["dest"] for e in table["actions"] for o in e["options"]}
+    seen = [_flag_name(a) for a in argv if a.startswith("-") and _flag_name(a) in dest]
+    return tuple(dict.fromkeys(f for f in seen if dest[f] not in ATTENTION_DESTS))
+
+
+def _forced_subset() -> bool:
+    return os.environ.get("ATTNPLAN_VLLM_PARSER", "").lower() == "subset"
+
+
+def _real_parse(argv: list[str], config: Optional[str]) -> argparse.Namespace:
+    """vLLM's own parser over the line. Whatever it raises on the line is bad input (vLLM asserts on
+    a second --config, a YAML that is not a mapping raises AttributeError): one InvalidInputError.
+    With ``--config FILE`` its messages may quote the file's keys and values, so they are not shown."""
+    parser = _vllm_parser()
+    try:
+        return parser.parse_args(argv)
+    except InvalidInputError as exc:
+        if config is None:
+            raise
+        raise InvalidInputError("vllm serve", "vLLM's parser refused the flags read from --config FILE (its "
+                                              "message is not shown: it may quote the file); run vllm serve "
+                                              "--config FILE to see it") from None
+    except SystemExit:  # --help / --version and the like: not a plannable line
+        raise InvalidInputError("vllm serve", "not a line to plan (a help or version flag)") from None
+    except Exception as exc:  # noqa: BLE001 - vLLM's parser failing on the line is bad input, not a crash
+        what = "the --config FILE" if config is not None else "the line"
+        raise InvalidInputError("vllm serve", f"vLLM's parser could not read {what} ({type(exc).__name__})") from None
 
 
 def line_from_namespace(ns: argparse.Namespace, how: str) -> ServeLine:
@@ -260,9 +395,16 @@ def line_from_namespace(ns: argparse.Namespace, how: str) -> ServeLine:
         max_model_len=None if max_len == -1 else max_len,  # -1: vLLM's "auto", the model's own length
         hf_overrides=parse_json_arg(getattr(ns, "hf_overrides", None), "hf_overrides"),
         trust_remote_code=bool(getattr(ns, "trust_remote_code", False)),
-        revision=getattr(ns, "revision", None),
+        revision=_revision(getattr(ns, "revision", None)),
         parser=how,
     )
+
+
+def _revision(raw: Any) -> Optional[str]:
+    """``--revision``: a git ref or commit hash of the cached repo, never a path (issue 40 #4)."""
+    from attnplan.policy.hfconfig import check_revision
+
+    return check_revision(raw)
 
 
 def speculative_tokens(spec: dict[str, Any]) -> int:
@@ -280,6 +422,22 @@ def speculative_tokens(spec: dict[str, Any]) -> int:
 
 # -- vLLM's flag table, cached ------------------------------------------------------------------
 TABLE_FORMAT = 1
+# The flag tables attnplan ships (scripts/vllm_flag_table.py), one per modelled vLLM release: where vLLM is not
+# installed, a line is read with the table of the release it is planned for - every flag vLLM takes is accepted.
+SHIPPED_TABLES = Path(__file__).parent / "tables"
+SHIPPED_VERSION = "0.33.0"
+
+
+@functools.lru_cache(maxsize=4)
+def shipped_table(version: str = SHIPPED_VERSION) -> Optional[dict[str, Any]]:
+    """vLLM ``version``'s flag table as shipped in the wheel, or None."""
+    try:
+        data = json.loads((SHIPPED_TABLES / f"vllm-{version}-flags.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != TABLE_FORMAT or not isinstance(data.get("actions"), list):
+        return None
+    return data
 
 
 def cache_dir() -> Path:

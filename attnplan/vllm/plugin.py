@@ -14,10 +14,14 @@ front end may run elsewhere or see no GPU), it holds the finished per-rank ``Vll
 any weight is read or CUDA graph captured, so a refusal costs seconds, not a model load. Each
 rank checks its own shape (``get_num_attention_heads(parallel_config)`` is per rank).
 
-At that point ``check_vllm_config`` maps the config with :func:`config_from_vllm` and calls
-``require_plan`` on this machine's probed facts (or ``ATTNPLAN_VLLM_DEVICE``, a catalog device,
-to check against a declared one); a rejection raises ``UnsupportedConfigurationError`` listing
-every violated rule and the verified suggestions, and vLLM's startup stops with it.
+At that point ``check_vllm_config`` maps the config with :func:`config_from_vllm` and plans it on
+this machine's probed facts (or ``ATTNPLAN_VLLM_DEVICE``, a catalog device, to check against a
+declared one). The plugin judges only what vLLM selects (the answer's verdict, policy/verdict.py):
+where vLLM runs FLASHINFER / FLASHINFER_MLA, every outcome but ``runs`` (a crash at graph capture or
+the first request, wrong output) raises ``UnsupportedConfigurationError`` listing every violated rule
+and the verified fixes, and vLLM's startup stops with it; where vLLM runs one of its own backends
+(FLASH_ATTN, FLASH_ATTN_MLA, TRITON_ATTN, ...) the plugin logs one line naming vLLM's pick and vLLM
+goes on - a refusal there is vLLM's own, in its own words, never attnplan's.
 ``ATTNPLAN_VLLM_PLUGIN=off`` disables the check; ``ATTNPLAN_RULES=DIR`` uses your rule packs.
 """
 
@@ -29,7 +33,7 @@ import os
 from typing import Any, Callable, Optional
 
 from attnplan.policy import PlanAnswer
-from attnplan.policy import UnsupportedConfigurationError
+from attnplan.policy import InvalidInputError, UnsupportedConfigurationError
 
 from .mapping import config_from_vllm
 
@@ -44,16 +48,29 @@ def _node() -> Any:
     return simulated_node(device) if device else local_node()
 
 
-def check_vllm_config(vllm_config: Any, node: Any = None) -> PlanAnswer:
-    """An ok plan for this rank's attention, or ``UnsupportedConfigurationError``."""
+def check_vllm_config(vllm_config: Any, node: Any = None) -> Optional[PlanAnswer]:
+    """This rank's answer (its verdict says what vLLM does), ``UnsupportedConfigurationError`` where vLLM would run
+    FlashInfer and not ``run``, or None for a config attnplan cannot express (logged; vLLM goes on)."""
     from .serve import plan_with_engine
 
     from attnplan.policy import load_rules
 
-    config = config_from_vllm(vllm_config)
+    try:
+        config = config_from_vllm(vllm_config)
+    except InvalidInputError as exc:
+        # A config attnplan cannot express (a cache layout it does not model, ...): vLLM judges it itself.
+        # Never stop a deployment attnplan cannot speak for.
+        log.warning("attnplan: not checked (attnplan does not model this configuration: %s); vLLM goes on", exc)
+        return None
     rules = os.environ.get("ATTNPLAN_RULES", "").strip()  # the same override as the CLI's --rules
     answer = plan_with_engine(config, node if node is not None else _node(), load_rules(rules) if rules else None)
-    if answer.status != "ok":
+    v = answer.verdict
+    if v is not None and not v.modelled:
+        # Not FlashInfer: vLLM validates its own pick (and refuses it itself, in its own words).
+        log.info("attnplan: vLLM selects %s here (not FlashInfer); attnplan does not model its kernels: %s",
+                 v.selected.decode, v.message)
+        return answer
+    if (v is not None and not v.runs) or (v is None and answer.status != "ok"):
         raise UnsupportedConfigurationError(answer)
     log.info("attnplan: attention plan ok: prefill %s, decode %s", *answer.backends())
     return answer

@@ -26,9 +26,9 @@ import hashlib
 import json
 import re
 import shlex
-from typing import Any, Optional, Union
+from typing import Any, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet, plan_model
 from attnplan.policy.answer import node_json
@@ -80,10 +80,21 @@ class ModelRequest(BaseModel):
                                                                            "the config.json")
     max_model_len: Optional[StrictInt] = Field(None, ge=1, description="vllm serve --max-model-len (echoed; the "
                                                                        "attention kernels do not depend on it)")
-    revision: Optional[StrictStr] = Field(None, max_length=128, description="vllm serve --revision (cache lookup)")
+    revision: Optional[StrictStr] = Field(None, max_length=128, description="vllm serve --revision: a git branch, "
+                                                                           "tag or commit hash of the cached repo "
+                                                                           "(never a path)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="attnplan's own attention fields laid over "
                                                                         "every layer group (attnplan plan --model X "
                                                                         "--FLAG)")
+
+    @field_validator("revision")
+    @classmethod
+    def _revision_is_a_ref(cls, v: Optional[str]) -> Optional[str]:
+        # A ref or a commit, looked up inside the repo's cache folder only (policy/hfconfig.py
+        # check_revision): a path here made the node read its own files (issue 40 #4).
+        from attnplan.policy.hfconfig import check_revision
+
+        return check_revision(v)
 
     # -- building one -------------------------------------------------------------------------
     @classmethod
@@ -150,14 +161,15 @@ class ModelRequest(BaseModel):
                          max_model_len=self.max_model_len, hf_overrides=dict(self.hf_overrides),
                          revision=self.revision, parser=parser)
 
-    def load(self, *, allow_paths: bool = True) -> dict[str, Any]:
+    def load(self, *, allow_paths: bool = True, presets: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
         """The config.json (with ``hf_overrides`` merged, as vLLM merges them). ``allow_paths``:
         whether the model may name a file or directory (the CLI: yes; a REST client: no, only a
-        preset or a cached repo id)."""
+        preset or a cached repo id). ``presets``: the caller's preset registry (name -> file; the
+        REST service's, rest/presets.py), instead of the presets shipped in ``attnplan/presets``."""
         if isinstance(self.model, dict):
             data = bounded_config(self.model)
         else:
-            data = read_reference(self.model, allow_paths=allow_paths, revision=self.revision)
+            data = read_reference(self.model, allow_paths=allow_paths, revision=self.revision, presets=presets)
         if self.hf_overrides:
             data = {**data, **bounded_config(self.hf_overrides, what="hf_overrides")}
         return data
@@ -165,14 +177,19 @@ class ModelRequest(BaseModel):
 
 def request_error(exc: ValidationError) -> InvalidInputError:
     e = exc.errors()[0]
+    cause = (e.get("ctx") or {}).get("error")
+    if isinstance(cause, InvalidInputError):  # a validator's own error names its field and the fix
+        return cause
     loc = ".".join(str(x) for x in e.get("loc", ())) or "request"
     if e.get("type") == "extra_forbidden":
         return InvalidInputError(loc, "unknown field", sorted(ModelRequest.model_fields))
     return InvalidInputError(loc, str(e.get("msg", "invalid")))
 
 
-def parse_serve_text(text: str) -> ServeLine:
-    """``vllm serve MODEL [flags]`` (the leading ``vllm serve`` optional) -> ``ServeLine``."""
+def parse_serve_text(text: str, *, allow_files: bool = True) -> ServeLine:
+    """``vllm serve MODEL [flags]`` (the leading ``vllm serve`` optional) -> ``ServeLine``.
+    ``allow_files=False`` (a line from a REST client): a flag that would make this machine read a
+    file (``--config FILE``, ``@FILE``) is refused by name before any parser sees the line."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInputError("serve", "give a vllm serve line, e.g. " + repr(EXAMPLE_SERVE_LINE))
     if len(text) > MAX_LINE_CHARS:
@@ -187,7 +204,7 @@ def parse_serve_text(text: str) -> ServeLine:
             raise InvalidInputError("serve", "a vllm line must be 'vllm serve MODEL [flags]'")
     if words[:1] == ["serve"]:
         words = words[1:]
-    return parse_serve_line(words)
+    return parse_serve_line(words, allow_files=allow_files)
 
 
 def model_digest(data: Any) -> str:
@@ -212,45 +229,52 @@ def bounded_config(data: Any, *, what: str = "model") -> dict[str, Any]:
     return dict(out)
 
 
-def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = None) -> dict[str, Any]:
-    """A preset name, a cached repo id, or (``allow_paths``) a file or directory -> config.json."""
+def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = None,
+                   presets: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+    """A preset name, a cached repo id, or (``allow_paths``) a file or directory -> config.json.
+    ``presets``: name -> config.json of the caller's registry (default: attnplan/presets)."""
     from pathlib import Path
 
     from attnplan.policy import read_model_config
+    from attnplan.policy.hfconfig import check_revision
     from attnplan.presets import PRESETS_DIR
 
+    check_revision(revision)  # a ref or a commit, never a path (issue 40 #4)
     if allow_paths and Path(ref).expanduser().exists():
         return read_model_config(ref)
-    if _REF.match(ref) and "/" not in ref and ".." not in ref:
-        preset = PRESETS_DIR / f"{ref}.json"
-        if preset.is_file():
+    if _REF.fullmatch(ref) and "/" not in ref and ".." not in ref:
+        preset = presets.get(ref) if presets is not None else PRESETS_DIR / f"{ref}.json"
+        if preset is not None and Path(preset).is_file():
             return read_model_config(preset)
     if not allow_paths:
         # Only a repo id, looked up in the cache: a client never makes this node open a file it names.
-        if not _REF.match(ref) or ".." in ref or "/" not in ref or Path(ref).exists():
+        if not _REF.fullmatch(ref) or ".." in ref or "/" not in ref or Path(ref).exists():
             raise InvalidInputError("model", f"{ref!r} is neither a preset (GET /v1/presets) nor a HuggingFace "
                                              "repo id (org/name); send the config.json itself as a JSON object")
-        from attnplan.policy.hfconfig import hf_cache_dir, resolve_model
+        from attnplan.policy.hfconfig import cached_config
 
-        try:
-            path = resolve_model(ref, revision)
-        except ModelConfigError:  # the client cannot fetch it onto this node: say what it can do
-            raise InvalidInputError("model", f"{ref} is not in this node's HuggingFace cache ({hf_cache_dir()}): "
-                                             "send its config.json as a JSON object instead") from None
+        # The cache only, never a local path: resolved inside the repo's cache folder (hfconfig.py).
+        path = cached_config(ref, revision)
+        if path is None:  # the client cannot fetch it onto this node: say what it can do
+            raise InvalidInputError("model", "not in this node's HuggingFace cache: send its config.json as a "
+                                             "JSON object instead")
         return read_model_config(path)
-    return read_model_config(ref)
+    from attnplan.policy.hfconfig import resolve_model
+
+    return read_model_config(resolve_model(ref, revision))  # a cached repo id at its revision
 
 
 # -- planning -----------------------------------------------------------------------------
 def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None, *,
-                 allow_paths: bool = True, parser: str = "request") -> ServeAnswer:
+                 allow_paths: bool = True, parser: str = "request",
+                 presets: Optional[Mapping[str, Any]] = None) -> ServeAnswer:
     """Every attention layer group of the model, for one rank, on ``node`` (None: this machine),
     or vLLM's startup refusal (tensor parallelism that does not divide the heads, DCP limits)."""
     from attnplan.policy.hfconfig import model_info
     from attnplan.policy.layers import text_config
 
     try:
-        data = req.load(allow_paths=allow_paths)
+        data = req.load(allow_paths=allow_paths, presets=presets)
         info = model_info(text_config(data), req.model_label())
     except ModelConfigError as exc:
         raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
@@ -261,8 +285,9 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
                           req.decode_context_parallel_size, mla=fields.get("kv_lora_rank") is not None)
     if errs:
         return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=list(info.notes))
+    engine, req = engine_of(req, data, ruleset)
     try:
-        model = plan_model(data, node, overrides=req.line_fields(), ruleset=ruleset, engine=req.engine,
+        model = plan_model(data, node, overrides=req.line_fields(), ruleset=ruleset, engine=engine,
                            tensor_parallel_size=req.tensor_parallel_size)
     except ModelConfigError as exc:
         raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
@@ -270,7 +295,21 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     return ServeAnswer(line, req.ranks, first, model.answer(), notes=list(info.notes), model=model)
 
 
-def check_request(req: ModelRequest, *, allow_paths: bool = True) -> None:
+def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[RuleSet] = None) -> tuple[Any, ModelRequest]:
+    """The engine a request speaks for, with the parts that are the engine's own (under SGLang its own
+    --attention-backend name: attnplan/engine_request.py), and the request without them."""
+    from attnplan.engine_request import with_backend
+    from attnplan.policy import default_ruleset, parse_engine
+
+    spec = parse_engine(req.engine, ruleset if ruleset is not None else default_ruleset())
+    if spec.name != "sglang":
+        return spec, req
+    # (the architecture joins in plan_model: policy/engines.py engine_request_for_model)
+    spec, backend = with_backend(spec, req.attention_backend)
+    return spec, req.model_copy(update={"attention_backend": backend})
+
+
+def check_request(req: ModelRequest, *, allow_paths: bool = True, presets: Optional[Mapping[str, Any]] = None) -> None:
     """Bad input (``InvalidInputError`` naming the field) that no node could plan, found without
     planning: the model's layers and fields as attnplan's own reader sees them (no transformers
     import), and the serve flags laid over them. A rejection is not bad input: that is for the
@@ -285,11 +324,12 @@ def check_request(req: ModelRequest, *, allow_paths: bool = True) -> None:
     from attnplan.policy.model_plan import PER_GROUP_FIELDS
 
     try:
-        data = req.load(allow_paths=allow_paths)
+        data = req.load(allow_paths=allow_paths, presets=presets)
         layers = read_layers(data)
         fields = fields_from_hf(text_config(data), req.model_label(), use_transformers=False)
     except ModelConfigError as exc:
         raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
+    _engine, req = engine_of(req, data)
     over = req.line_fields()
     if len(layers.attention_groups) > 1:  # as plan_model refuses them
         for k in PER_GROUP_FIELDS:

@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 from attnplan.policy import ModelPlanAnswer, plan_for, plan_model, read_layers
 from attnplan.policy import PlanAnswer
+from attnplan.policy.answer import Selected, Verdict
 from attnplan.policy import AttentionConfig
 from attnplan.policy import InvalidInputError
 from attnplan.policy import NodeFacts
@@ -19,6 +20,7 @@ from .backends import backend_choice
 from .mapping import per_rank_fields, startup_errors
 
 VLLM_ENGINE = "vllm"
+VLLM_VERSION = "0.33.0"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,20 @@ class ServeAnswer:
             return self.startup_error is None and self.model.ok
         return self.startup_error is None and self.answer is not None and self.answer.ok
 
+    @property
+    def verdict(self) -> Optional[Verdict]:
+        """The verdict of the line (policy/verdict.py): vLLM's own refusal of the parallel split, else the
+        model's (every attention layer group's worst), else the one answer's."""
+        if self.startup_error is not None:
+            return Verdict(engine=f"vllm=={VLLM_VERSION}", outcome="fails-at-startup", modelled=False,
+                           selected=Selected(prefill="none", decode="none", runs_flashinfer=False,
+                                             source="vllm/config/model.py verify_with_parallel_config"),
+                           rules=("vllm.startup",),
+                           message=f"vLLM {VLLM_VERSION} refuses at startup: {self.startup_error}")
+        if self.model is not None:
+            return self.model.verdict
+        return self.answer.verdict if self.answer is not None else None
+
 
 def plan_with_engine(config: AttentionConfig, node: Optional[NodeFacts], ruleset: Optional[RuleSet]) -> PlanAnswer:
     """``plan_for`` under vLLM's engine layer (the installed vLLM's version, else 0.33)."""
@@ -56,7 +72,7 @@ def flag_fields(*, dtype: str, kv_cache_dtype: str, block_size: Optional[int], a
     out: dict[str, Any] = {}
     if dtype.lower() != "auto":
         out["dtype"] = dtype
-    out["kv_cache_dtype"] = kv_cache_dtype
+    out["kv_cache_dtype"] = vllm_kv_cache_dtype(kv_cache_dtype)
     if block_size is not None:
         out["page_size"] = block_size
     # None: the platform picks the block size at startup; attnplan picks the smallest valid one.
@@ -69,6 +85,25 @@ def flag_fields(*, dtype: str, kv_cache_dtype: str, block_size: Optional[int], a
     return out
 
 
+def vllm_kv_cache_dtype(raw: str) -> str:
+    """vLLM 0.33's ``--kv-cache-dtype``, exactly as vLLM takes it (policy/dtypes.py VLLM_CACHE_DTYPES, from
+    vllm/config/cache.py CacheDType), in the config's vocabulary. A spelling vLLM refuses (fp4, bf16, half,
+    fp8_e4m3fn) is bad input in vLLM's terms; one vLLM takes for a cache layout no FlashInfer kernel attnplan
+    models reads (fp8_ds_mla, nvfp4_4over6, turboquant_*) is bad input naming what attnplan models."""
+    from attnplan.policy.dtypes import VLLM_CACHE_DTYPES
+
+    name = str(raw).strip()
+    if name not in VLLM_CACHE_DTYPES:
+        raise InvalidInputError("kv_cache_dtype", "vLLM 0.33 refuses this --kv-cache-dtype at startup (config/cache.py "
+                                "CacheDType)", list(VLLM_CACHE_DTYPES))
+    mapped = VLLM_CACHE_DTYPES[name]
+    if mapped is None:
+        modelled = [k for k, v in VLLM_CACHE_DTYPES.items() if v is not None]
+        raise InvalidInputError("kv_cache_dtype", f"vLLM 0.33 takes --kv-cache-dtype {name}, a cache layout no FlashInfer "
+                                "kernel attnplan models reads", modelled)
+    return mapped
+
+
 def serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str]]:
     """The model's global attention fields with the line's flags applied (before the TP split)."""
     fields, notes, _raw = _serve_fields(line)
@@ -76,7 +111,7 @@ def serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str]]:
 
 
 def _serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
-    info = read_model(line.model, hf_overrides=line.hf_overrides)
+    info = read_model(line.model, hf_overrides=line.hf_overrides, revision=line.revision)
     fields = {**info.fields, **flag_fields(
         dtype=line.dtype, kv_cache_dtype=line.kv_cache_dtype, block_size=line.block_size,
         attention_backend=line.attention_backend, num_speculative_tokens=speculative_tokens(line.speculative),
@@ -90,6 +125,8 @@ def _serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str], dict[str,
 
 def plan_serve(line: ServeLine, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None) -> ServeAnswer:
     fields, notes, raw = _serve_fields(line)
+    if line.ignored:
+        notes = [*notes, f"flags that do not change attention, accepted and ignored: {' '.join(line.ignored)}"]
     tp = line.tensor_parallel_size
     ranks = tp * line.pipeline_parallel_size
     heads = fields["num_qo_heads"]
@@ -116,8 +153,10 @@ WHEN = {
 
 def serve_json(sa: ServeAnswer, *, trace: bool = True) -> dict[str, Any]:
     line = sa.line
+    v = sa.verdict
     return {
-        "vllm": {"version": "0.33.0", "parser": line.parser, "model": line.model,
+        "verdict": v.model_dump(mode="json") if v is not None else None,
+        "vllm": {"version": VLLM_VERSION, "parser": line.parser, "model": line.model,
                  "tensor_parallel_size": line.tensor_parallel_size,
                  "pipeline_parallel_size": line.pipeline_parallel_size,
                  "decode_context_parallel_size": line.decode_context_parallel_size,
@@ -138,18 +177,23 @@ def render_serve(sa: ServeAnswer) -> str:
     from attnplan.render import render_answer
 
     line = sa.line
+    reader = {"vllm": "vLLM 0.33's parser", "table": f"vLLM {VLLM_VERSION}'s flag table (shipped)"}.get(
+        line.parser, "attnplan's parser")
     head = (f"vllm serve {line.model}: {sa.ranks} rank(s) (tensor parallel {line.tensor_parallel_size} x pipeline "
-            f"{line.pipeline_parallel_size}); flags read by {'vLLM 0.33' if line.parser == 'vllm' else 'attnplan'}'s parser")
+            f"{line.pipeline_parallel_size}); flags read by {reader}")
     out = [head]
     if sa.startup_error:
-        out.append(f"vLLM would refuse at startup (config/model.py verify_with_parallel_config): {sa.startup_error}")
+        from attnplan.render import render_verdict
+
+        out += render_verdict(sa.verdict)
         return "\n".join(out)
     c = sa.config
+    v = sa.verdict
     if sa.model is not None and sa.answer is None:  # several attention layer groups
         from attnplan.render.groups import render_groups
 
         out += ["", render_groups(sa.model)]
-        if not sa.model.ok:
+        if not sa.model.ok and v is not None and v.flashinfer_plan == "command":
             # group violations live on their groups; the model's own are the cross-group ones
             vs = [v for g in sa.model.layer_groups for v in g.violations] + list(sa.model.violations)
             out += ["", *_failures(vs)]
@@ -161,16 +205,24 @@ def render_serve(sa: ServeAnswer) -> str:
         out.append(f"each rank: {c.num_qo_heads} query heads, {c.kv_heads} KV heads (GQA group {c.group_size}), "
                    f"head_dim {c.head_dim}, dtype {c.dtype}, KV cache {c.kv_cache_dtype}")
     out.append("")
-    out.append(render_answer(sa.answer))
-    if not sa.answer.ok:
+    out.append(render_answer(sa.answer.model_copy(update={"verdict": v})))
+    if not sa.answer.ok and v is not None and v.flashinfer_plan == "command":
         out += ["", *_failures(sa.answer.violations)]
     return "\n".join(out)
 
 
 def _failures(violations: Any) -> list[str]:
-    """When and why vLLM would fail, one line per violated rule."""
+    """When and why vLLM would fail, one line per violated rule (the rule's own outcome where it has one:
+    policy/verdict.py violation_outcome)."""
+    from attnplan.policy import default_ruleset
+    from attnplan.policy.verdict import violation_outcome
+
+    rs = default_ruleset()
     out = []
     for v in violations:
         where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
-        out.append(f"vLLM would fail {WHEN.get(v.phase, 'at startup')}: [{v.rule}] {where}: {v.message}")
+        o = violation_outcome(v, rs, VLLM_ENGINE)
+        when = ("would run and compute wrong output" if o == "wrong-output"
+                else f"would fail {WHEN.get(v.phase, 'at startup') if o != 'fails-at-startup' else 'at startup'}")
+        out.append(f"vLLM {when}: [{v.rule}] {where}: {v.message}")
     return out

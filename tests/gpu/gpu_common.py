@@ -51,21 +51,34 @@ def probed_node(**declared: Any):
                                    for k, v in {**DECLARED, **declared}.items()})
 
 
+class NoRealPlan(RuntimeError):
+    """The rules plan no such path on this node (the config, the refusal or the other path named)."""
+
+
+def plan_or_raise(cfg: dict, engine: str, want: Any, why: str) -> Any:
+    """The rules' own plan for ``cfg`` on the probed node, or NoRealPlan saying why not: what the
+    GPU tests (``real_plan``) and the benches (bench/decode_steps.py, bench/xqa_vs_fa2.py) run."""
+    try:
+        a = plan_for(AttentionConfig(**cfg), probed_node(), engine=engine)
+    except ValueError as exc:
+        raise NoRealPlan(f"no real plan for {why}: the config is invalid ({exc})") from None
+    if not a.ok:
+        raise NoRealPlan(f"no real plan for {why}: " + "; ".join(f"{v.rule}: {v.message}" for v in a.violations))
+    if not want(a):
+        raise NoRealPlan(f"the rules plan another path than {why}: prefill {a.plan.prefill.backend}/"
+                         f"{a.plan.prefill.call}, decode {a.plan.decode.backend}/{a.plan.decode.call}")
+    return a
+
+
 def real_plan(cfg: dict, engine: str, want: Any, why: str) -> Any:
     """The rules' own plan for ``cfg`` on the probed node; a test whose path the rules do not plan
     fails saying so (no hand-derived plan stands in)."""
     import pytest
 
     try:
-        a = plan_for(AttentionConfig(**cfg), probed_node(), engine=engine)
-    except ValueError as exc:
-        pytest.fail(f"no real plan for {why}: the config is invalid ({exc})")
-    if not a.ok:
-        pytest.fail(f"no real plan for {why}: " + "; ".join(f"{v.rule}: {v.message}" for v in a.violations))
-    if not want(a):
-        pytest.fail(f"the rules plan another path than {why}: prefill {a.plan.prefill.backend}/{a.plan.prefill.call}, "
-                    f"decode {a.plan.decode.backend}/{a.plan.decode.call}")
-    return a
+        return plan_or_raise(cfg, engine, want, why)
+    except NoRealPlan as exc:
+        pytest.fail(str(exc))
 
 
 def executor_for(a: Any) -> AttentionExecutor:

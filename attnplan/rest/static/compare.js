@@ -27,7 +27,7 @@ function phaseText(name, p) {
 function cell(r) {
   const td = el("td");
   if (!r) return td;
-  td.appendChild(el("span", r.status, "badge " + (r.status === "ok" ? "ok" : "rejected")));
+  td.appendChild(el("span", r.status, "badge " + (r.status === "runs" || r.status === "ok" ? "ok" : "rejected")));
   for (const [n, p] of [["prefill", r.prefill], ["decode", r.decode]]) td.appendChild(el("div", phaseText(n, p)));
   const pg = r.page_size;
   td.appendChild(el("div", `page ${pg.given === null ? "unset" : pg.given} → ${pg.runs ?? "-"}; query ` +

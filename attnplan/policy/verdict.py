@@ -1,0 +1,215 @@
+"""The verdict of the command as given (docs/contract.md "The verdict"): what the engine itself selects for
+the config as typed, and what then happens - it runs, it fails (at startup, at CUDA-graph capture, at the
+first request), or it runs and computes something other than the model defines (``wrong-output``).
+
+The FlashInfer plan of an answer says what FlashInfer would run; the verdict says what the *command* does.
+They differ where the engine runs a backend that is not FlashInfer's (vLLM's FLASH_ATTN on an H100,
+SGLang's fa3): the command then runs on the engine's own kernels (``modelled: false``: attnplan does not
+model them beyond the engine's own validation), and the FlashInfer plan beneath is labelled "if forced".
+
+Pure functions over an answer: nothing here re-decides a rule. Which rule makes which outcome is data
+(each rule's ``outcome`` in rules/packs/*.yaml); a rule without one fails where its phase first runs
+(``PHASE_OUTCOME``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+from .answer import Fix, Outcome, PlanAnswer, Selected, Verdict, Violation
+from .rulepack import RuleSet
+
+OUTCOMES: tuple[str, ...] = ("runs", "wrong-output", "fails-at-first-request", "fails-at-graph-capture",
+                             "fails-at-startup")
+# The command's outcome is what happens first: a refusal at startup means nothing else is ever seen, a
+# crash at graph capture comes before any request, a wrong answer needs a request that runs.
+_RANK = {o: i for i, o in enumerate(OUTCOMES)}
+
+# A rule's own outcome (rulepack.RuleSpec.outcome) -> the command's outcome.
+RULE_OUTCOME = {"startup": "fails-at-startup", "backend-build": "fails-at-startup",
+                "first-request": "fails-at-first-request", "silent-wrong": "wrong-output"}
+# A kernel that refuses fails where its phase first runs in a serving engine: decode batches are captured
+# into CUDA graphs at startup (vLLM v1/worker/gpu_model_runner.py capture_model, SGLang cuda_graph_runner.py),
+# a prefill kernel first runs on a request; a config no phase can take fails when the backend is built.
+PHASE_OUTCOME = {"prefill": "fails-at-first-request", "decode": "fails-at-graph-capture", "both": "fails-at-startup"}
+
+_WORDS = {"fails-at-startup": "fails at startup", "fails-at-graph-capture": "fails at CUDA-graph capture (startup)",
+          "fails-at-first-request": "fails at the first request", "wrong-output": "runs but computes wrong output",
+          "runs": "runs"}
+_WHO = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "attnplan's FlashInfer adapter"}
+
+
+def worst(outcomes: Iterable[str]) -> Outcome:
+    return max(outcomes, key=_RANK.__getitem__, default="runs")  # type: ignore[return-value]
+
+
+def violation_outcome(v: Violation, rs: RuleSet, engine: str) -> Outcome:
+    """When the engine meets this violation (its rule's ``outcome``, else its phase's)."""
+    if engine == "flashinfer":  # attnplan's adapter refuses the plan at engine init (policy/api.py require_plan)
+        return "fails-at-startup"
+    own = v.outcome
+    if own is None:
+        try:
+            own = rs.rule(v.rule).outcome
+        except KeyError:  # a violation of no pack rule (the cross-phase page-size check): no outcome of its own
+            own = None
+    if own in RULE_OUTCOME:
+        return RULE_OUTCOME[own]  # type: ignore[return-value]
+    return PHASE_OUTCOME.get(v.phase, "fails-at-startup")  # type: ignore[return-value]
+
+
+# -- the engine's selection ------------------------------------------------------------------------
+def _vllm_name_of(backend: str, is_mla: bool) -> str:
+    """A FlashInfer-vocabulary choice typed under vLLM, named as vLLM's backend that runs it."""
+    from .backend_names import VLLM_TO_ATTNPLAN
+
+    for k, v in VLLM_TO_ATTNPLAN.items():
+        if v == backend:
+            return k
+    return "FLASHINFER_MLA" if is_mla else "FLASHINFER"
+
+
+def engine_validation(rs: RuleSet, engine: str, name: str, ctx: dict[str, Any], is_mla: bool) -> Optional[list[str]]:
+    """The reasons the engine's own validation refuses backend ``name`` (backends.yaml engines.<e>.engine_backend,
+    each backend's ``refused_when``); [] when it accepts; None when the data does not model that backend."""
+    from .engine_rows import _cond
+
+    spec = rs.engines.get(engine)
+    eb = (spec.engine_backend or {}) if spec is not None else {}
+    rows = [r for r in eb.get("mla" if is_mla else "standard", []) if r.get("name") == name]
+    if not rows:
+        # a backend of the other kind: an MLA backend for a standard model, or the reverse (validate_configuration:
+        # "MLA not supported" / "non-MLA not supported")
+        if any(r.get("name") == name for r in eb.get("standard" if is_mla else "mla", [])):
+            return ["MLA not supported" if is_mla else "non-MLA not supported"]
+        return None
+    return [r["reason"] for r in rows[0].get("refused_when", []) if _cond(r["when"]).test(ctx)]
+
+
+def engine_backend_names(rs: RuleSet, engine: str, is_mla: bool) -> list[str]:
+    """The engine's backends of this kind in its own priority order (backends.yaml engine_backend)."""
+    spec = rs.engines.get(engine)
+    eb = (spec.engine_backend or {}) if spec is not None else {}
+    return list(dict.fromkeys(r["name"] for r in eb.get("mla" if is_mla else "standard", [])))
+
+
+def _selected(a: PlanAnswer, rs: RuleSet) -> tuple[Selected, dict[str, bool], Optional[list[str]]]:
+    """(the selection, whether each phase runs FlashInfer, the engine's own refusal reasons of a typed backend
+    that is not FlashInfer's: None when there is none to judge)."""
+    eng, cfg = a.engine.name, a.config
+    if eng == "flashinfer":
+        p, d = a.backends()
+        if p is None:
+            p = d = cfg.attention_backend
+        src = "attnplan: backends.yaml engines.flashinfer.selection (FlashInfer's kernels, attnplan's order)"
+        return Selected(prefill=str(p), decode=str(d), runs_flashinfer=True, source=src), \
+            {"prefill": True, "decode": True}, None
+    typed = cfg.engine_attention_backend if eng == "vllm" else None
+    if typed is not None:  # vLLM's --attention-backend naming one of its own non-FlashInfer backends
+        src = "vllm/platforms/cuda.py get_attn_backend_cls (the selected backend's validate_configuration)"
+        return Selected(prefill=typed, decode=typed, runs_flashinfer=False, source=src), \
+            {"prefill": False, "decode": False}, []
+    if a.engine_phases:  # an engine that picks per phase (SGLang; vLLM's MLA prefill, picked apart)
+        ph = a.engine_phases
+        runs = {k: ph[k].runs_flashinfer for k in ("prefill", "decode") if k in ph}
+        src = a.engine_backend.source if a.engine_backend is not None else ""
+        return Selected(prefill=ph["prefill"].name, decode=ph["decode"].name, runs_flashinfer=all(runs.values()),
+                        source=src), runs, None
+    eb = a.engine_backend
+    if cfg.attention_backend != "auto" or eb is None:  # a FlashInfer backend asked for by name
+        name = _vllm_name_of(cfg.attention_backend, cfg.is_mla) if eng == "vllm" else cfg.attention_backend
+        src = eb.source if eb is not None else ""
+        return Selected(prefill=name, decode=name, runs_flashinfer=True, source=src), \
+            {"prefill": True, "decode": True}, None
+    return Selected(prefill=eb.name, decode=eb.name, runs_flashinfer=eb.runs_flashinfer, source=eb.source), \
+        {"prefill": eb.runs_flashinfer, "decode": eb.runs_flashinfer}, None
+
+
+def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None) -> Verdict:
+    """The verdict of ``a``'s command (no fixes: ``with_fixes`` adds them). ``ctx``: the facts the engine's own
+    validation reads (facts_catalog.base_context of the answer's config and node), computed when not given."""
+    eng = a.engine.name
+    engine = f"{eng}=={a.engine.version}" if a.engine.version else eng
+    who = " ".join(x for x in (_WHO.get(eng, eng), a.engine.version if eng != "flashinfer" else None) if x)
+    sel, runs_fi, _ = _selected(a, rs)
+    typed = a.config.engine_attention_backend if eng == "vllm" else None
+    forced = None
+    if not any(runs_fi.values()) and eng != "flashinfer":
+        fi = (a.engine_backend.flashinfer_backend_name if a.engine_backend is not None else None) \
+            or ("FLASHINFER_MLA" if a.config.is_mla else "FLASHINFER") if eng == "vllm" else "flashinfer"
+        forced = f"--attention-backend {fi}"
+
+    # The engine's own refusal of its selection (vLLM's validate_configuration of its pick, or no backend at all).
+    if eng == "vllm" and not any(runs_fi.values()):
+        if ctx is None:
+            from .facts_catalog import base_context
+            ctx = base_context(a.config, a.node)
+        name = typed or sel.decode
+        if name == "none":
+            why = "; ".join(f"{b}: {', '.join(r)}" for b in engine_backend_names(rs, eng, a.config.is_mla)
+                            if (r := engine_validation(rs, eng, b, ctx, a.config.is_mla)))
+            msg = f"{who} refuses at startup: No valid attention backend found ({why})"
+            # FlashInfer's own refusal here is an engine rule of the plan beneath: it decides too
+            own = tuple(dict.fromkeys(v.rule for v in a.violations if v.layer == "engine"))
+            return Verdict(engine=engine, selected=sel, outcome="fails-at-startup", modelled=False,
+                           rules=("vllm.engine-backend", *own), message=msg, flashinfer_plan="if-forced",
+                           forced_with=forced)
+        reasons = engine_validation(rs, eng, name, ctx, a.config.is_mla)
+        if reasons:
+            msg = (f"{who} refuses at startup: Selected backend {name} is not valid for this configuration. "
+                   f"Reason: {reasons}")
+            return Verdict(engine=engine, selected=sel, outcome="fails-at-startup", modelled=False,
+                           rules=("vllm.engine-backend",), message=msg, flashinfer_plan="if-forced", forced_with=forced)
+        checked = "its own validation passes" if reasons is not None else "its validation is not modelled"
+        msg = f"{who} runs {name} here ({checked}; attnplan does not model its kernels)"
+        return Verdict(engine=engine, selected=sel, outcome="runs", modelled=False, message=msg,
+                       flashinfer_plan="if-forced", forced_with=forced)
+
+    counted: list[tuple[Violation, str]] = []
+    for v in a.violations:
+        engine_refusal = v.layer == "engine" and v.outcome is not None  # the engine's own refusal of the command
+        phases = ("prefill", "decode") if v.phase == "both" else (v.phase,)
+        if engine_refusal or any(runs_fi.get(p, True) for p in phases):
+            counted.append((v, violation_outcome(v, rs, eng)))
+    # modelled: FlashInfer runs in the command (a phase the engine runs elsewhere, vLLM's MLA prefill on its own
+    # FLASH_ATTN, is named in ``selected`` and not judged here)
+    modelled = any(runs_fi.values())
+    if not counted:
+        if a.ok or not a.violations:
+            where = "" if modelled else (" (" + " and ".join(p for p, r in runs_fi.items() if not r)
+                                         + " on the engine's own kernels, not modelled)")
+            msg = (f"{who} runs {sel.prefill if sel.prefill == sel.decode else sel.prefill + ' / ' + sel.decode}"
+                   f" here{where}")
+            return Verdict(engine=engine, selected=sel, outcome="runs", modelled=modelled, message=msg,
+                           flashinfer_plan="command" if modelled else "if-forced", forced_with=forced)
+        # every violation is on a phase the engine does not run on FlashInfer
+        msg = (f"{who} runs {sel.prefill} / {sel.decode} here; the FlashInfer phases it runs are valid; the others run "
+               f"on the engine's own kernels (not modelled)")
+        return Verdict(engine=engine, selected=sel, outcome="runs", modelled=False, message=msg,
+                       flashinfer_plan="if-forced", forced_with=forced)
+    outcome = worst(o for _, o in counted)
+    rules = tuple(dict.fromkeys(v.rule for v, o in counted if o == outcome))
+    first = next(v for v, o in counted if o == outcome)
+    # an engine's own refusal already says who refuses and when ("SGLang 0.5.23 refuses at startup: ...")
+    msg = (f"[{first.rule}] {first.message}" if first.message.startswith(who)
+           else f"{who} {_WORDS[outcome]}: [{first.rule}] {first.message}")
+    return Verdict(engine=engine, selected=sel, outcome=outcome, modelled=modelled, rules=rules, message=msg,
+                   flashinfer_plan="command" if modelled else "if-forced", forced_with=forced)
+
+
+def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] = ()) -> Optional[Verdict]:
+    """A model's verdict from its attention groups' (the worst group decides; ``extra``: model-level violations
+    such as no block size fitting every group, with their outcomes)."""
+    if not verdicts:
+        return None
+    extra = list(extra)
+    outcome = worst([v.outcome for v in verdicts] + [o for _, o in extra])
+    base = max(verdicts, key=lambda v: _RANK[v.outcome])
+    if outcome == base.outcome and (not extra or _RANK[outcome] > max(_RANK[o] for _, o in extra)):
+        rules = tuple(dict.fromkeys(r for v in verdicts if v.outcome == outcome for r in v.rules))
+        return base.model_copy(update={"rules": rules, "modelled": all(v.modelled for v in verdicts)})
+    v0, _ = next((v, o) for v, o in extra if o == outcome)
+    return base.model_copy(update={
+        "outcome": outcome, "rules": tuple(dict.fromkeys(v.rule for v, o in extra if o == outcome)),
+        "message": f"{base.engine}: the model {_WORDS[outcome]}: [{v0.rule}] {v0.message}",
+        "modelled": all(v.modelled for v in verdicts)})
