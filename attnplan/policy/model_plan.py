@@ -223,7 +223,30 @@ def _group_config(base: Mapping[str, Any], g: LayerGroup, overrides: Mapping[str
     return make_config(fields)
 
 
+def _field_value(name: str, value: Any) -> Any:
+    """One override validated by its AttentionConfig field's own type and bounds (strict: "x", a list, a bool
+    where an int belongs are refused), or InvalidInputError naming the field (issue 40 #6)."""
+    from typing import Annotated
+
+    from pydantic import TypeAdapter, ValidationError
+
+    field = AttentionConfig.model_fields.get(name)
+    if field is None:
+        raise InvalidInputError(name, "unknown field", tuple(AttentionConfig.model_fields))
+    try:
+        return TypeAdapter(Annotated[(field.annotation, *field.metadata)]).validate_python(value)
+    except (ValidationError, ValueError, TypeError) as exc:
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
+        raise InvalidInputError(name, first) from None
+
+
 def _check_overrides(overrides: Optional[Mapping[str, Any]], model: ModelLayers) -> dict[str, Any]:
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise InvalidInputError("overrides", f"a mapping of attention config fields, not {type(overrides).__name__}")
+    # the config's own normalisation runs later (make_config): here only what the field's type refuses outright
+    for k, v in (overrides or {}).items():
+        if v is not None and k not in ("dtype", "kv_cache_dtype", "attention_backend", "engine_attention_backend"):
+            _field_value(str(k), v)
     out = {k: v for k, v in (overrides or {}).items() if v is not None}
     if len(model.attention_groups) == 1:
         return out  # one attention group: an override re-shapes exactly the layers it names
@@ -254,7 +277,9 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         raise ModelConfigError(where, str(exc).removeprefix(f"model_config: {exc.path}: ")) from None
     over = _check_overrides(overrides, model)
     attn = model.attention_groups
-    tp = int(tensor_parallel_size)
+    if isinstance(tensor_parallel_size, bool) or not isinstance(tensor_parallel_size, int):
+        raise InvalidInputError("tensor_parallel_size", f"an integer, not {type(tensor_parallel_size).__name__}")
+    tp = tensor_parallel_size
     if tp < 1:
         raise InvalidInputError("tensor_parallel_size", f"must be at least 1, got {tp}")
     for g in attn:

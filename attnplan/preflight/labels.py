@@ -61,8 +61,12 @@ def sanitize_value(value: Any) -> Optional[str]:
 
 
 def _ok(fields: dict[str, Any], node: NodeFacts, rs: RuleSet, engine: EngineSpec) -> bool:
+    """Whether the rules accept ``fields`` here: the evaluation alone (a capability label needs no
+    suggestions, verdict or fixes, which would re-evaluate every rejected representative config)."""
+    from attnplan.policy import evaluate, make_config
+
     try:
-        return plan_for(fields, node, ruleset=rs, engine=engine).ok
+        return evaluate(make_config(fields), node, rs, trace=False, engine=engine).status == "ok"
     except AttnplanError:
         return False
 

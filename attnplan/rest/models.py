@@ -73,7 +73,19 @@ class PlanRequest(ModelRequest):
             if extra:
                 raise _located(extra[0], "value_error", f"{extra[0]} applies to a whole model: send model with it, or "
                                                         "give the per-rank heads in config", data)
+            cfg, engine = data.get("config"), data.get("engine")
+            if isinstance(engine, str) and engine.strip().lower().startswith("sglang") and isinstance(cfg, dict) \
+                    and "attention_backend" in cfg:
+                # under SGLang the name is SGLang's own (its --attention-backend), never a FlashInfer config value:
+                # it rides beside the config to SGLang's resolver (attnplan/engine_request.py), as on the CLI
+                cfg = dict(cfg)
+                data = {**data, "config": cfg, "engine_backend": cfg.pop("attention_backend")}
         return data
+
+    # (set from config.attention_backend under --engine sglang by _one_shape; not a field a client sends)
+    engine_backend: Optional[StrictStr] = Field(None, max_length=64, exclude=True, json_schema_extra={"readOnly": True},
+                                                description="under engine sglang: SGLang's own --attention-backend "
+                                                            "(config.attention_backend moved here)")
 
     def model_request(self) -> ModelRequest:
         """The ``ModelRequest`` of a body with a ``model``."""

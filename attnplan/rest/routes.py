@@ -99,10 +99,10 @@ async def plan(body: PlanRequest, request: Request,
     try:
         engine = svc.engine(body.engine)
         config = body.config
-        if config.attention_backend != "auto":  # under SGLang the name is SGLang's own (attnplan/engine_request.py)
-            engine, backend = with_backend(engine, config.attention_backend)
-            if backend is None:
-                config = config.replace(attention_backend="auto")
+        if body.engine_backend is not None:  # under SGLang the name is SGLang's own (attnplan/engine_request.py)
+            if engine.name != "sglang":
+                raise InvalidInputError("engine_backend", "not a field to send: give config.attention_backend")
+            engine, _ = with_backend(engine, body.engine_backend)
         rendered = await svc.plan_async(config, node, trace, engine)
     except InvalidInputError as exc:  # an engine (or the node's installed vllm) the rules do not cover
         raise invalid(("body", exc.field), exc) from None

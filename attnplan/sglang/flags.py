@@ -41,7 +41,7 @@ class SglangFlags:
 
 def kv_dtype(raw: str) -> str:
     """SGLang's --kv-cache-dtype in attnplan's vocabulary; bad input names the accepted ones."""
-    s = str(raw).strip().lower()
+    s = str(raw)   # exactly: SGLang's argparse choices are exact (no case folding, no stripping)
     if s in KV_DTYPES:
         return KV_DTYPES[s]
     if s in KV_UNMODELLED:

@@ -134,7 +134,7 @@ def parse_launch_line(argv: Sequence[str], architecture: Optional[str] = None) -
         attention_backend=_backend(ns.attention_backend, "--attention-backend"),
         prefill_attention_backend=_backend(ns.prefill_attention_backend, "--prefill-attention-backend"),
         decode_attention_backend=_backend(ns.decode_attention_backend, "--decode-attention-backend"),
-        kv_cache_dtype=str(ns.kv_cache_dtype).lower(), page_size=ns.page_size,
+        kv_cache_dtype=str(ns.kv_cache_dtype), page_size=ns.page_size,
         enable_deterministic_inference=bool(ns.enable_deterministic_inference),
         speculative_algorithm=algo, speculative_eagle_topk=ns.speculative_eagle_topk,
         speculative_num_draft_tokens=draft, speculative_num_steps=ns.speculative_num_steps, tp_size=ns.tp_size, architecture=architecture)

@@ -388,7 +388,8 @@ def line_from_namespace(ns: argparse.Namespace, how: str) -> ServeLine:
         model=str(model),
         **sizes,
         dtype=str(getattr(ns, "dtype", "auto") or "auto"),
-        kv_cache_dtype=str(getattr(ns, "kv_cache_dtype", "auto") or "auto"),
+        # exactly as given (vLLM's CacheDType is an exact Literal: '' or 'FP8' is not 'auto' or 'fp8')
+        kv_cache_dtype="auto" if getattr(ns, "kv_cache_dtype", None) is None else str(ns.kv_cache_dtype),
         block_size=_int_or_none(getattr(ns, "block_size", None), "block_size"),
         attention_backend=None if backend is None else str(backend),
         speculative=spec,

@@ -283,9 +283,9 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     heads = int(fields["num_qo_heads"])
     errs = startup_errors(heads, int(fields.get("num_kv_heads") or heads), req.tensor_parallel_size,
                           req.decode_context_parallel_size, mla=fields.get("kv_lora_rank") is not None)
-    if errs:
-        return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=list(info.notes))
     engine, req = engine_of(req, data, ruleset)
+    if errs:
+        return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=list(info.notes), engine=engine.name)
     try:
         model = plan_model(data, node, overrides=req.line_fields(), ruleset=ruleset, engine=engine,
                            tensor_parallel_size=req.tensor_parallel_size)

@@ -34,6 +34,8 @@ class ServeAnswer:
     # A model whose layers differ (sliding/global, chunked, sinks...): every attention layer group
     # planned for one rank, as vLLM builds one attention backend per KV-cache group.
     model: Optional[ModelPlanAnswer] = None
+    # the engine a request spoke for (a whole-model request may name sglang): who refuses a parallel layout
+    engine: str = "vllm"
 
     @property
     def ok(self) -> bool:
@@ -46,11 +48,13 @@ class ServeAnswer:
         """The verdict of the line (policy/verdict.py): vLLM's own refusal of the parallel split, else the
         model's (every attention layer group's worst), else the one answer's."""
         if self.startup_error is not None:
-            return Verdict(engine=f"vllm=={VLLM_VERSION}", outcome="fails-at-startup", modelled=False,
+            sglang = self.engine == "sglang"
+            who, version = ("SGLang", "0.5.23") if sglang else ("vLLM", VLLM_VERSION)
+            return Verdict(engine=f"{self.engine}=={version}", outcome="fails-at-startup", modelled=False,
                            selected=Selected(prefill="none", decode="none", runs_flashinfer=False,
-                                             source="vllm/config/model.py verify_with_parallel_config"),
-                           rules=("vllm.startup",),
-                           message=f"vLLM {VLLM_VERSION} refuses at startup: {self.startup_error}")
+                                             source="sglang/srt/configs/model_config.py (heads vs tp_size)" if sglang
+                                             else "vllm/config/model.py verify_with_parallel_config"),
+                           rules=("vllm.startup",), message=f"{who} {version} refuses at startup: {self.startup_error}")
         if self.model is not None:
             return self.model.verdict
         return self.answer.verdict if self.answer is not None else None
@@ -92,7 +96,7 @@ def vllm_kv_cache_dtype(raw: str) -> str:
     models reads (fp8_ds_mla, nvfp4_4over6, turboquant_*) is bad input naming what attnplan models."""
     from attnplan.policy.dtypes import VLLM_CACHE_DTYPES
 
-    name = str(raw).strip()
+    name = str(raw)   # exactly: CacheDType is a Literal (no case folding, no stripping)
     if name not in VLLM_CACHE_DTYPES:
         raise InvalidInputError("kv_cache_dtype", "vLLM 0.33 refuses this --kv-cache-dtype at startup (config/cache.py "
                                 "CacheDType)", list(VLLM_CACHE_DTYPES))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,37 @@ class NodeTable:
         return None if d is None else (d / cubin).is_file()
 
 
-def load(loc: Location, read: Callable[[Path], bytes] = lambda p: p.read_bytes()) -> NodeTable:
+# The real files are 2.4 MB (checksums.txt) and 5.5 MB (flashInferMetaInfo.h): anything over this is not FlashInfer's.
+MAX_TABLE_BYTES = 32 << 20
+
+
+def read_bounded(path: Path) -> bytes:
+    """A table file's bytes: a regular file of at most MAX_TABLE_BYTES, opened non-blocking (a FIFO there cannot
+    hang the open, /dev/zero cannot fill memory); anything else is a TableError naming it. A missing file
+    raises FileNotFoundError (the table is simply not there yet)."""
+    fd = os.open(str(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TableError(str(path), "not a regular file (a directory, device, FIFO or socket)")
+        if st.st_size > MAX_TABLE_BYTES:
+            raise TableError(str(path), f"{st.st_size} bytes, over the {MAX_TABLE_BYTES}-byte limit of a kernel table")
+        chunks, left = [], MAX_TABLE_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > MAX_TABLE_BYTES:   # it grew while read
+        raise TableError(str(path), f"over the {MAX_TABLE_BYTES}-byte limit of a kernel table")
+    return data
+
+
+def load(loc: Location, read: Callable[[Path], bytes] = read_bounded) -> NodeTable:
     """Read and verify the node's table at ``loc``. Absent files: table None with why. Corrupt, truncated or
     foreign files: TableError naming the file."""
     d = loc.artifact_dir

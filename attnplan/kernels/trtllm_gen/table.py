@@ -139,9 +139,9 @@ def _value(col: str, tok: str, origin: str, n: int) -> Any:
     if col == "mSM":
         if _SM_NAME.fullmatch(tok):
             return sm_constant(tok)
-        if tok.isdigit():
+        if tok.isdigit() and len(tok) <= 6:   # a capability number, never a 5,000-digit one
             return int(tok)
-        raise TableError(origin, f"kernel {n}: unknown SM {tok}")
+        raise TableError(origin, f"kernel {n}: unknown SM {tok[:32]}")
     if tok in ("true", "false"):
         return tok == "true"
     if tok == "nullptr":
@@ -183,10 +183,13 @@ def parse_meta_info(text: str, origin: str) -> KernelTable:
 
 
 def from_json(doc: dict[str, Any], origin: str) -> KernelTable:
-    if doc.get("format") != FORMAT:
-        raise TableError(origin, f"format {doc.get('format')!r}, expected {FORMAT!r}")
-    cols = doc["columns"]
-    n = doc["count"]
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise TableError(origin, f"format {doc.get('format') if isinstance(doc, dict) else type(doc).__name__!r}, "
+                                 f"expected {FORMAT!r}")
+    cols, n, pin = doc.get("columns"), doc.get("count"), doc.get("pin")
+    if not (isinstance(cols, dict) and cols and all(isinstance(v, list) for v in cols.values())
+            and isinstance(n, int) and not isinstance(n, bool) and n >= 0 and isinstance(pin, str)):
+        raise TableError(origin, "not a kernel table document (columns of lists, count, pin)")
     if any(len(v) != n for v in cols.values()):
         raise TableError(origin, "columns of unequal length (truncated?)")
     names = [c for c in cols]
@@ -196,7 +199,7 @@ def from_json(doc: dict[str, Any], origin: str) -> KernelTable:
         for c in _BOOL_COLS & set(names):
             r[c] = bool(r[c])
         rows.append(r)
-    return KernelTable(tuple(rows), doc.get("origin", origin), pin=doc["pin"], license=doc.get("license", ""),
+    return KernelTable(tuple(rows), doc.get("origin", origin), pin=pin, license=doc.get("license", ""),
                        struct_fields=tuple(doc.get("struct", ())), checksums_sha256=doc.get("checksums_sha256"),
                        header_sha256=doc.get("header_sha256"))
 
