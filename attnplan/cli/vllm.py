@@ -79,10 +79,13 @@ def run(args: argparse.Namespace) -> int:
     from attnplan.vllm.args import parse_serve_line
     from attnplan.vllm.serve import plan_serve, render_serve, serve_json
 
+    from attnplan.vllm.request import ModelRequest
+
     own, rest = split_own(list(args.line), args)
     line = parse_serve_line(rest)
     node = node_from_args(own)
     sa = plan_serve(line, node if node is not None else local_node(), ruleset_from_args(own))
+    ModelRequest.from_serve_line(line)  # the bounds REST holds a line to (tp <= 4096, ...): one standard, exit 2
     for note in sa.notes:
         verbosity.note(note)
     if own.json:

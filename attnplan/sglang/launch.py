@@ -118,8 +118,8 @@ def parse_launch_line(argv: Sequence[str], architecture: Optional[str] = None) -
                                 SUBSET_FLAGS)
     if not ns.model_path:
         raise InvalidInputError("model_path", "give the model: attnplan sglang launch_server --model-path M [flags]")
-    if ns.tp_size < 1:
-        raise InvalidInputError("tp_size", f"--tp-size must be at least 1, got {ns.tp_size}")
+    if not 1 <= ns.tp_size <= 4096:   # the bound a REST request holds tensor_parallel_size to
+        raise InvalidInputError("tp_size", f"--tp-size must be 1..4096, got {ns.tp_size}")
     for dest, flag in (("dp_size", "--dp-size"), ("attn_dp_size", "--attn-dp-size")):
         if getattr(ns, dest) < 1:
             raise InvalidInputError(dest, f"{flag} must be at least 1, got {getattr(ns, dest)}")

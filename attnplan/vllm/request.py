@@ -108,6 +108,9 @@ class ModelRequest(BaseModel):
     @classmethod
     def from_serve_line(cls, line: ServeLine, *, engine: Optional[str] = "vllm") -> "ModelRequest":
         """What ``parse_serve_line`` read, as a request (``engine``: the line is vLLM's)."""
+        from .serve import vllm_kv_cache_dtype
+
+        vllm_kv_cache_dtype(line.kv_cache_dtype)  # exactly vLLM's spelling, before the request model strips it
         return cls.build(
             model=line.model, engine=engine, tensor_parallel_size=line.tensor_parallel_size,
             pipeline_parallel_size=line.pipeline_parallel_size,
@@ -306,7 +309,15 @@ def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[Rule
         return spec, req
     # (the architecture joins in plan_model: policy/engines.py engine_request_for_model)
     spec, backend = with_backend(spec, req.attention_backend)
-    return spec, req.model_copy(update={"attention_backend": backend})
+    # SGLang's --kv-cache-dtype spelling (bf16, fp8_e4m3, ...), said in the vLLM spelling the request's flags use
+    from attnplan.policy.dtypes import ENGINE_KV_SPELLING
+    from attnplan.sglang.flags import kv_dtype
+
+    kv = kv_dtype(req.kv_cache_dtype) if req.kv_cache_dtype not in ENGINE_KV_SPELLING["vllm"].values() else None
+    update = {"attention_backend": backend}
+    if kv is not None:
+        update["kv_cache_dtype"] = ENGINE_KV_SPELLING["vllm"].get(kv, kv)
+    return spec, req.model_copy(update=update)
 
 
 def check_request(req: ModelRequest, *, allow_paths: bool = True, presets: Optional[Mapping[str, Any]] = None) -> None:
