@@ -213,3 +213,12 @@ def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] 
         "outcome": outcome, "rules": tuple(dict.fromkeys(v.rule for v, o in extra if o == outcome)),
         "message": f"{base.engine}: the model {_WORDS[outcome]}: [{v0.rule}] {v0.message}",
         "modelled": all(v.modelled for v in verdicts)})
+
+
+def layout_refusal(engine: str, version: str, error: str, source: str) -> Verdict:
+    """The verdict of a parallel layout the engine refuses before it selects anything (heads vs tensor
+    parallelism, DCP limits: rule vllm.startup), quoting the engine's own error."""
+    who = {"sglang": "SGLang"}.get(engine, "vLLM")
+    return Verdict(engine=f"{engine}=={version}", outcome="fails-at-startup", modelled=False,
+                   selected=Selected(prefill="none", decode="none", runs_flashinfer=False, source=source),
+                   rules=("vllm.startup",), message=f"{who} {version} refuses at startup: {error}")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Mapping
 
 from attnplan.policy import InvalidInputError, ModelPlanAnswer, NodeFacts, PlanAnswer, RuleSet
-from attnplan.policy.answer import Selected, Verdict
+from attnplan.policy.answer import Verdict
 from attnplan.policy import make_config, plan_for, plan_model, read_layers
 from attnplan.policy.hfconfig import read_model
 from attnplan.policy.parallel import per_rank_fields, startup_errors
@@ -165,10 +165,10 @@ class LaunchAnswer:
         """The verdict of the line (policy/verdict.py): SGLang's own refusal of the parallel split, else the
         model's (every attention layer group's worst), else the one answer's."""
         if self.startup_error is not None:
-            return Verdict(engine="sglang==0.5.23", outcome="fails-at-startup", modelled=False,
-                           selected=Selected(prefill="none", decode="none", runs_flashinfer=False,
-                                             source="sglang/srt/configs/model_config.py (heads vs tp_size)"),
-                           rules=("vllm.startup",), message=f"SGLang 0.5.23 refuses at startup: {self.startup_error}")
+            from attnplan.policy.verdict import layout_refusal
+
+            return layout_refusal("sglang", "0.5.23", self.startup_error,
+                                  "sglang/srt/configs/model_config.py (heads vs tp_size)")
         if self.model is not None:
             return self.model.verdict
         return self.answer.verdict if self.answer is not None else None

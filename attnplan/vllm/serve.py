@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from attnplan.policy import ModelPlanAnswer, plan_for, plan_model, read_layers
 from attnplan.policy import PlanAnswer
-from attnplan.policy.answer import Selected, Verdict
+from attnplan.policy.answer import Verdict
 from attnplan.policy import AttentionConfig
 from attnplan.policy import InvalidInputError
 from attnplan.policy import NodeFacts
@@ -21,6 +21,7 @@ from .mapping import per_rank_fields, startup_errors
 
 VLLM_ENGINE = "vllm"
 VLLM_VERSION = "0.33.0"
+SGLANG_LAYOUT_SOURCE = "sglang/srt/configs/model_config.py (heads vs tp_size)"
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,12 @@ class ServeAnswer:
         """The verdict of the line (policy/verdict.py): vLLM's own refusal of the parallel split, else the
         model's (every attention layer group's worst), else the one answer's."""
         if self.startup_error is not None:
-            sglang = self.engine == "sglang"
-            who, version = ("SGLang", "0.5.23") if sglang else ("vLLM", VLLM_VERSION)
-            return Verdict(engine=f"{self.engine}=={version}", outcome="fails-at-startup", modelled=False,
-                           selected=Selected(prefill="none", decode="none", runs_flashinfer=False,
-                                             source="sglang/srt/configs/model_config.py (heads vs tp_size)" if sglang
-                                             else "vllm/config/model.py verify_with_parallel_config"),
-                           rules=("vllm.startup",), message=f"{who} {version} refuses at startup: {self.startup_error}")
+            from attnplan.policy.verdict import layout_refusal
+
+            if self.engine == "sglang":
+                return layout_refusal("sglang", "0.5.23", self.startup_error, SGLANG_LAYOUT_SOURCE)
+            return layout_refusal("vllm", VLLM_VERSION, self.startup_error,
+                                  "vllm/config/model.py verify_with_parallel_config")
         if self.model is not None:
             return self.model.verdict
         return self.answer.verdict if self.answer is not None else None
