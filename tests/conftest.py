@@ -12,6 +12,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# vLLM picks its platform once per process, when first imported: several test modules import it (its parser,
+# its config objects), in whatever order pytest collects them - every one of them gets the CPU platform.
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+
 
 def run_clean(cmd: list[str], cwd: Path, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
     """A command with no source tree on its path (PYTHONPATH, VIRTUAL_ENV, ATTNPLAN_RULES dropped)."""

@@ -50,6 +50,7 @@ from .errors import (
     RulePackError,
     SetupError,
     SourceNotFoundError,
+    TableError,
     StartupMismatchError,
     UnknownDeviceError,
     UnsupportedConfigurationError,
@@ -89,5 +90,5 @@ __all__ = [
     # the error tree (attnplan/errors.py)
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError", "RuleError",
     "ConditionError", "UnsupportedConfigurationError", "PlanMismatchError", "StartupMismatchError",
-    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "RayConnectError",
+    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "TableError", "RayConnectError",
 ]

@@ -14,6 +14,7 @@ from attnplan.errors import (
     RulePackError,
     SetupError,
     SourceNotFoundError,
+    TableError,
     StartupMismatchError,
     UnknownDeviceError,
     UnsupportedConfigurationError,
@@ -22,5 +23,5 @@ from attnplan.errors import (
 __all__ = [
     "AttnplanError", "InvalidInputError", "UnknownDeviceError", "ModelConfigError", "RulePackError", "RuleError",
     "ConditionError", "UnsupportedConfigurationError", "PlanMismatchError", "StartupMismatchError",
-    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "RayConnectError",
+    "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "TableError", "RayConnectError",
 ]

@@ -362,9 +362,11 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         from .probe import local_node
 
         n = local_node()
+    labels = {i: f"{model.groups[i].kind} layers {compact_layers(model.groups[i].layers, model.num_layers)}"
+              for i in answers}
     verdict = model_verdict([a for a in answers.values() if a.verdict is not None],
                             [v for g in out for v in g.violations if g.answer is not None and v not in g.answer.violations]
-                            + violations, rs)
+                            + violations, rs, [labels[i] for i, a in answers.items() if a.verdict is not None])
     return ModelPlanAnswer(
         verdict=verdict, status=status, model_type=model.model_type, num_layers=model.num_layers, node=n,
         layer_groups=tuple(out), kv_cache_groups=kv, violations=tuple(violations),
@@ -450,12 +452,16 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
                              groups=groups, recurrent_state_bytes=state_bytes, notes=tuple(notes))
 
 
-def model_verdict(answers: list[PlanAnswer], extra: list[Violation], rs: RuleSet) -> Optional[Verdict]:
+def model_verdict(answers: list[PlanAnswer], extra: list[Violation], rs: RuleSet,
+                  labels: Optional[list[str]] = None) -> Optional[Verdict]:
     """The model's verdict: its attention groups' worst, and the model-level violations (one block size for
-    every group, module-name clashes, chunk vs block) where every group runs the FlashInfer plan they judge."""
+    every group, module-name clashes, chunk vs block) where every group runs the FlashInfer plan they judge.
+    ``labels``: each group's layers, named in a failing group's message when the model has several."""
     vs = [a.verdict for a in answers if a.verdict is not None]
     if not vs:
         return None
+    if labels and len(vs) > 1:
+        vs = [v if v.runs else v.model_copy(update={"message": f"{label}: {v.message}"}) for v, label in zip(vs, labels)]
     eng = answers[0].engine.name
     counted = [(v, violation_outcome(v, rs, eng)) for v in extra] if all(v.flashinfer_plan == "command" for v in vs) \
         else [(v, violation_outcome(v, rs, eng)) for v in extra if v.rule.startswith("chunked-local")]
