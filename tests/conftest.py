@@ -38,3 +38,10 @@ def installed_wheel(tmp_path_factory) -> tuple[Path, Path, Path]:
     pip = run_clean([str(venv / "bin" / "pip"), "install", "-q", str(wheel)], tmp)
     assert pip.returncode == 0, pip.stderr[-2000:]
     return wheel, venv, tmp
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """tests/test_vllm_real.py builds real VllmConfigs: vLLM reads its platform and registered ops once per
+    process, and other modules import vLLM's parser or run its selection code under a patched platform
+    (the oracles) - so its tests run first, in a vLLM nobody has touched yet."""
+    items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_vllm_real.py") else 1)
