@@ -33,6 +33,19 @@ MAX_NODES = 500_000
 MAX_INT_DIGITS = 64  # no count, size or version field of ours comes near; Python stops at 4,300
 
 
+def read_up_to(fd: int, max_bytes: int) -> bytes:
+    """At most ``max_bytes + 1`` bytes of an open file, in 1 MiB reads: one byte over the limit tells a caller
+    that the file grew while it was read (its size was checked before)."""
+    chunks, left = [], max_bytes + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
 def read_bounded(path: Union[str, Path], *, what: str, max_bytes: int = MAX_BYTES) -> str:
     """The UTF-8 text of a regular file of at most ``max_bytes``; anything else is one clear
     ``InvalidInputError`` (field ``what``). Opened non-blocking so a FIFO cannot hang the open."""
@@ -50,14 +63,7 @@ def read_bounded(path: Union[str, Path], *, what: str, max_bytes: int = MAX_BYTE
             raise InvalidInputError(what, f"{p} is not a regular file (a device, FIFO or socket)")
         if st.st_size > max_bytes:
             raise InvalidInputError(what, f"{p} is {st.st_size} bytes, over the {max_bytes}-byte limit")
-        chunks, left = [], max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
+        data = read_up_to(fd, max_bytes)
     except OSError as exc:
         raise InvalidInputError(what, f"cannot read {p}: {(exc.strerror or str(exc)).lower()}") from None
     finally:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from ...safeio import read_up_to
 from .table import Checksums, KernelTable, TableError, parse_checksums, parse_meta_info
 
 # Known artifact pins (flashinfer/artifacts.py of each version): pin, sha256 of its checksums.txt.
@@ -115,16 +116,9 @@ def read_bounded(path: Path) -> bytes:
             raise TableError(str(path), "not a regular file (a directory, device, FIFO or socket)")
         if st.st_size > MAX_TABLE_BYTES:
             raise TableError(str(path), f"{st.st_size} bytes, over the {MAX_TABLE_BYTES}-byte limit of a kernel table")
-        chunks, left = [], MAX_TABLE_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_up_to(fd, MAX_TABLE_BYTES)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
     if len(data) > MAX_TABLE_BYTES:   # it grew while read
         raise TableError(str(path), f"over the {MAX_TABLE_BYTES}-byte limit of a kernel table")
     return data
