@@ -145,6 +145,29 @@ def test_flashinfer_and_cubin_package_versions():
     assert node.flashinfer_cubin_version.value is None
 
 
+@pytest.mark.parametrize("cache, counts", [("0.7.2.post1", True), ("0.7.2.post1+cu130", True),
+                                            ("0.7.0.post1", False), ("0.7.2.post10", False)])
+def test_jit_cache_counts_only_at_flashinfers_version(cache, counts):
+    # flashinfer/jit/env.py _check_jit_cache_version: the exact version or a +cuXXX local tag; any other is ignored
+    node = probe_node(make_io(GPU[90], pkgs={"flashinfer-python": "0.7.2.post1", "flashinfer-jit-cache": cache}))
+    assert node.flashinfer_jit_cache_version.value == cache
+    assert node.jit_toolchain.value is counts
+    if not counts:
+        assert "does not match" in node.jit_toolchain.detail
+    # nvcc builds the modules whatever the cache says
+    assert probe_node(make_io(GPU[90], which=NVCC, env={"CUDA_HOME": "/usr/local/cuda"},
+                              pkgs={"flashinfer-python": "0.7.2.post1", "flashinfer-jit-cache": cache})).jit_toolchain.value is True
+
+
+def test_installed_sglang_is_the_default_release():
+    node = probe_node(make_io(GPU[90], pkgs={**PKGS, "sglang": "0.5.23"}))
+    assert node.sglang_version.value == "0.5.23"
+    assert policy.resolve_engine("sglang", node, policy.default_ruleset()).version == "0.5.23"
+    old = probe_node(make_io(GPU[90], pkgs={**PKGS, "sglang": "0.4.0"}))
+    with pytest.raises(policy.InvalidInputError, match="sglang 0.4.0 is installed on this node"):
+        policy.resolve_engine("sglang", old, policy.default_ruleset())
+
+
 # -- artifactory check -------------------------------------------------------------------
 @pytest.mark.parametrize("cap", [100, 103])
 def test_10x_gpu_checks_artifactory_auto(cap):

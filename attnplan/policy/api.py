@@ -59,7 +59,7 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
         out.append(Fix(args=args, change=change, outcome=new.outcome, selected=sel))
 
     if answer.engine.name == "vllm":
-        for name in engine_backend_names(rs, "vllm", cfg.is_mla):
+        for name in engine_backend_names(rs, "vllm", cfg.is_mla, answer.engine.version):
             if name == v.selected.decode and v.selected.prefill == name:
                 continue
             changed = cfg.replace(attention_backend=VLLM_TO_ATTNPLAN.get(name, name), engine_attention_backend=None) \

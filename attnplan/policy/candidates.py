@@ -15,7 +15,7 @@ from typing import Any, Iterable, Optional
 
 from .answer import TraceEntry, Violation
 from .conditions import Failure, Leaf
-from .engines import EngineLike, active_checks, resolve_engine
+from .engines import EngineLike, active_checks, release_node, resolve_engine
 from .config import AttentionConfig
 from .facts import NodeFacts
 from .facts_catalog import KERNEL_FACTS, PAGE_SIZE, base_context, display
@@ -245,7 +245,8 @@ def evaluate_candidate(config: AttentionConfig, node: NodeFacts, phase: str, bac
     """Every candidate-scope rule of the engine layer over one (phase, backend), as ``evaluate`` sees it."""
     rs = ruleset or default_ruleset()
     ref = resolve_engine(engine, node, rs)
-    spec = rs.engines.get(ref.name)
+    node, _ = release_node(rs, ref, node)
+    spec = rs.layer(ref.name, ref.version) if ref.name in rs.engines else None
     block = config.page_size
     divides = block is not None and spec is not None and spec.kernel_page == "largest_divisor"
     if pages is None:

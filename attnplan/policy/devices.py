@@ -143,6 +143,7 @@ def simulated_node(device: str | None = None, *, capability: str | int | None = 
         torch_cuda_version=Fact.assumed(ASSUMED_TORCH_CUDA, "assumed: a current torch CUDA build"),
         jit_toolchain=Fact.assumed(True, "assumed: nvcc or flashinfer-jit-cache present"),
         vllm_version=Fact.assumed(None, "not declared: the newest modelled vLLM is used"),
+        sglang_version=Fact.assumed(None, "not declared: the newest modelled SGLang is used"),
     )
 
 

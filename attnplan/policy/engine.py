@@ -13,7 +13,7 @@ from . import engine_rows
 from .answer import EngineBackend, Fallback, PlanAnswer, TraceEntry, Violation
 from .candidates import CandidateResult, reads_page, page_domain, run_candidate, trace_entry, violation
 from .config import AttentionConfig
-from .engines import EngineLike, active_checks, engine_resolution, parse_engine, resolve_engine, selection_for
+from .engines import EngineLike, active_checks, engine_resolution, parse_engine, release_node, resolve_engine, selection_for
 from .facts import NodeFacts
 from .facts_catalog import PAGE_SIZE, base_context, display
 from .plan import build_plan
@@ -69,6 +69,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     rs = ruleset or default_ruleset()
     spec = parse_engine(engine, rs)
     ref = resolve_engine(spec, node, rs)
+    node, pin_notes = release_node(rs, ref, node)
     checks = active_checks(rs, ref, node.flashinfer_version.value)
     # An engine with its own backends (SGLang) resolves its flags first: the config it runs, its pick.
     res = engine_resolution(rs, ref, config, node, spec.request)
@@ -77,7 +78,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     base = base_context(config, node)
     violations: list[Violation] = list(res.violations) if res is not None else []
     entries: list[TraceEntry] = []
-    notes: list[str] = list(res.notes) if res is not None else []
+    notes: list[str] = [*pin_notes, *(res.notes if res is not None else ())]
 
     for check in checks:
         if check.scope != "pair":
@@ -92,7 +93,7 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
         if trace:
             entries.append(trace_entry(check, base, "both", None, "pass" if passed else "fail"))
 
-    spec = rs.engines[ref.name]
+    spec = rs.layer(ref.name, ref.version)
     block = config.page_size
     divides = block is not None and engine_rows.kernel_page_mode(spec) == "largest_divisor"
     if divides:

@@ -51,7 +51,7 @@ def _rows(spec_id: int, key: str, spec: EngineLayer) -> tuple[_Row, ...]:
 
 def compile_all(rs: RuleSet) -> None:
     """Compile every engine row (a bad fact name raises ConditionError naming it): tests call this."""
-    for spec in rs.engines.values():
+    for spec in (*rs.engines.values(), *rs.releases.values()):
         _rows(id(spec), "query_dtype", spec)
         _rows(id(spec), "decode_tensor_cores", spec)
         eb = spec.engine_backend or {}

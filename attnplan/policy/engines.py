@@ -21,7 +21,7 @@ from .answer import Coercion, EngineBackend, EngineRef, Violation
 from .config import AttentionConfig
 from .errors import InvalidInputError
 from .facts import NodeFacts
-from .rulepack import Check, RuleSet
+from .rulepack import Check, RuleSet, release_for
 
 
 def engine_names(rs: RuleSet) -> list[str]:
@@ -121,10 +121,12 @@ def resolve_engine(engine: EngineLike, node: Optional[NodeFacts], rs: RuleSet) -
     version = spec.version
     if version is None:
         layer = rs.engines[name]
-        installed = node.vllm_version.value if name == "vllm" and node is not None else None  # the one engine the probe reads
+        # the release installed on the node (the probe reads vllm's and sglang's package metadata), else the newest
+        fact = getattr(node, f"{name}_version", None) if node is not None else None
+        installed = fact.value if fact is not None else None
         version = str(installed).strip() if installed else (layer.versions[-1].strip() if layer.versions else "")
         if installed and not _covered(rs, name, version):
-            raise InvalidInputError("engine", f"vllm {installed} is installed on this node, but the rules model "
+            raise InvalidInputError("engine", f"{name} {installed} is installed on this node, but the rules model "
                                     f"{_coverage(rs, name)} only; pass --engine with a covered one", engine_names(rs))
         if not _covered(rs, name, version):
             raise InvalidInputError("engine", f"{name} {version} is not modelled (covered: {_coverage(rs, name)})",
@@ -145,8 +147,41 @@ def _active(rs: RuleSet, name: str, version: Optional[str], fi: Optional[str]) -
     return tuple(c for r in rs.rules if r.applies(name, version, fi) for c in r.checks)
 
 
+def flashinfer_pin(rs: RuleSet, engine: EngineRef) -> Optional[str]:
+    """The flashinfer-python the engine release pins (backends.yaml engines.<name>.releases), if data says."""
+    if engine.name not in rs.engines or engine.version is None:
+        return None
+    spec = rs.engines[engine.name]
+    pin = spec.releases.get(release_for(spec, engine.version))
+    return pin.flashinfer if pin is not None else None
+
+
+def release_node(rs: RuleSet, engine: EngineRef, node: NodeFacts) -> tuple[NodeFacts, list[str]]:
+    """The node as the engine release sees it, and what to tell about its FlashInfer (issue 42).
+
+    A FlashInfer version the node was only *assumed* to have (a declared device) is the one the release pins:
+    `pip install vllm==0.32.0` brings flashinfer-python 0.7.0.post1, so its kernel rules are 0.7.0's (and an
+    assumed cubin wheel follows it). A probed or declared one that differs from the pin stays (the kernel rules
+    answer for what is installed) and is told."""
+    pin = flashinfer_pin(rs, engine)
+    fi = node.flashinfer_version
+    if pin is None or fi.value is None or str(fi.value) == pin:
+        return node, []
+    who = f"{engine.name} {engine.version}"
+    if fi.source.value == "assumed":
+        update = {"flashinfer_version": fi.model_copy(update={"value": pin, "detail": f"the flashinfer-python {who} pins"})}
+        cubin = node.flashinfer_cubin_version
+        if cubin.source.value == "assumed" and cubin.value is not None:
+            update["flashinfer_cubin_version"] = cubin.model_copy(update={"value": pin})
+        return node.with_fact(**update), []
+    spec = rs.engines[engine.name]
+    src = spec.releases[release_for(spec, engine.version)].source
+    return node, [f"{who} pins flashinfer-python=={pin} ({src}); this node has {fi.value}: the kernel rules answer "
+                  f"for the installed {fi.value}, a combination {who}'s release was not built against"]
+
+
 def selection_for(rs: RuleSet, engine: EngineRef) -> dict:
-    return rs.engines[engine.name].selection
+    return rs.layer(engine.name, engine.version).selection
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,9 @@ class NodeFacts(BaseModel):
     jit_toolchain: Fact = Field(default_factory=_unknown,
                                 description="FlashInfer can build JIT modules here: nvcc found, or flashinfer-jit-cache installed")
     vllm_version: Fact = Field(default_factory=_unknown, description="installed vllm version (None: not installed)")
+    sglang_version: Fact = Field(default_factory=_unknown, description="installed sglang version (None: not installed)")
+    flashinfer_jit_cache_version: Fact = Field(default_factory=_unknown,
+                                               description="installed flashinfer-jit-cache version (None: not installed)")
 
     @model_validator(mode="before")
     @classmethod
@@ -111,7 +114,7 @@ class NodeFacts(BaseModel):
         keys = ("gpu_name", "capability", "gpu_count", "gpu_memory_gib", "driver_version", "mig_enabled",
                 "torch_version", "torch_cuda_version", "flashinfer_version", "flashinfer_cubin_version",
                 "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env",
-                "jit_toolchain", "vllm_version")
+                "jit_toolchain", "vllm_version", "sglang_version", "flashinfer_jit_cache_version")
         data = {k: getattr(self, k).value for k in keys}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

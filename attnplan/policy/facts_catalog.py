@@ -111,6 +111,9 @@ FACTS: dict[str, FactInfo] = {
     "node.jit_toolchain": FactInfo("JIT modules can be built (nvcc, or flashinfer-jit-cache installed)", _plain,
                                    _node("jit_toolchain")),
     "node.vllm_version": FactInfo("installed vllm version", _plain, _node("vllm_version")),
+    "node.sglang_version": FactInfo("installed sglang version", _plain, _node("sglang_version")),
+    "node.flashinfer_jit_cache_version": FactInfo("flashinfer-jit-cache version", _plain,
+                                                  _node("flashinfer_jit_cache_version")),
     # Set per candidate (backend, phase, page, query dtype) for trtllm-gen / trtllm-gen-mla / trtllm-ragged
     # by candidates.py from attnplan.kernels.trtllm_gen (FlashInfer's selection code over its kernel table);
     # None where the flashinfer version's selection is not known there.

@@ -128,7 +128,7 @@ def matrix_markdown(ruleset: RuleSet | None = None, *, engine: EngineLike = None
 
 def _engine_table(rs: RuleSet, engine: EngineSpec) -> list[str]:
     rows = capability_matrix(rs, engine=engine)
-    spec = rs.engines[engine.name]
+    spec = rs.layer(engine.name, engine.version)
     out = [
         "",
         f"## Engine `{engine}`" + (f" ({spec.covers})" if spec.covers else ""),

@@ -276,16 +276,26 @@ def probe_node(io: ProbeIO | None = None, *, artifactory_timeout: float = DEFAUL
         facts["torch_cuda_version"] = Fact.unknown("torch not installed")
     vv = io.package_version("vllm")
     facts["vllm_version"] = Fact.measured(vv, "package metadata") if vv else Fact.measured(None, "vllm not installed")
+    sv = io.package_version("sglang")
+    facts["sglang_version"] = Fact.measured(sv, "package metadata") if sv else Fact.measured(None, "sglang not installed")
+    fi = io.package_version("flashinfer-python") or io.package_version("flashinfer")
     jit_cache = io.package_version("flashinfer-jit-cache")
+    facts["flashinfer_jit_cache_version"] = (Fact.measured(jit_cache, "package metadata") if jit_cache
+                                             else Fact.measured(None, "flashinfer-jit-cache not installed"))
+    # FlashInfer uses a jit-cache wheel only at its own version (+cuXXX allowed) and ignores any other with a
+    # warning (flashinfer/jit/env.py _check_jit_cache_version, _get_aot_providers): that one builds nothing.
+    cache_ok = bool(jit_cache) and (fi is None or jit_cache == fi or jit_cache.startswith(f"{fi}+"))
     try:
         nvcc = nvcc_path(io.env, io.which)
     except OSError:
         nvcc = None
-    if nvcc or jit_cache:
+    if nvcc or cache_ok:
         facts["jit_toolchain"] = Fact.measured(True, f"nvcc at {nvcc}" if nvcc else f"flashinfer-jit-cache {jit_cache}")
+    elif jit_cache:
+        facts["jit_toolchain"] = Fact.measured(False, f"no nvcc, and flashinfer-jit-cache {jit_cache} does not match "
+                                                      f"flashinfer {fi} (FlashInfer ignores it)")
     else:
         facts["jit_toolchain"] = Fact.measured(False, "no nvcc (CUDA_HOME, CUDA_PATH, PATH, /usr/local/cuda) and no flashinfer-jit-cache")
-    fi = io.package_version("flashinfer-python") or io.package_version("flashinfer")
     facts["flashinfer_version"] = Fact.measured(fi, "package metadata") if fi else Fact.measured(None, "flashinfer not installed")
     fc = io.package_version("flashinfer-cubin")
     facts["flashinfer_cubin_version"] = Fact.measured(fc, "package metadata") if fc else Fact.measured(None, "flashinfer-cubin not installed")

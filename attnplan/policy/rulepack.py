@@ -264,6 +264,16 @@ class EngineSizesSpec(BaseModel):
     decode_fixed_split_tokens: int = Field(ge=1)  # batch invariance: one KV split of this many tokens
 
 
+class ReleasePin(BaseModel):
+    """One engine release's pins (backends.yaml ``engines.<name>.releases``): the FlashInfer its wheel requires."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    flashinfer: Optional[str] = None    # flashinfer-python pinned by the release (None: not pinned / vendored)
+    source: str = Field(min_length=1)   # where the pin was read (the wheel's METADATA Requires-Dist)
+    notes: list[str] = []               # release notes that change what attnplan answers (cited by upgrade)
+
+
 class EngineLayer(BaseModel):
     """One engine layer (docs/contract.md, Engines and versions): the versions modelled and its selection order."""
 
@@ -272,6 +282,9 @@ class EngineLayer(BaseModel):
     doc: str = ""
     covers: Optional[str] = None        # packaging specifier of the versions the data models
     versions: list[str] = []            # the modelled releases, newest last
+    # Per modelled release: what it pins (issue 42): the flashinfer-python its wheel requires, and where
+    # that was read. Keys are exactly ``versions`` (checked at load).
+    releases: dict[str, ReleasePin] = {}
     selection: Selection
     # An engine that picks among its own backends before FlashInfer runs (SGLang): the function that
     # resolves its flags into per-phase candidates (attnplan.* only), and the tables it reads.
@@ -457,6 +470,21 @@ class RuleSet:
     calls: dict[str, CallInfoSpec] = field(default_factory=dict)
     mla_modules: dict[str, str] = field(default_factory=dict)
     engine_sizes: dict[str, EngineSizesSpec] = field(default_factory=dict)
+    # (engine, release) -> that release's layer: the engine's data with every item whose ``versions`` range
+    # excludes the release dropped (_release_layers). ``engines[name]`` is the newest release's.
+    releases: dict[tuple[str, str], EngineLayer] = field(default_factory=dict)
+
+    def layer(self, name: str, version: Optional[str] = None) -> EngineLayer:
+        """The engine layer of ``name`` at ``version``: the modelled release itself, or for a release the
+        ``covers`` range takes but ``versions`` does not list (0.33.1), the newest listed one before it;
+        None (or an engine without releases): the newest."""
+        spec = self.engines[name]
+        if version is None or not spec.versions:
+            return spec
+        hit = self.releases.get((name, version))
+        if hit is not None:
+            return hit
+        return self.releases.get((name, release_for(spec, version)), spec)
 
     def family(self, backend: str) -> FamilySpec:
         """What the backend's family means for the plan (backends.yaml ``families:``)."""
@@ -554,6 +582,86 @@ def _check_totals(paths: list[Path], where: str) -> None:
                                        f"each pack at most {MAX_PACK_BYTES})")
 
 
+def release_for(spec: EngineLayer, version: str) -> str:
+    """The modelled release whose data answers for ``version``: itself when listed, else the newest listed
+    release not after it (a patch release inside ``covers`` behaves as its minor's last modelled one)."""
+    from packaging.version import InvalidVersion, Version
+
+    if version in spec.versions:
+        return version
+    try:
+        v = Version(version)
+    except InvalidVersion:
+        return spec.versions[-1] if spec.versions else version
+    older = [r for r in spec.versions if Version(r) <= v]
+    return max(older, key=Version) if older else (spec.versions[0] if spec.versions else version)
+
+
+def _for_release(obj: Any, release: Any, file: str, where: str) -> Any:
+    """``obj`` as ``release`` sees it: list items (mappings) carrying ``versions: SPECIFIER`` are kept only when
+    the release is in it, and lose the key. New objects throughout (YAML anchors share lists)."""
+    from packaging.specifiers import SpecifierSet
+
+    if isinstance(obj, list):
+        out = []
+        for i, item in enumerate(obj):
+            if isinstance(item, dict) and isinstance(item.get("versions"), str):
+                _specifier(file, item["versions"], f"{where}[{i}].versions")
+                spec = SpecifierSet(item["versions"])
+                if not spec.contains(release, prereleases=True):
+                    continue
+                item = {k: v for k, v in item.items() if k != "versions"}
+            out.append(_for_release(item, release, file, f"{where}[{i}]"))
+        return out
+    if isinstance(obj, dict):
+        return {k: _for_release(v, release, file, f"{where}.{k}") for k, v in obj.items()}
+    return obj
+
+
+def _release_layers(catalog_data: Any, file: str) -> tuple[Any, dict[tuple[str, str], Any]]:
+    """Split each versioned engine's data per modelled release (issue 42): a row, refusal or candidate list
+    that holds for some releases only says so with ``versions:``; each release's layer is validated like the
+    newest's. Returns the catalog with every engine at its newest release, and the raw layer per release."""
+    from packaging.version import InvalidVersion, Version
+
+    if not isinstance(catalog_data, dict) or not isinstance(catalog_data.get("engines"), dict):
+        return catalog_data, {}
+    engines = dict(catalog_data["engines"])
+    per_release: dict[tuple[str, str], Any] = {}
+    for name, raw in engines.items():
+        versions = raw.get("versions") if isinstance(raw, dict) else None
+        if not isinstance(versions, list) or not versions:
+            continue
+        for v in versions:
+            try:
+                rel = Version(str(v))
+            except InvalidVersion:
+                raise RulePackError(file, f"engines.{name}.versions: {v!r} is not a version") from None
+            layer = {k: (_for_release(x, rel, file, f"engines.{name}.{k}") if k not in ("versions", "releases") else x)
+                     for k, x in raw.items()}
+            per_release[(name, str(v))] = layer
+        newest = max((str(v) for v in versions), key=Version)
+        engines[name] = per_release[(name, newest)]
+    return {**catalog_data, "engines": engines}, per_release
+
+
+def _check_engine_layer(file: str, ename: str, eng: EngineLayer, known: set[str]) -> None:
+    if eng.resolver is not None and not eng.resolver.startswith("attnplan."):
+        raise RulePackError(file, f"engines.{ename}.resolver {eng.resolver!r}: only attnplan's own modules")
+    for raw in ([eng.covers] if eng.covers else []):
+        _specifier(file, raw, f"engines.{ename}.covers")
+    if eng.releases and set(eng.releases) != set(eng.versions):
+        raise RulePackError(file, f"engines.{ename}.releases names {sorted(eng.releases)}, versions {eng.versions}: "
+                                  "one entry per modelled release")
+    for kind, phases in eng.selection.items():
+        for phase, rows in phases.items():
+            for row in rows:
+                for b in row.candidates:
+                    if b not in known:
+                        raise RulePackError(file, f"engines.{ename}.selection.{kind}.{phase} names unknown backend {b!r}")
+    _check_engine_rows(file, ename, eng, known)
+
+
 def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
     """Load and compile; all or nothing. No packs, or a pack without rules, is an error: an empty
     rule set would accept everything (fail open). The packs' count and total size are bounded
@@ -562,6 +670,7 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         raise RulePackError("rule packs", "no rule packs (*.yaml) given: refusing to plan with no rules")
     _check_totals(list(pack_paths), "rule packs")
     catalog_data, catalog_text = _load_yaml(backends_path)
+    catalog_data, raw_releases = _release_layers(catalog_data, str(backends_path))
     try:
         catalog = BackendCatalogSpec.model_validate(catalog_data)
     except ValidationError as exc:
@@ -569,20 +678,21 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
     known = set(catalog.backends)
     if catalog.default_engine not in catalog.engines:
         raise RulePackError(str(backends_path), f"default_engine {catalog.default_engine!r} has no engines entry")
+    releases: dict[tuple[str, str], EngineLayer] = {}
+    for (ename, version), raw in raw_releases.items():
+        if raw is catalog_data["engines"][ename]:   # the newest release: the catalog's own layer, one object
+            releases[(ename, version)] = catalog.engines[ename]
+            continue
+        try:
+            releases[(ename, version)] = EngineLayer.model_validate(raw)
+        except ValidationError as exc:
+            raise RulePackError(str(backends_path), f"engines.{ename} at {version}: {_pydantic_msg(exc)}") from None
     for ename, eng in catalog.engines.items():
-        if eng.resolver is not None and not eng.resolver.startswith("attnplan."):
-            raise RulePackError(str(backends_path), f"engines.{ename}.resolver {eng.resolver!r}: only attnplan's own modules")
-        for raw in ([eng.covers] if eng.covers else []):
-            _specifier(str(backends_path), raw, f"engines.{ename}.covers")
-        for kind, phases in eng.selection.items():
-            for phase, rows in phases.items():
-                for row in rows:
-                    for b in row.candidates:
-                        if b not in known:
-                            raise RulePackError(str(backends_path),
-                                                f"engines.{ename}.selection.{kind}.{phase} names unknown backend {b!r}")
-    for ename, eng in catalog.engines.items():
-        _check_engine_rows(str(backends_path), ename, eng, known)
+        _check_engine_layer(str(backends_path), ename, eng, known)
+    for (ename, version), eng in releases.items():
+        if eng is catalog.engines[ename]:
+            continue
+        _check_engine_layer(str(backends_path), f"{ename} (release {version})", eng, known)
     for name, spec in catalog.backends.items():
         for phase in spec.phases:
             if phase not in spec.calls:
@@ -688,6 +798,7 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         calls=dict(catalog.calls),
         mla_modules=dict(catalog.mla_modules),
         engine_sizes=dict(catalog.engine_sizes),
+        releases=releases,
     )
 
 

@@ -69,12 +69,13 @@ def _vllm_name_of(backend: str, is_mla: bool) -> str:
     return "FLASHINFER_MLA" if is_mla else "FLASHINFER"
 
 
-def engine_validation(rs: RuleSet, engine: str, name: str, ctx: dict[str, Any], is_mla: bool) -> Optional[list[str]]:
+def engine_validation(rs: RuleSet, engine: str, name: str, ctx: dict[str, Any], is_mla: bool,
+                      version: Optional[str] = None) -> Optional[list[str]]:
     """The reasons the engine's own validation refuses backend ``name`` (backends.yaml engines.<e>.engine_backend,
     each backend's ``refused_when``); [] when it accepts; None when the data does not model that backend."""
     from .engine_rows import _cond
 
-    spec = rs.engines.get(engine)
+    spec = rs.layer(engine, version) if engine in rs.engines else None
     eb = (spec.engine_backend or {}) if spec is not None else {}
     rows = [r for r in eb.get("mla" if is_mla else "standard", []) if r.get("name") == name]
     if not rows:
@@ -86,9 +87,9 @@ def engine_validation(rs: RuleSet, engine: str, name: str, ctx: dict[str, Any], 
     return [r["reason"] for r in rows[0].get("refused_when", []) if _cond(r["when"]).test(ctx)]
 
 
-def engine_backend_names(rs: RuleSet, engine: str, is_mla: bool) -> list[str]:
+def engine_backend_names(rs: RuleSet, engine: str, is_mla: bool, version: Optional[str] = None) -> list[str]:
     """The engine's backends of this kind in its own priority order (backends.yaml engine_backend)."""
-    spec = rs.engines.get(engine)
+    spec = rs.layer(engine, version) if engine in rs.engines else None
     eb = (spec.engine_backend or {}) if spec is not None else {}
     return list(dict.fromkeys(r["name"] for r in eb.get("mla" if is_mla else "standard", [])))
 
@@ -146,15 +147,15 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
             ctx = base_context(a.config, a.node)
         name = typed or sel.decode
         if name == "none":
-            why = "; ".join(f"{b}: {', '.join(r)}" for b in engine_backend_names(rs, eng, a.config.is_mla)
-                            if (r := engine_validation(rs, eng, b, ctx, a.config.is_mla)))
+            why = "; ".join(f"{b}: {', '.join(r)}" for b in engine_backend_names(rs, eng, a.config.is_mla, a.engine.version)
+                            if (r := engine_validation(rs, eng, b, ctx, a.config.is_mla, a.engine.version)))
             msg = f"{who} refuses at startup: No valid attention backend found ({why})"
             # FlashInfer's own refusal here is an engine rule of the plan beneath: it decides too
             own = tuple(dict.fromkeys(v.rule for v in a.violations if v.layer == "engine"))
             return Verdict(engine=engine, selected=sel, outcome="fails-at-startup", modelled=False,
                            rules=("vllm.engine-backend", *own), message=msg, flashinfer_plan="if-forced",
                            forced_with=forced)
-        reasons = engine_validation(rs, eng, name, ctx, a.config.is_mla)
+        reasons = engine_validation(rs, eng, name, ctx, a.config.is_mla, a.engine.version)
         if reasons:
             msg = (f"{who} refuses at startup: Selected backend {name} is not valid for this configuration. "
                    f"Reason: {reasons}")

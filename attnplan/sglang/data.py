@@ -146,10 +146,11 @@ def referenced_rules(data: NativeSpec) -> set[str]:
             | {data.hybrid_gdn.rule, data.eagle.rule, data.eagle.page_rule, data.cutedsl_mla.rule})
 
 
-@functools.lru_cache(maxsize=8)
-def native(rs: RuleSet, engine: str = "sglang") -> NativeSpec:
-    """The engine's native tables of this rule set; a malformed table names the field."""
-    spec = rs.engines.get(engine)
+@functools.lru_cache(maxsize=16)
+def native(rs: RuleSet, engine: str = "sglang", version: Optional[str] = None) -> NativeSpec:
+    """The engine's native tables of this rule set at ``version`` (None: the newest modelled release);
+    a malformed table names the field."""
+    spec = rs.layer(engine, version) if engine in rs.engines else None
     if spec is None or spec.native is None:
         raise RulePackError("backends.yaml", f"engines.{engine}.native is missing")
     try:

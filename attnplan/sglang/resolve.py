@@ -430,7 +430,7 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
                       request: object = None) -> EngineResolution:
     """The resolver backends.yaml names for ``engines.sglang``: SGLang's flags (the request's, else the
     ones the attention config implies) resolved, and the FlashInfer candidates per phase."""
-    t = native(rs, ref.name)
+    t = native(rs, ref.name, ref.version)
     # SGLang's own flags (backend names, architecture, EAGLE top-k) come with the request; the values an
     # attention config also holds (KV dtype, page size, deterministic mode, speculation) are read from the
     # config, so a suggestion that changes one is re-resolved by SGLang's rules too.
