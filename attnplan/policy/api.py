@@ -65,6 +65,11 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
             changed = cfg.replace(attention_backend=VLLM_TO_ATTNPLAN.get(name, name), engine_attention_backend=None) \
                 if name in VLLM_TO_ATTNPLAN else cfg.replace(attention_backend="auto", engine_attention_backend=name)
             add(f"--attention-backend {name}", f"run vLLM's {name}", _verdict_only(changed, node, rs, engine))
+        if v.selected.runs_flashinfer and cfg.use_trtllm_attention is not False and not cfg.is_mla:
+            # vLLM's FlashInfer on its native wrappers (rule vllm.use-trtllm-attention): e.g. the soft cap applied
+            changed = cfg.replace(use_trtllm_attention=False)
+            add("--attention-config '{\"use_trtllm_attention\": false}'",
+                "keep vLLM's FlashInfer off trtllm-gen / XQA (its native wrappers run)", _verdict_only(changed, node, rs, engine))
     for s in answer.suggestions:
         flag = suggestion_flag(answer.engine.name, s.field, s.value)
         if s.target == "node":

@@ -71,6 +71,14 @@ class AttentionConfig(BaseModel):
     engine_attention_backend: Optional[str] = Field(
         None, max_length=64, description="the engine's own non-FlashInfer backend asked for (vLLM: FLASH_ATTN, TRITON_ATTN, ...)")
     batch_invariant: Optional[StrictBool] = Field(None, description="batch-invariant mode (default: VLLM_BATCH_INVARIANT)")
+    # vLLM's --attention-config keys that steer its FlashInfer backend (vllm/config/attention.py AttentionConfig):
+    # use_trtllm_attention None = auto, false = never trtllm-gen / XQA (vllm/utils/flashinfer.py
+    # force_use_trtllm_attention, can_use_trtllm_attention), true = forced; disable_flashinfer_q_quantization keeps
+    # the query in the model dtype (FlashInferMetadataBuilder.get_q_data_type).
+    use_trtllm_attention: Optional[StrictBool] = Field(
+        None, description="vLLM --attention-config use_trtllm_attention (None: auto; false: no trtllm-gen / XQA)")
+    disable_flashinfer_q_quantization: StrictBool = Field(
+        False, description="vLLM --attention-config disable_flashinfer_q_quantization (the query keeps the model dtype)")
 
     @model_validator(mode="before")
     @classmethod

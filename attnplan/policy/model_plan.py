@@ -234,7 +234,8 @@ def _field_value(name: str, value: Any) -> Any:
     if field is None:
         raise InvalidInputError(name, "unknown field", tuple(AttentionConfig.model_fields))
     try:
-        return TypeAdapter(Annotated[(field.annotation, *field.metadata)]).validate_python(value)
+        typ = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        return TypeAdapter(typ).validate_python(value)
     except (ValidationError, ValueError, TypeError) as exc:
         first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc).splitlines()[0]
         raise InvalidInputError(name, first) from None

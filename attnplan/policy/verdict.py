@@ -172,6 +172,16 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
         phases = ("prefill", "decode") if v.phase == "both" else (v.phase,)
         if engine_refusal or any(runs_fi.get(p, True) for p in phases):
             counted.append((v, violation_outcome(v, rs, eng)))
+    # An engine gate (an engine rule with no outcome of its own: vllm.trtllm-gate, vllm.use-trtllm-attention) only
+    # steers the engine to its next kernel; where that kernel fails too, the failure is the kernel's, not the gate's.
+    def _gate(v: Violation) -> bool:
+        try:
+            return v.layer == "engine" and v.backend is not None and rs.rule(v.rule).outcome is None
+        except KeyError:
+            return False
+    gated = {(v.phase, v.backend) for v, _ in counted if _gate(v)}
+    ran = {v.phase for v, _ in counted if (v.phase, v.backend) not in gated}
+    counted = [(v, o) for v, o in counted if not ((v.phase, v.backend) in gated and v.phase in ran)] or counted
     # modelled: FlashInfer runs in the command (a phase the engine runs elsewhere, vLLM's MLA prefill on its own
     # FLASH_ATTN, is named in ``selected`` and not judged here)
     modelled = any(runs_fi.values())

@@ -70,6 +70,9 @@ class ServeLine:
     kv_cache_dtype: str = "auto"
     block_size: Optional[int] = None
     attention_backend: Optional[str] = None
+    # --attention-config as an object (JSON or vLLM's AttentionConfig): serve.py attention_config_fields reads
+    # the keys attnplan models (use_trtllm_attention, disable_flashinfer_q_quantization)
+    attention_config: dict[str, Any] = field(default_factory=dict)
     speculative: dict[str, Any] = field(default_factory=dict)
     max_model_len: Optional[int] = None
     hf_overrides: dict[str, Any] = field(default_factory=dict)
@@ -372,11 +375,15 @@ def line_from_namespace(ns: argparse.Namespace, how: str) -> ServeLine:
         raise InvalidInputError("model", "give the model: attnplan vllm serve MODEL [flags]")
     spec = parse_json_arg(getattr(ns, "speculative_config", None), "speculative_config")
     backend = getattr(ns, "attention_backend", None)
-    if backend is None:  # --attention-config '{"backend": ...}' (vLLM's AttentionConfig, config/attention.py)
-        ac = getattr(ns, "attention_config", None)
-        if isinstance(ac, str):  # the flag table keeps JSON values as given
-            ac = parse_json_arg(ac, "attention_config")
-        backend = ac.get("backend") if isinstance(ac, dict) else getattr(ac, "backend", None)
+    ac = getattr(ns, "attention_config", None)
+    if isinstance(ac, str):  # the flag table keeps JSON values as given
+        ac = parse_json_arg(ac, "attention_config")
+    if ac is not None and not isinstance(ac, dict):  # vLLM's own parser: an AttentionConfig (config/attention.py)
+        ac = {k: getattr(ac, k) for k in ("backend", "use_trtllm_attention", "disable_flashinfer_q_quantization")
+              if hasattr(ac, k)}
+    ac = dict(ac or {})
+    if backend is None:  # --attention-config '{"backend": ...}'
+        backend = ac.get("backend")
     backend = getattr(backend, "name", backend)
     sizes = {}
     for dest in ("tensor_parallel_size", "pipeline_parallel_size", "decode_context_parallel_size"):
@@ -392,6 +399,10 @@ def line_from_namespace(ns: argparse.Namespace, how: str) -> ServeLine:
         kv_cache_dtype="auto" if getattr(ns, "kv_cache_dtype", None) is None else str(ns.kv_cache_dtype),
         block_size=_int_or_none(getattr(ns, "block_size", None), "block_size"),
         attention_backend=None if backend is None else str(backend),
+        # vLLM's defaults (AttentionConfig: use_trtllm_attention None, disable_flashinfer_q_quantization False) left
+        # out: the same line reads the same whichever parser read it
+        attention_config={k: v for k, v in ac.items() if k != "backend" and not (
+            (k == "use_trtllm_attention" and v is None) or (k == "disable_flashinfer_q_quantization" and v is False))},
         speculative=spec,
         max_model_len=None if max_len == -1 else max_len,  # -1: vLLM's "auto", the model's own length
         hf_overrides=parse_json_arg(getattr(ns, "hf_overrides", None), "hf_overrides"),

@@ -74,7 +74,13 @@ def config_from_vllm(vllm_config: Any) -> AttentionConfig:
     spec = getattr(vllm_config, "speculative_config", None)
     if spec is not None and getattr(spec, "num_speculative_tokens", None):
         fields["num_speculative_tokens"] = int(spec.num_speculative_tokens)
-    backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None)
+    ac = getattr(vllm_config, "attention_config", None)
+    backend = getattr(ac, "backend", None)
     if backend is not None:
         fields["attention_backend"] = backend_choice(getattr(backend, "name", str(backend)))
+    # config/attention.py AttentionConfig: the keys that steer vLLM's FlashInfer (vllm/serve.py attention_config_fields)
+    if getattr(ac, "use_trtllm_attention", None) is not None:
+        fields["use_trtllm_attention"] = bool(ac.use_trtllm_attention)
+    if getattr(ac, "disable_flashinfer_q_quantization", False) is True:
+        fields["disable_flashinfer_q_quantization"] = True
     return make_config(fields)

@@ -76,6 +76,9 @@ class ModelRequest(BaseModel):
                                                                "FLASHINFER, or attnplan's)")
     num_speculative_tokens: StrictInt = Field(0, ge=0, le=1024,
                                               description="--speculative-config's num_speculative_tokens")
+    attention_config: dict[str, Any] = Field(default_factory=dict, max_length=32,
+                                             description="vllm serve --attention-config: use_trtllm_attention and "
+                                                         "disable_flashinfer_q_quantization are modelled")
     hf_overrides: dict[str, Any] = Field(default_factory=dict, description="vllm serve --hf-overrides: merged over "
                                                                            "the config.json")
     max_model_len: Optional[StrictInt] = Field(None, ge=1, description="vllm serve --max-model-len (echoed; the "
@@ -117,6 +120,7 @@ class ModelRequest(BaseModel):
             decode_context_parallel_size=line.decode_context_parallel_size, dtype=line.dtype,
             kv_cache_dtype=line.kv_cache_dtype, block_size=line.block_size, attention_backend=line.attention_backend,
             num_speculative_tokens=speculative_tokens(line.speculative), hf_overrides=dict(line.hf_overrides),
+            attention_config=dict(line.attention_config),
             max_model_len=line.max_model_len, revision=line.revision)
 
     @classmethod
@@ -134,7 +138,7 @@ class ModelRequest(BaseModel):
         return {**self.overrides, **flag_fields(
             dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
             attention_backend=self.attention_backend, num_speculative_tokens=self.num_speculative_tokens,
-            decode_context_parallel_size=self.decode_context_parallel_size)}
+            decode_context_parallel_size=self.decode_context_parallel_size, attention_config=self.attention_config)}
 
     def model_label(self) -> str:
         """The model as a reader sees it: the reference, or ``config.json <model_type> sha256:<12>``."""
@@ -158,7 +162,7 @@ class ModelRequest(BaseModel):
                          pipeline_parallel_size=self.pipeline_parallel_size,
                          decode_context_parallel_size=self.decode_context_parallel_size, dtype=self.dtype,
                          kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
-                         attention_backend=self.attention_backend,
+                         attention_backend=self.attention_backend, attention_config=dict(self.attention_config),
                          speculative={"num_speculative_tokens": self.num_speculative_tokens}
                          if self.num_speculative_tokens else {},
                          max_model_len=self.max_model_len, hf_overrides=dict(self.hf_overrides),

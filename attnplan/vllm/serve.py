@@ -66,11 +66,13 @@ def plan_with_engine(config: AttentionConfig, node: Optional[NodeFacts], ruleset
 
 
 # The fields a serve line sets on top of the model's own (they apply to every layer group).
-LINE_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "attention_backend", "num_speculative_tokens", "dcp_world_size")
+LINE_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "attention_backend", "num_speculative_tokens", "dcp_world_size",
+               "use_trtllm_attention", "disable_flashinfer_q_quantization")
 
 
 def flag_fields(*, dtype: str, kv_cache_dtype: str, block_size: Optional[int], attention_backend: Optional[str],
-                num_speculative_tokens: int, decode_context_parallel_size: int) -> dict[str, Any]:
+                num_speculative_tokens: int, decode_context_parallel_size: int,
+                attention_config: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """The attention fields (LINE_FIELDS) that a serve line's flags set on every layer group; one mapping
     for a pasted line (``ServeLine``) and a whole-model request (``vllm/request.py ModelRequest``)."""
     out: dict[str, Any] = {}
@@ -86,6 +88,31 @@ def flag_fields(*, dtype: str, kv_cache_dtype: str, block_size: Optional[int], a
         out["num_speculative_tokens"] = num_speculative_tokens
     if decode_context_parallel_size > 1:
         out["dcp_world_size"] = decode_context_parallel_size
+    out.update(attention_config_fields(attention_config or {}))
+    return out
+
+
+# vLLM 0.33 --attention-config keys (vllm/config/attention.py AttentionConfig) and what attnplan makes of them:
+# "field" keys map to an attention field, "backend" is --attention-backend, the rest are accepted and listed as
+# not modelled (they tune kernels attnplan does not choose: FA versions, cascade, MLA chunking, ...).
+ATTENTION_CONFIG_FIELDS = {"use_trtllm_attention": "use_trtllm_attention",
+                           "disable_flashinfer_q_quantization": "disable_flashinfer_q_quantization"}
+
+
+def attention_config_fields(ac: dict[str, Any]) -> dict[str, Any]:
+    """The attention fields an ``--attention-config`` object sets; a modelled key's value must be what vLLM's
+    pydantic dataclass takes (bool, or null for use_trtllm_attention), else bad input naming the key."""
+    out: dict[str, Any] = {}
+    for key, field in ATTENTION_CONFIG_FIELDS.items():
+        if key not in ac:
+            continue
+        v = ac[key]
+        if v in (0, 1) and not isinstance(v, bool):   # vLLM's CLI form --attention-config.use_trtllm_attention=1
+            v = bool(v)
+        if not (isinstance(v, bool) or (v is None and key == "use_trtllm_attention")):
+            raise InvalidInputError(f"attention_config.{key}", f"takes true or false, got {type(v).__name__}")
+        if v is not None:
+            out[field] = v
     return out
 
 
@@ -119,7 +146,7 @@ def _serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str], dict[str,
     fields = {**info.fields, **flag_fields(
         dtype=line.dtype, kv_cache_dtype=line.kv_cache_dtype, block_size=line.block_size,
         attention_backend=line.attention_backend, num_speculative_tokens=speculative_tokens(line.speculative),
-        decode_context_parallel_size=line.decode_context_parallel_size)}
+        decode_context_parallel_size=line.decode_context_parallel_size, attention_config=line.attention_config)}
     for k, flag in (("tensor_parallel_size", "--tensor-parallel-size"), ("pipeline_parallel_size", "--pipeline-parallel-size"),
                     ("decode_context_parallel_size", "--decode-context-parallel-size")):
         if getattr(line, k) < 1:
