@@ -115,6 +115,9 @@ class BackendSpec(_M):
     runs: str = ""
     standard: dict[Phase, list[PhaseRow]] = {}
     mla: dict[Phase, list[PhaseRow]] = {}
+    # the model kinds the backend serves (its attention_registry.py factory builds an MLA or a standard
+    # backend): a fix never offers a backend for the other kind
+    kinds: list[Literal["standard", "mla"]] = ["standard", "mla"]
 
 
 class NativeSpec(_M):
