@@ -176,47 +176,15 @@ class LaunchAnswer:
 
 def plan_launch(line: LaunchLine, node: NodeFacts, ruleset: Optional[RuleSet] = None, *,
                 data: Optional[Mapping[str, Any]] = None) -> LaunchAnswer:
-    """What SGLang 0.5.23 would run for this line on ``node``, for one tensor-parallel rank. ``data``: the
-    model's config.json already read (a REST client's line: a preset or a cached repo id, never a path)."""
-    from attnplan.policy.hfconfig import model_info
+    """What SGLang would run for this line on ``node``, for one tensor-parallel rank: the line as a
+    ``ModelRequest`` (vllm/request.py from_launch_line), planned by the one pipeline every engine line takes
+    (plan_request). ``data``: the model's config.json already read (a REST client's line: a preset or a
+    cached repo id, never a path)."""
+    from attnplan.vllm.request import ModelRequest, plan_request
 
-    info = model_info(dict(data), line.model) if data is not None else read_model(line.model)
-    raw = dict(info.raw)
-    # the model's architecture rides with SGLang's request as on every other entry point (request_for_model)
-    flags = request_for_model(SglangEngine(line.flags), raw, str(info.source)).flags
-    fields = dict(info.fields)
-    if line.dtype.lower() not in ("auto",):
-        fields["dtype"] = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16"}.get(line.dtype.lower(), line.dtype)
-    fields["kv_cache_dtype"] = kv_dtype(flags.kv_cache_dtype)
-    if flags.page_size is not None:
-        fields["page_size"] = flags.page_size
-    if line.speculative_tokens:
-        fields["num_speculative_tokens"] = line.speculative_tokens
-    if flags.enable_deterministic_inference:
-        fields["batch_invariant"] = True
-    ranks = flags.tp_size
-    notes = list(info.notes)
-    if ranks % line.attn_dp_size:
-        return LaunchAnswer(line, ranks, None, notes=notes, startup_error=(
-            f"tp_size ({ranks}) must be divisible by the attention data-parallel size ({line.attn_dp_size})"))
-    # each attention group holds tp_size / attn_dp_size ranks (runtime_context.py derive_attn_tp_size)
-    tp = ranks // line.attn_dp_size
-    if line.attn_dp_size > 1:
-        notes.append(f"data-parallel attention: {line.attn_dp_size} groups of {tp} attention rank(s); each rank "
-                     f"plans heads/{tp}")
-    heads = fields["num_qo_heads"]
-    # SGLang splits heads as vLLM does (ModelConfig.get_num_kv_heads: max(1, total // tp)).
-    errs = startup_errors(heads, fields.get("num_kv_heads") or heads, tp, 1, mla=fields.get("kv_lora_rank") is not None)
-    if errs:
-        return LaunchAnswer(line, ranks, None, startup_error=errs[0], notes=notes)
-    engine = SglangEngine(flags)
-    if raw and len(read_layers(raw).attention_groups) > 1:
-        over = {k: fields[k] for k in ("kv_cache_dtype", "page_size", "num_speculative_tokens", "batch_invariant")
-                if k in fields}
-        model = plan_model(raw, node, overrides=over, ruleset=ruleset, engine=engine, tensor_parallel_size=tp)
-        return LaunchAnswer(line, ranks, model.answer(), model=model, notes=notes)
-    config = make_config(per_rank_fields(fields, tp))
-    return LaunchAnswer(line, ranks, plan_for(config, node, ruleset=ruleset, engine=engine), notes=notes)
+    req = ModelRequest.from_launch_line(line, model=data)
+    sa = plan_request(req, node, ruleset, allow_paths=data is None, parser=line.parser)
+    return LaunchAnswer(line, sa.ranks, sa.answer, model=sa.model, startup_error=sa.startup_error, notes=list(sa.notes))
 
 
 def launch_json(la: LaunchAnswer, *, trace: bool = True) -> dict[str, Any]:

@@ -46,6 +46,23 @@ EXAMPLE_MODEL = "google/gemma-3-27b-it"
 EXAMPLE_SERVE_LINE = "vllm serve google/gemma-3-27b-it -tp 2 --kv-cache-dtype fp8"
 
 
+class SglangLineFields(BaseModel):
+    """The ``sglang.launch_server`` flags a ``ModelRequest`` carries besides the common ones (sglang/flags.py
+    SglangFlags; sglang/launch.py parse_launch_line reads them off a line)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prefill_attention_backend: Optional[StrictStr] = Field(None, max_length=64)
+    decode_attention_backend: Optional[StrictStr] = Field(None, max_length=64)
+    speculative_algorithm: Optional[StrictStr] = Field(None, max_length=32)
+    speculative_eagle_topk: Optional[StrictInt] = Field(None, ge=1, le=1024)
+    speculative_num_draft_tokens: Optional[StrictInt] = Field(None, ge=1, le=1024)
+    speculative_num_steps: Optional[StrictInt] = Field(None, ge=1, le=1024)
+    enable_deterministic_inference: bool = False
+    attn_dp_size: StrictInt = Field(1, ge=1, le=4096, description="attention data parallelism (--dp with "
+                                                                   "--enable-dp-attention, or --attn-dp-size)")
+
+
 class ModelRequest(BaseModel):
     """A model and the ``vllm serve`` flags that shape its attention; the engine layer to plan for."""
 
@@ -86,6 +103,10 @@ class ModelRequest(BaseModel):
     revision: Optional[StrictStr] = Field(None, max_length=128, description="vllm serve --revision: a git branch, "
                                                                            "tag or commit hash of the cached repo "
                                                                            "(never a path)")
+    # SGLang's launch_server flags beyond the ones above (engine sglang only): one request for a vLLM serve line
+    # and a launch_server line (from_launch_text), planned by one pipeline (plan_request)
+    sglang: Optional[SglangLineFields] = Field(None, description="engine sglang: launch_server flags beyond the "
+                                                                 "common ones (per-phase backends, EAGLE, DP attention)")
     overrides: dict[str, Any] = Field(default_factory=dict, description="attnplan's own attention fields laid over "
                                                                         "every layer group (attnplan plan --model X "
                                                                         "--FLAG)")
@@ -122,6 +143,39 @@ class ModelRequest(BaseModel):
             num_speculative_tokens=speculative_tokens(line.speculative), hf_overrides=dict(line.hf_overrides),
             attention_config=dict(line.attention_config),
             max_model_len=line.max_model_len, revision=line.revision)
+
+    @classmethod
+    def from_launch_text(cls, text: str, *, engine: Optional[str] = None) -> "ModelRequest":
+        """A pasted ``[python -m] sglang.launch_server --model-path M [flags]`` line as the same request a vLLM line
+        makes (engine ``sglang``, or ``engine`` when it names an SGLang release)."""
+        from attnplan.sglang.launch import parse_launch_text
+
+        return cls.from_launch_line(parse_launch_text(text), engine=engine)
+
+    @classmethod
+    def from_launch_line(cls, line: Any, *, engine: Optional[str] = None, model: Any = None) -> "ModelRequest":
+        """A parsed launch line (sglang/launch.py LaunchLine) as a request; ``model``: the config.json already read
+        (a REST client's preset), else the line's model reference."""
+        f = line.flags
+        if engine is not None and not str(engine).strip().lower().startswith("sglang"):
+            raise InvalidInputError("engine", f"a launch_server line is SGLang's; got engine {engine!r}")
+        extra = SglangLineFields(
+            prefill_attention_backend=f.prefill_attention_backend, decode_attention_backend=f.decode_attention_backend,
+            speculative_algorithm=f.speculative_algorithm, speculative_eagle_topk=f.speculative_eagle_topk,
+            speculative_num_draft_tokens=f.speculative_num_draft_tokens, speculative_num_steps=f.speculative_num_steps,
+            enable_deterministic_inference=f.enable_deterministic_inference, attn_dp_size=line.attn_dp_size)
+        return cls.build(model=line.model if model is None else dict(model), engine=engine or "sglang",
+                         tensor_parallel_size=f.tp_size, dtype=line.dtype,
+                         kv_cache_dtype=f.kv_cache_dtype, block_size=f.page_size, attention_backend=f.attention_backend,
+                         num_speculative_tokens=line.speculative_tokens,
+                         sglang=None if extra == SglangLineFields() else extra)
+
+    @classmethod
+    def from_line(cls, text: str, *, engine: Optional[str] = None) -> "ModelRequest":
+        """A pasted engine command: ``vllm serve ...`` or ``[python -m] sglang.launch_server ...``."""
+        if is_launch_line(text):
+            return cls.from_launch_text(text, engine=engine)
+        return cls.from_serve_text(text, engine=engine or "vllm")
 
     @classmethod
     def from_serve_text(cls, text: str, *, engine: Optional[str] = "vllm") -> "ModelRequest":
@@ -288,18 +342,39 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     fields = info.fields
     line = req.serve_line(parser)
     heads = int(fields["num_qo_heads"])
-    errs = startup_errors(heads, int(fields.get("num_kv_heads") or heads), req.tensor_parallel_size,
-                          req.decode_context_parallel_size, mla=fields.get("kv_lora_rank") is not None)
+    notes = list(info.notes)
+    # SGLang's data-parallel attention: each attention group holds tp / attn_dp ranks (runtime_context.py
+    # derive_attn_tp_size), and the heads split over those
+    dp = req.sglang.attn_dp_size if req.sglang is not None else 1
+    if req.tensor_parallel_size % dp:
+        errs = [f"tp_size ({req.tensor_parallel_size}) must be divisible by the attention data-parallel size ({dp})"]
+    else:
+        errs = startup_errors(heads, int(fields.get("num_kv_heads") or heads), req.tensor_parallel_size // dp,
+                              req.decode_context_parallel_size, mla=fields.get("kv_lora_rank") is not None)
+    if dp > 1 and not errs:
+        notes.append(f"data-parallel attention: {dp} groups of {req.tensor_parallel_size // dp} attention rank(s); "
+                     f"each rank plans heads/{req.tensor_parallel_size // dp}")
     engine, req = engine_of(req, data, ruleset)
     if errs:
-        return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=list(info.notes), engine=engine.name)
+        return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=notes, engine=engine.name)
+    over = req.line_fields()
+    if req.sglang is not None and req.sglang.enable_deterministic_inference:
+        over["batch_invariant"] = True
     try:
-        model = plan_model(data, node, overrides=req.line_fields(), ruleset=ruleset, engine=engine,
-                           tensor_parallel_size=req.tensor_parallel_size)
+        model = plan_model(data, node, overrides=over, ruleset=ruleset, engine=engine,
+                           tensor_parallel_size=req.tensor_parallel_size // dp)
     except ModelConfigError as exc:
         raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
     first = next((g.config for g in model.attention_groups if g.config is not None), None)
-    return ServeAnswer(line, req.ranks, first, model.answer(), notes=list(info.notes), model=model)
+    return ServeAnswer(line, req.ranks, first, model.answer(), notes=notes, model=model)
+
+
+def is_launch_line(text: Any) -> bool:
+    """Whether a pasted line is SGLang's launch_server (its first words name it), not a vllm serve line."""
+    if not isinstance(text, str):
+        return False
+    words = text.replace("\\\n", " ").split()[:4]
+    return any(w.rsplit("/", 1)[-1] in ("sglang.launch_server", "launch_server") for w in words)
 
 
 def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[RuleSet] = None) -> tuple[Any, ModelRequest]:
@@ -310,7 +385,22 @@ def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[Rule
 
     spec = parse_engine(req.engine, ruleset if ruleset is not None else default_ruleset())
     if spec.name != "sglang":
+        if req.sglang is not None:
+            raise InvalidInputError("sglang", f"launch_server flags belong to engine sglang, not {spec}")
         return spec, req
+    if req.sglang is not None:   # SGLang's own flags beyond the common ones ride in its request
+        from attnplan.engine_request import sglang_backend
+        from attnplan.policy import EngineSpec
+        from attnplan.sglang.flags import SglangEngine, SglangFlags
+
+        x = req.sglang
+        flags = SglangFlags(
+            prefill_attention_backend=sglang_backend(x.prefill_attention_backend) if x.prefill_attention_backend else None,
+            decode_attention_backend=sglang_backend(x.decode_attention_backend) if x.decode_attention_backend else None,
+            speculative_algorithm=x.speculative_algorithm, speculative_eagle_topk=x.speculative_eagle_topk,
+            speculative_num_draft_tokens=x.speculative_num_draft_tokens, speculative_num_steps=x.speculative_num_steps,
+            enable_deterministic_inference=x.enable_deterministic_inference, tp_size=req.tensor_parallel_size)
+        spec = EngineSpec(spec.name, spec.version, SglangEngine(flags, **({"version": spec.version} if spec.version else {})))
     # (the architecture joins in plan_model: policy/engines.py engine_request_for_model)
     spec, backend = with_backend(spec, req.attention_backend)
     # SGLang's --kv-cache-dtype spelling (bf16, fp8_e4m3, ...), said in the vLLM spelling the request's flags use
