@@ -42,6 +42,7 @@ EXAMPLES = """\
 examples:
   attnplan preflight --simulate "B200=8,GB300=4,H100=16" --model-config examples/qwen3-32b.json
   attnplan preflight --simulate "B200=2,H100=2" --serve "vllm serve tests/models/gemma-3-27b-it.json -tp 2"
+  attnplan preflight --simulate "B200=2,H100=2" --serve "python -m sglang.launch_server --model-path gemma-2-9b"
   attnplan preflight --hosts 10.0.0.1:8000,10.0.0.2:8000 --head-dim 128 --num-heads 32 --num-kv-heads 8
   attnplan preflight --hosts-file nodes.txt --configs models.yaml --html report.html
   attnplan preflight --ray auto --model-config examples/llama-3.1-8b.json --json
@@ -59,8 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--simulate", metavar="SPEC", help='declared devices and counts, e.g. "B200=8,GB300=4,H100=16"')
     add_config_args(p)
     p.add_argument("--serve", metavar="LINE",
-                   help='a whole model as served: "vllm serve MODEL [flags]" (every layer group planned per rank on '
-                        "every node; MODEL is read here and sent to the nodes)")
+                   help='a whole model as served: "vllm serve MODEL [flags]" or "python -m sglang.launch_server '
+                        '--model-path MODEL [flags]" (every layer group planned per rank on every node; MODEL is read '
+                        "here and sent to the nodes)")
     p.add_argument("--configs", metavar="FILE",
                    help="a YAML list of configs (fields; or model_config/model: PATH, or serve: LINE, plus serve "
                         "fields; optional name and engine)")
@@ -71,6 +73,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--json", action="store_true", help="print the report as JSON (schema_version 1)")
     g.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report (nodes x configs grid)")
     g.add_argument("--per-node", action="store_true", help="list every node, not only the groups")
+    g.add_argument("--upgrade-to", metavar="RELEASE",
+                   help="add an upgrade column: each node's config planned here, on its facts, under RELEASE "
+                        "(vllm==X, sglang==X or flashinfer==X) and compared with its answer (as `attnplan upgrade`)")
     h = p.add_argument_group("querying")
     h.add_argument("--concurrency", type=int, default=64, help="nodes queried at once over HTTP (default 64)")
     h.add_argument("--timeout", type=float, default=None,
@@ -189,6 +194,11 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     rs = ruleset_from_args(args)  # a pack that fails to load: exit 2 before any node is asked
+    upgrade_to = None
+    if args.upgrade_to is not None:
+        from attnplan.preflight.upgrade_column import parse_upgrade_to
+
+        upgrade_to = parse_upgrade_to(args.upgrade_to, rs)  # an unmodelled release: exit 2 before any node is asked
     configs = parse_engines(_configs(args), rs)
     check_models(configs, rs)
     t0 = time.perf_counter()
@@ -243,8 +253,13 @@ def run(args: argparse.Namespace) -> int:
         hprogress.close()
         outcomes = [hsink.get(i) or Outcome(name=h.name, address=h.url, kind="skipped", reason="interrupted")
                     for i, h in enumerate(hosts)]
+    upgrades = None
+    if upgrade_to is not None:
+        from attnplan.preflight.upgrade_column import upgrade_cells
+
+        upgrades = upgrade_cells(outcomes, configs, upgrade_to, rs)
     report = build_report(source=source, targets=targets, configs=configs, outcomes=outcomes, options=options,
-                          elapsed_s=time.perf_counter() - t0, interrupted=interrupted, ruleset=rs)
+                          elapsed_s=time.perf_counter() - t0, interrupted=interrupted, ruleset=rs, upgrades=upgrades)
     if args.html:
         from attnplan.preflight.html import write_html
 
