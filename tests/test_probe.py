@@ -159,6 +159,22 @@ def test_jit_cache_counts_only_at_flashinfers_version(cache, counts):
                               pkgs={"flashinfer-python": "0.7.2.post1", "flashinfer-jit-cache": cache})).jit_toolchain.value is True
 
 
+@pytest.mark.parametrize("fi, cubin, raises", [("0.7.0.post1", "0.7.2.post1", True), ("0.7.2.post1", "0.7.0.post1", False),
+                                               ("0.7.0.post1", "0.7.0.post1", False)])
+def test_kernel_wheels_flashinfer_refuses_at_import(fi, cubin, raises):
+    # flashinfer/jit/env.py: before 0.7.2 a mismatched flashinfer-cubin raises out of `import flashinfer`;
+    # from 0.7.2 it is ignored (policy/flashinfer_packages.py holds both)
+    node = probe_node(make_io(GPU[90], which=NVCC, env={"CUDA_HOME": "/usr/local/cuda"},
+                              pkgs={"flashinfer-python": fi, "flashinfer-cubin": cubin}))
+    err = node.flashinfer_import_error.value
+    assert (err is not None) == raises
+    a = policy.plan_for(CFG, node, engine="flashinfer")
+    assert ("flashinfer.kernel-wheels" in {v.rule for v in a.violations}) == raises
+    if raises:
+        assert "does not match" in err and cubin in err
+        assert a.verdict.outcome == "fails-at-startup"
+
+
 def test_installed_sglang_is_the_default_release():
     node = probe_node(make_io(GPU[90], pkgs={**PKGS, "sglang": "0.5.23"}))
     assert node.sglang_version.value == "0.5.23"

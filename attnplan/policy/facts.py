@@ -82,6 +82,9 @@ class NodeFacts(BaseModel):
     sglang_version: Fact = Field(default_factory=_unknown, description="installed sglang version (None: not installed)")
     flashinfer_jit_cache_version: Fact = Field(default_factory=_unknown,
                                                description="installed flashinfer-jit-cache version (None: not installed)")
+    flashinfer_import_error: Fact = Field(default_factory=_unknown,
+                                          description="what `import flashinfer` raises over the installed kernel wheels "
+                                                      "(FlashInfer's own words; None: it imports)")
 
     @model_validator(mode="before")
     @classmethod
@@ -114,7 +117,7 @@ class NodeFacts(BaseModel):
         keys = ("gpu_name", "capability", "gpu_count", "gpu_memory_gib", "driver_version", "mig_enabled",
                 "torch_version", "torch_cuda_version", "flashinfer_version", "flashinfer_cubin_version",
                 "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env",
-                "jit_toolchain", "vllm_version", "sglang_version", "flashinfer_jit_cache_version")
+                "jit_toolchain", "vllm_version", "sglang_version", "flashinfer_jit_cache_version", "flashinfer_import_error")
         data = {k: getattr(self, k).value for k in keys}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

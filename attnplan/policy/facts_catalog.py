@@ -116,6 +116,8 @@ FACTS: dict[str, FactInfo] = {
                                    _node("jit_toolchain")),
     "node.vllm_version": FactInfo("installed vllm version", _plain, _node("vllm_version")),
     "node.sglang_version": FactInfo("installed sglang version", _plain, _node("sglang_version")),
+    "node.flashinfer_import_error": FactInfo("what `import flashinfer` raises over the installed kernel wheels "
+                                             "(policy/flashinfer_packages.py)", _plain, _node("flashinfer_import_error")),
     "node.flashinfer_jit_cache_version": FactInfo("flashinfer-jit-cache version", _plain,
                                                   _node("flashinfer_jit_cache_version")),
     # Set per candidate (backend, phase, page, query dtype) for trtllm-gen / trtllm-gen-mla / trtllm-ragged

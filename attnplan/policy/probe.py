@@ -282,9 +282,18 @@ def probe_node(io: ProbeIO | None = None, *, artifactory_timeout: float = DEFAUL
     jit_cache = io.package_version("flashinfer-jit-cache")
     facts["flashinfer_jit_cache_version"] = (Fact.measured(jit_cache, "package metadata") if jit_cache
                                              else Fact.measured(None, "flashinfer-jit-cache not installed"))
-    # FlashInfer uses a jit-cache wheel only at its own version (+cuXXX allowed) and ignores any other with a
-    # warning (flashinfer/jit/env.py _check_jit_cache_version, _get_aot_providers): that one builds nothing.
-    cache_ok = bool(jit_cache) and (fi is None or jit_cache == fi or jit_cache.startswith(f"{fi}+"))
+    # What `import flashinfer` says of its kernel wheels, per FlashInfer release (policy/flashinfer_packages.py):
+    # before 0.7.2 a mismatch raises at import, from 0.7.2 the wheel is ignored with a warning.
+    from .flashinfer_packages import import_error, package_mismatches
+
+    mismatches = package_mismatches(fi, io.package_version("flashinfer-cubin"), jit_cache, env=io.env)
+    err = import_error(mismatches)
+    facts["flashinfer_import_error"] = (Fact.measured(err.message, f"flashinfer/jit/env.py ({err.source})") if err
+                                        else Fact.measured(None, "no kernel wheel FlashInfer refuses"))
+    # FlashInfer uses a jit-cache wheel only at its own version (+cuXXX allowed) and ignores any other
+    # (flashinfer/jit/env.py _check_jit_cache_version, _get_aot_providers): that one builds nothing.
+    cache_ok = bool(jit_cache) and not any(m.package == "flashinfer-jit-cache" for m in mismatches) and (
+        fi is None or jit_cache == fi or jit_cache.startswith(f"{fi}+"))
     try:
         nvcc = nvcc_path(io.env, io.which)
     except OSError:

@@ -30,6 +30,12 @@ from .table import Checksums, KernelTable, TableError, parse_checksums, parse_me
 KNOWN_PINS = {
     "0.6": ("158f6fa11ef139a098cfddcdddce73ca99d164ad", "c2d9399b2537be785882354a4f9902ed6c03136c0ea341e201eac40c3923e1dc"),
     "0.7.2.post1": ("2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c", "d79b5c51fc8597fac57dae0da4afa114fb2014575e4ec3df099ad856d97cabc3"),
+    # the releases the modelled engines pin (issue 42): flashinfer/artifacts.py of each wheel, read the same way
+    # (SGLang 0.5.21: 0.6.18; vLLM 0.31/0.32: 0.7.0.post1; SGLang 0.5.22: 0.7.1; SGLang 0.5.23: 0.7.2)
+    "0.6.18": ("2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c", "d79b5c51fc8597fac57dae0da4afa114fb2014575e4ec3df099ad856d97cabc3"),
+    "0.7.0.post1": ("2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c", "d79b5c51fc8597fac57dae0da4afa114fb2014575e4ec3df099ad856d97cabc3"),
+    "0.7.1": ("2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c", "d79b5c51fc8597fac57dae0da4afa114fb2014575e4ec3df099ad856d97cabc3"),
+    "0.7.2": ("2d6a5a029eefcc388ec0ceb87efb55d8bcce5c3c", "d79b5c51fc8597fac57dae0da4afa114fb2014575e4ec3df099ad856d97cabc3"),
 }
 
 
