@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from attnplan.policy import InvalidInputError, simulated_node
-from attnplan.sglang.launch import parse_launch_text, plan_launch
-from attnplan.vllm.request import ModelRequest, is_launch_line, plan_request
+from attnplan.lines import plan_launch
+from attnplan.sglang.launch import parse_launch_text
+from attnplan.lines import is_launch_line, request_from_launch_line, request_from_line
+from attnplan.vllm.request import ModelRequest, plan_request
 
 LINES = [
     "python -m sglang.launch_server --model-path gemma-2-9b",
@@ -29,7 +31,7 @@ LINES = [
 @pytest.mark.parametrize("device", ["H100", "B200"])
 def test_launch_line_and_request_agree(line, device):
     node = simulated_node(device)
-    req = ModelRequest.from_line(line)
+    req = request_from_line(line)
     assert req.engine == "sglang"
     via_request = plan_request(req, node).verdict
     via_launch = plan_launch(parse_launch_text(line), node).verdict
@@ -37,11 +39,11 @@ def test_launch_line_and_request_agree(line, device):
 
 
 def test_sglang_flags_ride_in_the_request():
-    req = ModelRequest.from_line(LINES[1])
+    req = request_from_line(LINES[1])
     assert req.tensor_parallel_size == 8 and req.sglang.attn_dp_size == 8
     sa = plan_request(req, simulated_node("H100"))
     assert any("data-parallel attention" in n for n in sa.notes)
-    eagle = ModelRequest.from_line(LINES[2]).sglang
+    eagle = request_from_line(LINES[2]).sglang
     assert (eagle.speculative_eagle_topk, eagle.speculative_num_draft_tokens) == (4, 8)
     # a vLLM line stays vLLM's; SGLang's flags on a vLLM request are bad input
     assert not is_launch_line("vllm serve llama-3.1-8b -tp 2") and is_launch_line(LINES[0])
@@ -49,11 +51,11 @@ def test_sglang_flags_ride_in_the_request():
         plan_request(ModelRequest.build(model="llama-3.1-8b", engine="vllm", sglang={"attn_dp_size": 2}),
                      simulated_node("H100"))
     with pytest.raises(InvalidInputError):
-        ModelRequest.from_launch_text(LINES[0], engine="vllm")
+        request_from_launch_line(parse_launch_text(LINES[0]), engine="vllm")
 
 
 def test_dp_attention_that_does_not_divide_tp_is_sglangs_startup_refusal():
-    sa = plan_request(ModelRequest.from_line("python -m sglang.launch_server --model-path deepseek-v3 --tp 8 "
+    sa = plan_request(request_from_line("python -m sglang.launch_server --model-path deepseek-v3 --tp 8 "
                                              "--dp 3 --enable-dp-attention"), simulated_node("H100"))
     assert sa.startup_error and "divisible" in sa.startup_error
 
@@ -82,7 +84,7 @@ def test_rest_plan_body_with_sglang_fields():
     from attnplan.rest.app import create_app
 
     c = TestClient(create_app(node=simulated_node("H100")))
-    req = ModelRequest.from_line(LINES[1])
+    req = request_from_line(LINES[1])
     r = c.post("/v1/plan", json=req.wire())
     assert r.status_code == 200, r.text
     want = plan_request(req, simulated_node("H100")).verdict.model_dump(mode="json")

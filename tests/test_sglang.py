@@ -162,7 +162,8 @@ def test_plan_engine_string_uses_the_flags_the_config_implies():
 
 
 def _launch(*argv, device):
-    from attnplan.sglang.launch import parse_launch_line, plan_launch
+    from attnplan.lines import plan_launch
+    from attnplan.sglang.launch import parse_launch_line
 
     return plan_launch(parse_launch_line(list(argv)), simulated_node(device))
 

@@ -12,7 +12,8 @@ from attnplan.errors import AttnplanError, InvalidInputError
 from attnplan.policy import simulated_node
 from attnplan.sglang.compare import compare
 from attnplan.sglang.flags import architecture_of
-from attnplan.sglang.launch import parse_launch_line, plan_launch
+from attnplan.lines import plan_launch
+from attnplan.sglang.launch import parse_launch_line
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = json.loads((ROOT / "attnplan" / "presets" / "llama-3.1-8b.json").read_text())

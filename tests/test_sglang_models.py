@@ -13,7 +13,8 @@ from attnplan.policy import simulated_node
 from attnplan.policy.engines import EngineSpec
 from attnplan.sglang import SglangEngine, SglangFlags
 from attnplan.sglang.flags import request_for_model
-from attnplan.sglang.launch import parse_launch_line, plan_launch
+from attnplan.lines import plan_launch
+from attnplan.sglang.launch import parse_launch_line
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "tests" / "models"

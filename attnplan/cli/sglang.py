@@ -60,7 +60,8 @@ def _need_launch(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnplan.sglang.launch import launch_json, parse_launch_line, plan_launch, render_launch
+    from attnplan.lines import plan_launch
+    from attnplan.sglang.launch import launch_json, parse_launch_line, render_launch
 
     own, rest = split_own(list(args.line), args)
     line = parse_launch_line(rest)

@@ -9,8 +9,7 @@ from .answer import Fix, PlanAnswer, Verdict
 from .backend_names import VLLM_TO_ATTNPLAN
 from .config import AttentionConfig
 from .engine import default_ruleset, evaluate
-from .engines import EngineLike, EngineSpec, parse_engine
-from .errors import InvalidInputError
+from .engines import EngineLike, EngineSpec, engine_alternatives, parse_engine
 from .suggest import suggestion_flag, suggestions_for
 from .verdict import OUTCOMES, engine_backend_names, verdict_for
 from .errors import UnsupportedConfigurationError
@@ -71,22 +70,10 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
             changed = cfg.replace(use_trtllm_attention=False)
             add("--attention-config '{\"use_trtllm_attention\": false}'",
                 "keep vLLM's FlashInfer off trtllm-gen / XQA (its native wrappers run)", _verdict_only(changed, node, rs, engine))
-    if answer.engine.name == "sglang":
-        # SGLang's other backends as its own --attention-backend (the ones its factory is modelled for:
-        # backends.yaml engines.sglang.native.backends), each re-resolved by SGLang's rules
-        from attnplan.engine_request import with_backend
-        from attnplan.sglang.data import native
-
-        kind = "mla" if cfg.is_mla else "standard"
-        for name, row in native(rs, "sglang", answer.engine.version).backends.items():
-            if kind not in row.kinds or (name == v.selected.decode and v.selected.prefill == name):
-                continue
-            try:
-                spec, _ = with_backend(engine, name)
-            except InvalidInputError:
-                continue
-            own = "" if row.runs_flashinfer else " (its own kernels: only SGLang's checks are modelled)"
-            add(f"--attention-backend {name}", f"run SGLang's {name}{own}", _verdict_only(cfg, node, rs, spec))
+    # an engine with its own backends (SGLang): its other backends as its own flag, from its resolver module
+    # (policy/engines.py engine_alternatives), each re-resolved by the engine's rules
+    for args, change, spec in engine_alternatives(rs, engine, cfg.is_mla, v.selected):
+        add(args, change, _verdict_only(cfg, node, rs, spec))
     for s in answer.suggestions:
         flag = suggestion_flag(answer.engine.name, s.field, s.value)
         if s.target == "node":

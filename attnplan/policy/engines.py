@@ -226,3 +226,15 @@ def engine_request_for_model(rs: RuleSet, spec: EngineSpec, data: Any, where: st
 
     hook = getattr(importlib.import_module(layer.resolver.partition(":")[0]), "request_for_model", None)
     return spec if hook is None else EngineSpec(spec.name, spec.version, hook(spec.request, data, where))
+
+
+def engine_alternatives(rs: RuleSet, spec: EngineSpec, is_mla: bool, selected: Any) -> list[tuple[str, str, EngineSpec]]:
+    """The engine's other backends as fix candidates (``(flag, change, engine spec)``), from its resolver
+    module's ``backend_alternatives`` (SGLang: its own --attention-backend names); [] for an engine without."""
+    layer = rs.engines.get(spec.name)
+    if layer is None or layer.resolver is None:
+        return []
+    import importlib
+
+    hook = getattr(importlib.import_module(layer.resolver.partition(":")[0]), "backend_alternatives", None)
+    return [] if hook is None else list(hook(rs, spec, is_mla, selected))

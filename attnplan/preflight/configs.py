@@ -87,16 +87,14 @@ def model_request(model: Any, serve: Optional[str], fields: Mapping[str, Any], e
                   base_dir: Optional[Path] = None) -> Any:
     """A ``ModelRequest`` from a model reference (or a serve line) and flat fields: the serve
     flags to their request fields, any other attention field into ``overrides``."""
-    from attnplan.vllm.request import ModelRequest, is_launch_line
+    from attnplan.vllm.request import ModelRequest
 
     if serve is not None:
+        from attnplan.lines import request_from_line
+
         if not isinstance(serve, str):
             raise InvalidInputError("serve", f"must be a vllm serve or sglang.launch_server line, got {serve!r}")
-        if is_launch_line(serve):   # SGLang's line: its own engine, whatever the default engine of the run
-            sg = engine if engine is not None and str(engine).strip().lower().startswith("sglang") else None
-            req = ModelRequest.from_launch_text(serve, engine=sg)
-        else:
-            req = ModelRequest.from_serve_text(serve, engine=engine or "vllm")
+        req = request_from_line(serve, engine=engine)
         if fields:
             raise InvalidInputError(sorted(fields)[0], "set it on the serve line itself")
         if isinstance(req.model, str) and base_dir is not None and not Path(req.model).is_absolute() \

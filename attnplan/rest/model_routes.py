@@ -172,7 +172,8 @@ async def plan_serve(request: Request, trace: bool = Query(True, description="in
 def _render_launch(svc: Service, text: str, spec: Optional[NodeSpec], trace: bool) -> bytes:
     """A launch_server line's answer (runs in a worker thread): SGLang's own pick per phase, the verdict, the
     FlashInfer plan per rank and layer group - what ``attnplan sglang launch_server --json`` prints."""
-    from attnplan.sglang.launch import launch_json, parse_launch_text, plan_launch
+    from attnplan.lines import plan_launch
+    from attnplan.sglang.launch import launch_json, parse_launch_text
     from attnplan.vllm.request import read_reference
 
     rs = svc.rules()

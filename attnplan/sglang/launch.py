@@ -1,4 +1,5 @@
-"""Reading a ``python -m sglang.launch_server`` line and planning it per rank (``attnplan sglang launch_server``).
+"""Reading a ``python -m sglang.launch_server`` line, and its answer (``attnplan sglang launch_server``); the line is
+planned as a request by attnplan/lines.py plan_launch.
 
 SGLang's own parser (``ServerArgs.add_cli_args``) is used when ``sglang`` imports; SGLang 0.5.23 does
 not import without its CUDA-side dependencies (orjson, triton, sgl_kernel...), so on a CPU machine the
@@ -12,13 +13,10 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Mapping
 
-from attnplan.policy import InvalidInputError, ModelPlanAnswer, NodeFacts, PlanAnswer, RuleSet
+from attnplan.policy import InvalidInputError, ModelPlanAnswer, PlanAnswer
 from attnplan.policy.answer import Verdict
-from attnplan.policy import make_config, plan_for, plan_model, read_layers
-from attnplan.policy.hfconfig import read_model
-from attnplan.policy.parallel import per_rank_fields, startup_errors
 
-from .flags import SglangEngine, SglangFlags, kv_dtype, request_for_model
+from .flags import SglangFlags, kv_dtype
 
 # arg_groups/choices.py ATTENTION_BACKEND_CHOICES (SGLang 0.5.23)
 ATTENTION_BACKEND_CHOICES = (
@@ -172,19 +170,6 @@ class LaunchAnswer:
         if self.model is not None:
             return self.model.verdict
         return self.answer.verdict if self.answer is not None else None
-
-
-def plan_launch(line: LaunchLine, node: NodeFacts, ruleset: Optional[RuleSet] = None, *,
-                data: Optional[Mapping[str, Any]] = None) -> LaunchAnswer:
-    """What SGLang would run for this line on ``node``, for one tensor-parallel rank: the line as a
-    ``ModelRequest`` (vllm/request.py from_launch_line), planned by the one pipeline every engine line takes
-    (plan_request). ``data``: the model's config.json already read (a REST client's line: a preset or a
-    cached repo id, never a path)."""
-    from attnplan.vllm.request import ModelRequest, plan_request
-
-    req = ModelRequest.from_launch_line(line, model=data)
-    sa = plan_request(req, node, ruleset, allow_paths=data is None, parser=line.parser)
-    return LaunchAnswer(line, sa.ranks, sa.answer, model=sa.model, startup_error=sa.startup_error, notes=list(sa.notes))
 
 
 def launch_json(la: LaunchAnswer, *, trace: bool = True) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from attnplan.policy.facts import NodeFacts
 from attnplan.policy.rulepack import RuleSet, SelectionRow
 
 from .data import DefaultRow, NativeSpec, native
-from .flags import KV_DTYPES, SglangFlags
+from .flags import KV_DTYPES, SglangEngine, SglangFlags
 # The model's half of the request, beside the resolver backends.yaml names (engines.sglang.resolver): a model
 # plan hands config.json to it so SGLang's model overrides see the architecture (issue 39).
 from .flags import request_for_model as request_for_model
@@ -508,3 +508,21 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
     cfg = config.replace(page_size=r.page_size)
     return EngineResolution(config=cfg, selection=selection, engine_backend=engine_backend, engine_phases=phases,
                             coercions=tuple(r.coercions), violations=violations, notes=tuple(notes))
+
+
+def backend_alternatives(rs: RuleSet, spec: Any, is_mla: bool, selected: Any) -> list[tuple[str, str, Any]]:
+    """SGLang's other backends of the model's kind (backends.yaml engines.sglang.native.backends.<name>.kinds) as
+    its own ``--attention-backend`` flag, for the verdict's fixes (policy/api.py fixes_for re-evaluates each)."""
+    from attnplan.policy import EngineSpec
+
+    t = native(rs, spec.name, spec.version)
+    kind = "mla" if is_mla else "standard"
+    base = getattr(spec.request, "flags", None) or SglangFlags()
+    out = []
+    for name, row in t.backends.items():
+        if kind not in row.kinds or (name == selected.decode and selected.prefill == name):
+            continue
+        request = SglangEngine(flags=base.with_(attention_backend=name), **({"version": spec.version} if spec.version else {}))
+        own = "" if row.runs_flashinfer else " (its own kernels: only SGLang's checks are modelled)"
+        out.append((f"--attention-backend {name}", f"run SGLang's {name}{own}", EngineSpec(spec.name, spec.version, request)))
+    return out

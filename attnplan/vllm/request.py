@@ -145,39 +145,6 @@ class ModelRequest(BaseModel):
             max_model_len=line.max_model_len, revision=line.revision)
 
     @classmethod
-    def from_launch_text(cls, text: str, *, engine: Optional[str] = None) -> "ModelRequest":
-        """A pasted ``[python -m] sglang.launch_server --model-path M [flags]`` line as the same request a vLLM line
-        makes (engine ``sglang``, or ``engine`` when it names an SGLang release)."""
-        from attnplan.sglang.launch import parse_launch_text
-
-        return cls.from_launch_line(parse_launch_text(text), engine=engine)
-
-    @classmethod
-    def from_launch_line(cls, line: Any, *, engine: Optional[str] = None, model: Any = None) -> "ModelRequest":
-        """A parsed launch line (sglang/launch.py LaunchLine) as a request; ``model``: the config.json already read
-        (a REST client's preset), else the line's model reference."""
-        f = line.flags
-        if engine is not None and not str(engine).strip().lower().startswith("sglang"):
-            raise InvalidInputError("engine", f"a launch_server line is SGLang's; got engine {engine!r}")
-        extra = SglangLineFields(
-            prefill_attention_backend=f.prefill_attention_backend, decode_attention_backend=f.decode_attention_backend,
-            speculative_algorithm=f.speculative_algorithm, speculative_eagle_topk=f.speculative_eagle_topk,
-            speculative_num_draft_tokens=f.speculative_num_draft_tokens, speculative_num_steps=f.speculative_num_steps,
-            enable_deterministic_inference=f.enable_deterministic_inference, attn_dp_size=line.attn_dp_size)
-        return cls.build(model=line.model if model is None else dict(model), engine=engine or "sglang",
-                         tensor_parallel_size=f.tp_size, dtype=line.dtype,
-                         kv_cache_dtype=f.kv_cache_dtype, block_size=f.page_size, attention_backend=f.attention_backend,
-                         num_speculative_tokens=line.speculative_tokens,
-                         sglang=None if extra == SglangLineFields() else extra)
-
-    @classmethod
-    def from_line(cls, text: str, *, engine: Optional[str] = None) -> "ModelRequest":
-        """A pasted engine command: ``vllm serve ...`` or ``[python -m] sglang.launch_server ...``."""
-        if is_launch_line(text):
-            return cls.from_launch_text(text, engine=engine)
-        return cls.from_serve_text(text, engine=engine or "vllm")
-
-    @classmethod
     def from_serve_text(cls, text: str, *, engine: Optional[str] = "vllm") -> "ModelRequest":
         """A pasted ``vllm serve MODEL [flags]`` line (``vllm serve`` optional, shell quoting honoured)."""
         return cls.from_serve_line(parse_serve_text(text), engine=engine)
@@ -367,14 +334,6 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
         raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
     first = next((g.config for g in model.attention_groups if g.config is not None), None)
     return ServeAnswer(line, req.ranks, first, model.answer(), notes=notes, model=model)
-
-
-def is_launch_line(text: Any) -> bool:
-    """Whether a pasted line is SGLang's launch_server (its first words name it), not a vllm serve line."""
-    if not isinstance(text, str):
-        return False
-    words = text.replace("\\\n", " ").split()[:4]
-    return any(w.rsplit("/", 1)[-1] in ("sglang.launch_server", "launch_server") for w in words)
 
 
 def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[RuleSet] = None) -> tuple[Any, ModelRequest]:
