@@ -70,6 +70,7 @@ COMMANDS = [
     "attnplan.cli.vllm",
     "attnplan.cli.sglang",
     "attnplan.cli.compare",
+    "attnplan.cli.upgrade",
     "attnplan.cli.serve",
     "attnplan.cli.preflight",
     "attnplan.cli.labels",

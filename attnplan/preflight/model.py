@@ -204,6 +204,21 @@ class Cell(Model):
                                                      "wrong-output; pass exactly when it runs")
     engine_backend: Optional[str] = Field(None, description="the backend the engine itself selects (verdict.selected)")
     modelled: Optional[bool] = Field(None, description="the engine runs FlashInfer kernels attnplan plans")
+    upgrade: Optional["UpgradeCell"] = Field(None, description="--upgrade-to: the same config on this node under that "
+                                                               "release (preflight/upgrade_column.py)")
+
+
+class UpgradeCell(Model):
+    """What ``--upgrade-to RELEASE`` changes for one node x config: the node's own answer (its release) against
+    the same config planned here on the node's facts under RELEASE (policy/upgrade.py)."""
+
+    to: str = Field(description="the release upgraded to")
+    before: Optional[str] = Field(None, description="the outcome today (the node's answer)")
+    after: Optional[str] = Field(None, description="the outcome under the release")
+    worse: bool = False
+    changes: int = Field(0, description="how many changes (verdict, backends, kernels, page, query dtype, ...)")
+    rules: list[str] = Field(default_factory=list, description="the rules behind the changes, each once")
+    error: Optional[str] = Field(None, description="why the node cannot be compared (another engine, bad input)")
 
 
 class NodeRow(Model):

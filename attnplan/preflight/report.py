@@ -25,10 +25,14 @@ __all__ = ["build_report", "render_text", "compact_names", "answer_cell", "no_gp
 def build_report(*, source: str, targets: Sequence[str], configs: Sequence[NamedConfig],
                  outcomes: Sequence[Outcome], options: dict[str, Any] | None = None,
                  elapsed_s: float = 0.0, interrupted: bool = False,
-                 ruleset: Optional[RuleSet] = None) -> PreflightReport:
+                 ruleset: Optional[RuleSet] = None, upgrades: Optional[dict[tuple[int, int], Any]] = None
+                 ) -> PreflightReport:
+    """``upgrades``: (node index, config index) -> its ``--upgrade-to`` cell (preflight/upgrade_column.py)."""
     revision = (ruleset if ruleset is not None else default_ruleset()).revision
     n_cfg = len(configs)
     rows = [node_row(o, n_cfg) for o in outcomes]
+    for (n, i), u in (upgrades or {}).items():
+        rows[n].results[i].upgrade = u
 
     warnings = heterogeneity(rows, configs)
     warnings += mixed(rows, configs)

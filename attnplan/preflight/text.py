@@ -155,8 +155,11 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
         # Cells are cleaned before widths are measured: the table's own newlines stay the only ones.
         return _table([clean(h) for h in headers], [[clean(c) for c in r] for r in rows])
 
+    from .upgrade_column import cell_text
+
     q = report.query
     configs = q.configs
+    upgrade_to = next((c.upgrade.to for g in report.groups for c in g.results if c.upgrade is not None), None)
     single = len(configs) == 1
     model = single and configs[0].request is not None
     target = ", ".join(q.targets) if len(", ".join(q.targets)) <= 60 else f"{len(q.targets)} targets"
@@ -194,6 +197,8 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
                 base.append(_clip(clean(g.reason or "-")))
             else:
                 base.append("")
+        if upgrade_to:  # --upgrade-to: one column per config (preflight/upgrade_column.py)
+            base += [_clip(clean(cell_text(c.upgrade)), 60) for c in g.results]
         rows.append(base)
     if single:
         headers += ["status", "prefill", "decode", "kv/page", "violations / reason"]
@@ -201,6 +206,8 @@ def render_text(report: PreflightReport, *, per_node: bool = False, color: bool 
             headers.append("layer groups")
     else:
         headers += [c.name for c in configs] + ["reason"]
+    if upgrade_to:
+        headers += [f"upgrade to {upgrade_to}" if single else f"{c.name} @ {upgrade_to}" for c in configs]
     out += table(headers, rows).split("\n")
 
     # What each rejection was about, once per group and config.

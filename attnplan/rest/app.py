@@ -27,6 +27,7 @@ from .presets import Presets, default_examples_dir
 from .readiness import PROBE_DEADLINE_S, NodeService
 from .compare_routes import router as compare_router
 from .model_routes import router as model_router
+from .upgrade_routes import router as upgrade_router
 from .routes import router, static_routes
 from .docs import docs_routes
 from .readiness import REFRESH_INTERVAL_S
@@ -140,6 +141,7 @@ def create_app(*, node: Optional[NodeFacts] = None, token: Optional[str] = None,
     app.include_router(router)
     app.include_router(model_router)  # whole models and vllm serve lines (rest/model_routes.py)
     app.include_router(compare_router)  # vLLM and SGLang side by side (rest/compare_routes.py)
+    app.include_router(upgrade_router)  # one deployment under two releases (rest/upgrade_routes.py)
     app.include_router(static)
     if docs_dir is not None:
         app.include_router(docs_routes(docs_dir, title=app.title))
