@@ -35,6 +35,13 @@ $(STAMP): pyproject.toml Makefile
 	  $(BIN)/python -c "import glob, zipfile; z = zipfile.ZipFile(glob.glob('$(VENV)/sglang-whl/sglang-0.5.23-*.whl')[0]); \
 	  z.extractall('$(VENV)/sglang-src', [n for n in z.namelist() if n.startswith('sglang/srt/')])" && \
 	  rm -rf $(VENV)/sglang-whl || echo "note: SGLang 0.5.23's source not fetched; its oracle test will be skipped"
+	# SGLang 0.5.21 / 0.5.22's sglang/srt for the per-release oracle (issue 42: tests/test_sglang_releases.py), as above
+	for v in 0.5.21 0.5.22; do \
+	  $(BIN)/pip download -q --no-deps --only-binary=:all: "sglang==$$v" -d $(VENV)/sglang-whl-$$v && \
+	  $(BIN)/python -c "import glob, sys, zipfile; v = sys.argv[1]; z = zipfile.ZipFile(glob.glob(f'$(VENV)/sglang-whl-{v}/sglang-{v}-*.whl')[0]); \
+	  z.extractall(f'$(VENV)/releases/sglang-{v}', [n for n in z.namelist() if n.startswith('sglang/srt/')])" $$v && \
+	  rm -rf $(VENV)/sglang-whl-$$v || echo "note: SGLang $$v's source not fetched; its oracle tests will be skipped"; \
+	done
 	@command -v chromium >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	  echo "note: chromium not installed; browser tests will be skipped")

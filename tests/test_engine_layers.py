@@ -24,12 +24,15 @@ def test_installed_vllm_is_the_default_engine():
     assert policy.plan_for(LLAMA, node).engine.version == "0.33.2"
 
 
-@pytest.mark.parametrize("engine", ["sglang==0.5.22", "sgl", "vllm==0.34.0", "vllm==0.32.9", "flashinfer==0.6.0", "vllm==latest"])
+@pytest.mark.parametrize("engine", ["sglang==0.5.20", "sgl", "vllm==0.34.0", "vllm==0.30.9", "flashinfer==0.6.0", "vllm==latest"])
 def test_uncovered_engine_names_the_covered_ones(engine):
     with pytest.raises(InvalidInputError) as info:
         policy.plan_for(LLAMA, simulated_node("H100"), engine=engine)
     assert "vllm==0.33.0" in str(info.value) and "flashinfer" in str(info.value)
-    assert policy.engine_names(policy.default_ruleset()) == ["vllm", "vllm==0.33.0", "flashinfer", "sglang", "sglang==0.5.23"]
+    rs = policy.default_ruleset()
+    # every modelled release of each engine, as the data lists them (backends.yaml engines.<name>.versions)
+    want = [n for name, spec in rs.engines.items() for n in [name, *(f"{name}=={v}" for v in spec.versions)]]
+    assert policy.engine_names(rs) == want and "sglang==0.5.21" in want and "vllm==0.33.0" in want
 
 
 def test_every_violation_carries_its_rules_layer():

@@ -110,7 +110,7 @@ TYPOS = [
     ("        - name: CUTLASS_MLA\n          when: {fact: node.capability_major, eq: 10}",
      "        - name: CUTLASS_MLA\n          when: {fact: node.capability_major, equals: 10}",
      ["engine_backend.mla", "CUTLASS_MLA"]),
-    ("rule: sglang.fa4-page}", "rule: sglang.fa4-paeg}", ["engines.sglang.native", "'sglang.fa4-paeg'"]),
+    ("rule: sglang.fa4-page,", "rule: sglang.fa4-paeg,", ["engines.sglang.native", "'sglang.fa4-paeg'"]),
     ("standard_only: true, platform: is_sm100", "standard_onyl: true, platform: is_sm100",
      ["engines.sglang.native", "standard_onyl"]),
 ]

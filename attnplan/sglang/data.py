@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from attnplan.policy.errors import RulePackError
 from attnplan.policy.rulepack import RESOLVER_RULES, RuleSet
@@ -52,6 +52,15 @@ class ModelSpec(_M):
     assert_on: Literal["phases", "base"] = "phases"
     hybrid_gdn: bool = False                         # configs/hybrid_arch.py hybrid_gdn_config
 
+    @field_validator("allowed", mode="before")
+    @classmethod
+    def _allowed_names(cls, v: object) -> object:
+        # an entry that holds for some releases only is {backend: X, versions: R}; the release's layer keeps
+        # it as {backend: X} (rulepack.py _for_release drops the key), read here as the name
+        if isinstance(v, list):
+            return [x["backend"] if isinstance(x, dict) and set(x) == {"backend"} else x for x in v]
+        return v
+
 
 class HybridGdnSpec(_M):
     """attention_registry.py attn_backend_wrapper: the backends a hybrid GDN model builds with on Blackwell."""
@@ -92,12 +101,49 @@ class DeterministicSpec(_M):
     default: list[DefaultRow]
 
 
+class PageArch(_M):
+    """An architecture a page constraint gives its own page (overrides.py _fa4_page_constraint: DiffusionGemma)."""
+
+    architecture: str
+    page: int
+
+
 class PageSpec(_M):
     allowed: list[int]
     coerce: int
     rule: str
     standard_only: bool = False
     platform: Optional[str] = None
+    architectures: list[PageArch] = []
+
+
+class Alias(_M):
+    """serving_hook.py handle_deprecated_args: a deprecated backend name and what it becomes."""
+
+    name: str
+    to: str
+    prefill_to: str                                   # the name a prefill flag gets (``to`` may be decode-only)
+    kv_cache_dtype: Optional[str] = None              # set where the base or decode flag named it
+    rule: str
+
+
+class ForcedTopk(_M):
+    """model_override_base.py _forces_eagle_topk_one: an algorithm whose top-k counts as declared."""
+
+    algorithm: str
+
+
+class MlaBackendCheck(_M):
+    """overrides.py _mla_backend_page_constraints / _mla_kv_cache_dtype_checks for one MLA backend as the base
+    or decode backend, and its factory's MLA-only refusal."""
+
+    backend: str
+    pages: list[int]
+    coerce: int
+    platform: str
+    kv_dtypes: list[str]
+    mla_only: bool = True
+    rule: str
 
 
 class PhaseRow(_M):
@@ -122,6 +168,9 @@ class BackendSpec(_M):
 
 class NativeSpec(_M):
     platform: dict[str, PlatformSpec]
+    aliases: list[Alias] = []
+    forces_topk_one: list[ForcedTopk] = []
+    mla_backend_checks: list[MlaBackendCheck] = []
     default: dict[Literal["standard", "mla"], list[DefaultRow]]
     models: dict[str, ModelSpec]
     deterministic: DeterministicSpec
@@ -146,7 +195,8 @@ CODE_RULES = RESOLVER_RULES["attnplan.sglang.resolve:engine_resolution"]
 def referenced_rules(data: NativeSpec) -> set[str]:
     """Every rule id SGLang's resolution can name with these tables: the code's and the tables'."""
     return (set(CODE_RULES) | {m.rule for m in data.models.values()} | {p.rule for p in data.pages.values()}
-            | {data.hybrid_gdn.rule, data.eagle.rule, data.eagle.page_rule, data.cutedsl_mla.rule})
+            | {data.hybrid_gdn.rule, data.eagle.rule, data.eagle.page_rule, data.cutedsl_mla.rule}
+            | {a.rule for a in data.aliases} | {c.rule for c in data.mla_backend_checks})
 
 
 @functools.lru_cache(maxsize=16)
@@ -183,7 +233,8 @@ def native(rs: RuleSet, engine: str = "sglang", version: Optional[str] = None) -
                 if n not in data.platform:
                     raise RulePackError("backends.yaml", f"engines.{engine}.native.{where} names platform {n!r}, "
                                                          f"which native.platform does not define")
-    for n in [data.cutedsl_mla.platform] + [p.platform for p in data.pages.values() if p.platform]:
+    for n in [data.cutedsl_mla.platform] + [p.platform for p in data.pages.values() if p.platform] + \
+             [c.platform for c in data.mla_backend_checks]:
         if n not in data.platform:
             raise RulePackError("backends.yaml", f"engines.{engine}.native names platform {n!r}, which native.platform "
                                                  f"does not define")

@@ -94,10 +94,10 @@ class SglangEngine:
     so answers stay memoised per flag set; it names itself as the engine string the rules resolve."""
 
     flags: SglangFlags = SglangFlags()
-    version: str = "0.5.23"
+    version: Optional[str] = None   # None: the node's installed SGLang, else the newest modelled (resolve_engine)
 
     def __str__(self) -> str:
-        return f"sglang=={self.version}"
+        return "sglang" if self.version is None else f"sglang=={self.version}"
 
 
 def request_for_model(request: Any, raw: Optional[Mapping[str, Any]], where: str = "config.json") -> SglangEngine:

@@ -21,7 +21,14 @@ unchanged (a branch as written, run as a function body).
 Compared per field: prefill backend, decode backend, page size, and whether SGLang refuses at startup.
 Named exceptions: ``EXCEPTIONS`` below.
 
-``python -m attnplan.sglang.oracle [--sample N] [--seed S] [--src DIR] [--json]``
+Per release (issue 42): ``--release X`` runs SGLang X's own functions (its sglang/srt: ``release_src``) against
+attnplan asked for ``sglang==X`` (``attnplan_tables``; where attnplan does not model X yet, the newest modelled
+release stands in and the report says so). A function an older release lacks is named in ``OPTIONAL`` and one
+a newer release removed in ``REMOVED``; everything else must be found in every release, so a rename fails
+loudly. ``--release-cases`` adds ``release_cases()``: the surfaces where 0.5.21-0.5.23 differ that ``cases()``
+does not reach (DFLASH on SM100, tokenspeed_mla, Gemma4 / DiffusionGemma).
+
+``python -m attnplan.sglang.oracle [--release X] [--release-cases] [--sample N] [--seed S] [--src DIR] [--json]``
 """
 
 from __future__ import annotations
@@ -41,8 +48,33 @@ from typing import Any, Iterator, Optional
 
 from attnplan.errors import SourceNotFoundError
 
-# sglang/srt of an extracted SGLang 0.5.23 wheel ($ATTNPLAN_SGLANG_SRC, else the project's reference checkout)
-SRC = Path(os.environ.get("ATTNPLAN_SGLANG_SRC") or "/work/src/sglang/sglang/srt")
+ROOT = Path(__file__).resolve().parents[2]
+# sglang/srt of an extracted SGLang 0.5.23 wheel ($ATTNPLAN_SGLANG_SRC, else `make setup`'s .venv/sglang-src)
+SRC = Path(os.environ.get("ATTNPLAN_SGLANG_SRC") or ROOT / ".venv/sglang-src/sglang/srt")
+# The SGLang releases issue 42 asks the engine layer for, oldest first; the newest is the one SRC holds. The
+# older ones' sglang/srt is unpacked by `make setup` under $ATTNPLAN_SGLANG_RELEASES (default .venv/releases):
+# <dir>/sglang-X/sglang/srt.
+RELEASES = ("0.5.21", "0.5.22", "0.5.23")
+NEWEST = RELEASES[-1]
+RELEASES_DIR = Path(os.environ.get("ATTNPLAN_SGLANG_RELEASES") or ROOT / ".venv/releases")
+
+
+def release_src(release: str) -> Path:
+    """Where a release's sglang/srt lies: SRC for the newest, else RELEASES_DIR/sglang-X/sglang/srt (which may
+    be absent: the caller checks)."""
+    if release not in RELEASES:
+        raise SourceNotFoundError(f"SGLang {release} is not one the oracle knows (known: {', '.join(RELEASES)})")
+    if release == NEWEST and (SRC / "arg_groups").is_dir():
+        return SRC
+    return RELEASES_DIR / f"sglang-{release}" / "sglang" / "srt"
+
+
+def release_of(src: Path) -> str:
+    """The release a source dir holds, read from its path (.../sglang-X/sglang/srt); SRC and any other: NEWEST."""
+    for part in reversed(Path(src).parts):
+        if part.startswith("sglang-") and part[len("sglang-"):] in RELEASES:
+            return part[len("sglang-"):]
+    return NEWEST
 FIELDS = ("prefill", "decode", "page_size", "refused")
 # attnplan refusals by a rule whose SGLang code the oracle does not run: such cases are counted, not compared
 EXCEPTED_RULES = frozenset({"sglang.trtllm-mha-page128"})
@@ -56,7 +88,25 @@ EXCEPTIONS = (
     "(the GPT-OSS and Llama-4 asserts) and the override functions run",
     "speculative_hook.py _handle_eagle_family: EAGLE cases give --speculative-num-steps 3 with a top-k, or neither "
     "(the automatic choice); a top-k without num-steps (an AssertionError in SGLang) is not generated",
+    "speculative_hook.py _handle_dflash (release_cases' DFLASH cases): not run - its trtllm_mha fallback reads the "
+    "draft model's config (sliding / causal layers), which a case does not have; get_default_attn_backend's "
+    "DFLASH branch (model_override_base.py _forces_eagle_topk_one, 0.5.23) is what those cases hold",
 )
+
+
+# The functions the oracle takes that an older release lacks, and the release that added each: where one is
+# absent, that release's callers do not call it (its test is inline, or the check does not exist yet).
+OPTIONAL = {
+    "is_sm110_supported": "0.5.22",            # utils/common.py; 0.5.21's runtime_context.py maps no is_sm110
+    "HYBRID_GDN_SM100_BACKENDS": "0.5.22",     # attention_registry.py; 0.5.21 spells the same set inline
+    "_dsa_dcp_overrides": "0.5.22",            # model_overrides/deepseek_v2.py (DSA with --dcp-size > 1)
+    "_forces_eagle_topk_one": "0.5.23",        # model_override_base.py: DFLASH counts as a declared top-k
+    "_check_oot_speculative_algorithm": "0.5.23",  # speculative_hook.py: out-of-tree platforms only
+}
+# ...and the ones a newer release removed: present in the releases up to the one named.
+REMOVED = {
+    "create_tokenspeed_mla_backend": "0.5.22",  # attention_registry.py; 0.5.23 renames tokenspeed_mla to cutedsl_mla
+}
 
 
 @dataclass(frozen=True)
@@ -77,6 +127,12 @@ class Case:
     group: int = 4
     # EAGLE with neither --speculative-eagle-topk nor --speculative-num-steps: _auto_choose_speculative_params picks
     spec_auto: bool = False
+    # another --speculative-algorithm (release_cases: DFLASH), with no top-k and no num-steps
+    algorithm: Optional[str] = None
+
+    @property
+    def speculative_algorithm(self) -> Optional[str]:
+        return self.algorithm or ("EAGLE" if (self.topk or self.spec_auto) else None)
 
 
 # -- SGLang's functions, out of its source --------------------------------------------------------
@@ -109,6 +165,29 @@ def _branch(path: Path, func: str, marker: str, new_name: str, params: list[str]
     return ast.fix_missing_locations(ast.copy_location(out, fn))
 
 
+def _slice(path: Path, func: str, first: str, last: str, new_name: str, params: list[str]) -> ast.FunctionDef:
+    """The statements of SGLang's ``func`` from the assignment to ``first`` through the ``if {last}:`` that
+    closes the block, unchanged, as the body of ``new_name(params)``; a release without that block gets
+    ``pass`` (the behaviour it had: nothing renamed)."""
+    tree = ast.parse(path.read_text(), str(path))
+    fn = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == func), None)
+    if fn is None:
+        raise SourceNotFoundError(f"{path}: no {func}")
+    body: list[ast.stmt] = []
+    start = next((i for i, n in enumerate(fn.body) if isinstance(n, ast.Assign)
+                  and any(isinstance(t, ast.Name) and t.id == first for t in n.targets)), None)
+    if start is not None:
+        end = next((i for i in range(start, len(fn.body)) if isinstance(fn.body[i], ast.If)
+                    and ast.unparse(fn.body[i].test) == last), None)
+        if end is None:
+            raise SourceNotFoundError(f"{path}: {func} assigns {first} but has no 'if {last}:'")
+        body = fn.body[start:end + 1]
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in params], kwonlyargs=[], kw_defaults=[], defaults=[])
+    out = ast.FunctionDef(name=new_name, args=args, body=body or [ast.Pass()], decorator_list=[], returns=None,
+                          type_params=[])
+    return ast.fix_missing_locations(ast.copy_location(out, fn))
+
+
 def _isinstance_names(path: Path, func: str) -> set[str]:
     """The class names ``func`` tests with isinstance (configs/hybrid_arch.py hybrid_gdn_config)."""
     tree = ast.parse(path.read_text(), str(path))
@@ -119,7 +198,9 @@ def _isinstance_names(path: Path, func: str) -> set[str]:
             for n in ast.walk(c.args[1]) if isinstance(n, ast.Name)}
 
 
-def _defs(path: Path, names: set[str]) -> list[ast.stmt]:
+def _defs(path: Path, names: set[str], optional: frozenset[str] = frozenset()) -> list[ast.stmt]:
+    """The top-level ``def``s and assignments of ``names`` in ``path``; a name in ``optional`` (one a release
+    added after 0.5.21, OPTIONAL) may be absent - its callers in that release do not call it."""
     tree = ast.parse(path.read_text(), str(path))
     out: list[ast.stmt] = []
     for node in tree.body:
@@ -130,6 +211,7 @@ def _defs(path: Path, names: set[str]) -> list[ast.stmt]:
             out.append(node)
     missing = names - {getattr(n, "name", None) for n in out} - {t.id for n in out if isinstance(n, ast.Assign)
                                                                    for t in n.targets if isinstance(t, ast.Name)}
+    missing -= optional
     if missing:
         raise SourceNotFoundError(f"{path}: not found: {sorted(missing)}")
     return out
@@ -160,7 +242,7 @@ class _Log:
         return lambda *a, **k: None
 
 
-@functools.lru_cache(maxsize=2)
+@functools.lru_cache(maxsize=4)
 def _sglang(src: str) -> dict[str, Any]:
     """One namespace holding SGLang's functions (compiled from its source) and the harness they call."""
     s = Path(src)
@@ -192,23 +274,29 @@ def _sglang(src: str) -> dict[str, Any]:
                                             "_should_auto_enable_hip_rejection_sampling", "_disable_overlap_schedule_for_cpu",
                                             "_check_oot_speculative_algorithm", "_handle_iquest_q1_mtp_draft"}),
         ("layers/attention/attention_registry.py", {"create_flashattention_v3_backend", "create_trtllm_mha_backend",
-                                                    "create_trtllm_mla_backend", "HYBRID_GDN_SM100_BACKENDS"}),
+                                                    "create_trtllm_mla_backend", "HYBRID_GDN_SM100_BACKENDS",
+                                                    "create_tokenspeed_mla_backend"}),
+        ("arg_groups/model_overrides/gemma4.py", {"_gemma4_overrides"}),
     ]
     body: list[ast.stmt] = []
     for rel, names in mods:
-        body += _defs(s / rel, names)
+        body += _defs(s / rel, names, frozenset(OPTIONAL) | frozenset(REMOVED))
     # handle_model_specific_adjustments' per-architecture if/elif chain (the GPT-OSS and Llama-4 asserts live
     # there), and attn_backend_wrapper's hybrid-GDN branch: run as SGLang wrote them.
     body.append(_branch(s / "arg_groups/model_hook.py", "handle_model_specific_adjustments", "model_arch in ['GptOssForCausalLM']",
                         "_model_branches", ["server_args", "model_arch", "cfg", "hf_config", "model_config"]))
+    # serving_hook.py handle_deprecated_args: the attention-backend aliases (0.5.23: tokenspeed_mla -> cutedsl_mla),
+    # the statements from ``aliases = ...`` to ``if renamed:``; a release without them gets an empty function.
+    body.append(_slice(s / "arg_groups/serving_hook.py", "handle_deprecated_args", "aliases", "renamed",
+                       "_backend_aliases", ["server_args", "cfg"]))
     body.append(_branch(s / "layers/attention/attention_registry.py", "attn_backend_wrapper",
                         "hybrid_gdn_config(runner.model_config) is not None", "_hybrid_gdn_branch", ["runner"]))
-    exec(compile(ast.Module(body=body, type_ignores=[]), "sglang-0.5.23-functions", "exec"), ns)
+    exec(compile(ast.Module(body=body, type_ignores=[]), f"sglang-{release_of(s)}-functions", "exec"), ns)
     ns["_platform_names"] = _platform_names(s)
     over = {}
     for rel, fn in (("gpt_oss.py", "_gpt_oss_overrides"), ("qwen3_5.py", "_qwen3_5_hybrid_overrides"),
                     ("falcon_h1.py", "_falcon_h1_jet_overrides"), ("llama4.py", "_llama4_overrides"),
-                    ("deepseek_v2.py", "_deepseek_family_overrides")):
+                    ("deepseek_v2.py", "_deepseek_family_overrides"), ("gemma4.py", "_gemma4_overrides")):
         for arch in _registered_for(s / "arg_groups/model_overrides" / rel, fn):
             over[arch] = ns[fn]
     ns["_overrides_by_arch"] = over
@@ -265,7 +353,8 @@ def _install_imports(ns: dict[str, Any]) -> None:
     mod("sglang.srt.utils.common", parse_connector_type=lambda p: None, _attnplan_oracle=True)
     # The backend classes the factories import once their checks pass: building one is the pass.
     for m, cls in (("flashattention_backend", "FlashAttentionBackend"), ("trtllm_mha_backend", "TRTLLMHAAttnBackend"),
-                   ("trtllm_mla_backend", "TRTLLMMLABackend"), ("cutedsl_mla_backend", "CuteDslMLAPrefillBackend")):
+                   ("trtllm_mla_backend", "TRTLLMMLABackend"), ("cutedsl_mla_backend", "CuteDslMLAPrefillBackend"),
+                   ("tokenspeed_mla_backend", "TokenspeedMLABackend")):
         mod(f"sglang.srt.layers.attention.{m}", **{cls: lambda *a, **k: "built"}, _attnplan_oracle=True)
     for pkg in ("sglang.srt.layers", "sglang.srt.layers.attention", "sglang.srt.layers.attention.qsa"):
         mod(pkg, _attnplan_oracle=True)
@@ -297,14 +386,14 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
     platform = _Platform(**preds, is_out_of_tree=lambda: False)
     arch = c.arch or ("DeepseekV2ForCausalLM" if c.mla else "LlamaForCausalLM")  # no model override registered
     hf = types.SimpleNamespace(architectures=[arch], quantization_config=None)
-    mc = types.SimpleNamespace(hf_config=hf, has_asymmetric_kv=c.asymmetric, has_attention_sinks=c.sinks,
+    mc = types.SimpleNamespace(hf_config=hf, quantization=None, has_asymmetric_kv=c.asymmetric, has_attention_sinks=c.sinks,
                                is_encoder_decoder=False, context_len=8192, attention_chunk_size=None,
                                head_dim=128, v_head_dim=128 if not c.asymmetric else 64,
                                get_num_kv_heads=lambda *a: 8, attention_arch="MLA" if c.mla else "MHA")
     view = _View(attention_backend=c.attention_backend, prefill_attention_backend=c.prefill,
                  decode_attention_backend=c.decode, kv_cache_dtype=c.kv, page_size=c.page,
                  enable_deterministic_inference=c.deterministic,
-                 speculative_algorithm="EAGLE" if (c.topk or c.spec_auto) else None, speculative_eagle_topk=c.topk,
+                 speculative_algorithm=c.speculative_algorithm, speculative_eagle_topk=c.topk,
                  speculative_num_steps=3 if c.topk else None,
                  speculative_num_draft_tokens=(4 if c.topk == 1 else 8) if c.topk else None,
                  speculative_adaptive=False, max_running_requests=None, enable_mixed_chunk=False,
@@ -342,6 +431,8 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
     g["resolved_view"] = lambda x: x
     _install_imports(ns)
     try:
+        # serving_hook.py handle_deprecated_args (pipeline.py runs it before the model hook): backend aliases
+        ns["_backend_aliases"](view, view)
         # model_hook.py handle_model_specific_adjustments: the architecture's declarations (the last writer
         # wins over the flags), then its per-architecture branch (the asserts)
         override = ns["_overrides_by_arch"].get(arch)
@@ -355,16 +446,17 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
         ns["handle_attention_backend_compatibility"](view)
         ns["handle_kv4_compatibility"](view)
         apply(view, ns["_page_size_default"])
-        # handle_speculative_decoding -> the EAGLE family's handler (after the page default in pipeline.py)
-        if view.speculative_algorithm is not None:
+        # handle_speculative_decoding -> the EAGLE family's handler (after the page default in pipeline.py);
+        # DFLASH's own handler (_handle_dflash) is not run (EXCEPTIONS)
+        if view.speculative_algorithm is not None and view.speculative_algorithm != "DFLASH":
             ns["_handle_eagle_family"](view)
         # ModelRunner builds each phase's backend through attention_registry.py's factories.
         runner = types.SimpleNamespace(use_mla_backend=c.mla, server_args=view, kv_cache_dtype=None,
                                        model_config=mc)
         factories = {"fa3": "create_flashattention_v3_backend", "trtllm_mha": "create_trtllm_mha_backend",
-                     "trtllm_mla": "create_trtllm_mla_backend"}
+                     "trtllm_mla": "create_trtllm_mla_backend", "tokenspeed_mla": "create_tokenspeed_mla_backend"}
         for b in dict.fromkeys(ns["attention_backends_of"](view)):
-            if b in factories:
+            if b in factories and factories[b] in ns:
                 ns[factories[b]](runner)
         # attn_backend_wrapper: the hybrid-GDN branch, for a model whose config class hybrid_gdn_config lists
         if CONFIG_CLASS.get(arch) in ns["_hybrid_gdn_classes"]:
@@ -378,19 +470,39 @@ def _run_case(ns: dict[str, Any], c: Case) -> dict[str, Any]:
 
 
 # -- attnplan's side ----------------------------------------------------------------------------------
-def _attnplan(c: Case) -> dict[str, Any]:
+@functools.lru_cache(maxsize=8)
+def attnplan_tables(release: str) -> tuple[Any, str, Optional[str]]:
+    """attnplan's SGLang tables for ``sglang==release``: (tables, the release they speak for, a note when that is
+    not ``release``). The release is asked for as a caller asks (``parse_engine("sglang==X")``) and the tables
+    taken for it (``data.native(rs, "sglang", X)``: the items whose ``versions:`` hold X). Where attnplan refuses
+    the release (not modelled), the newest modelled release's tables stand in and the note says so - the
+    comparison then shows what the older release does differently."""
     from attnplan.policy.engine import default_ruleset
+    from attnplan.policy.engines import parse_engine
+    from attnplan.policy.errors import InvalidInputError
 
     from .data import native
+
+    rs = default_ruleset()
+    try:
+        parse_engine(f"sglang=={release}", rs)
+    except InvalidInputError as exc:
+        newest = rs.engines["sglang"].versions[-1]
+        return native(rs, "sglang", newest), newest, f"attnplan refuses sglang=={release} ({exc.message}); " \
+                                                     f"compared against attnplan's sglang=={newest}"
+    return native(rs, "sglang", release), release, None
+
+
+def _attnplan(c: Case, release: str = NEWEST) -> dict[str, Any]:
     from .flags import SglangFlags
     from .resolve import ModelFacts, Platform, resolve
 
-    t = native(default_ruleset())
+    t = attnplan_tables(release)[0]
     arch = c.arch or ("DeepseekV2ForCausalLM" if c.mla else "LlamaForCausalLM")  # no model override registered
     flags = SglangFlags(attention_backend=c.attention_backend, prefill_attention_backend=c.prefill,
                         decode_attention_backend=c.decode, kv_cache_dtype=c.kv, page_size=c.page,
                         enable_deterministic_inference=c.deterministic,
-                        speculative_algorithm="EAGLE" if (c.topk or c.spec_auto) else None, speculative_eagle_topk=c.topk,
+                        speculative_algorithm=c.speculative_algorithm, speculative_eagle_topk=c.topk,
                         speculative_num_steps=3 if c.topk else None, architecture=arch)
     cuda = tuple(int(x) for x in c.cuda.split(".")[:2])
     m = ModelFacts(is_mla=c.mla, sinks=c.sinks, asymmetric_kv=c.asymmetric, group_size=c.group, architecture=arch)
@@ -437,10 +549,47 @@ def cases() -> Iterator[Case]:
         yield Case(cap, cuda, True, False, False, "DeepseekV2ForCausalLM", be, pre, dec, kv, None, False, None)
 
 
-def compare(sample: Optional[int] = None, seed: int = 0, src: Path = SRC) -> dict[str, Any]:
-    """Agreement per field over the generated configurations (all, or a seeded sample)."""
+# The surfaces where SGLang 0.5.21-0.5.23 differ and cases() does not reach (issue 42): DFLASH on SM100
+# (model_override_base.py _forces_eagle_topk_one, 0.5.23), tokenspeed_mla (its own backend through 0.5.22,
+# serving_hook.py's alias of cutedsl_mla in 0.5.23), Gemma4's assert (fa4 accepted from 0.5.22) and
+# DiffusionGemma's FA4 page (overrides.py _fa4_page_constraint, page 1 from 0.5.22).
+GEMMA4 = ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration", "DiffusionGemmaForBlockDiffusion")
+
+
+def release_cases() -> Iterator[Case]:
+    for cap, cuda, be, sinks, asym, page in itertools.product(CAPS, ("12.4", "12.8"), (None, "trtllm_mha", "fa4",
+                                                                                     "flashinfer"),
+                                                             (False, True), (False, True), (None, 1, 16)):
+        yield Case(cap, cuda, False, sinks, asym, None, be, None, None, "auto", page, False, None, algorithm="DFLASH")
+    ts = (None, "tokenspeed_mla")
+    for cap, cuda, be, pre, dec, kv, page in itertools.product(CAPS, ("12.4", "12.8"), ts + ("trtllm_mla",), ts,
+                                                               ts + ("trtllm_mla",), KVS, (None, 1, 64)):
+        if "tokenspeed_mla" in (be, pre, dec):
+            yield Case(cap, cuda, True, False, False, "DeepseekV2ForCausalLM", be, pre, dec, kv, page, False, None)
+    for arch, cap, be, (pre, dec), page in itertools.product(GEMMA4, CAPS, BACKENDS, SPLITS, (None, 1, 16)):
+        yield Case(cap, "12.8", False, False, False, arch, be, pre, dec, "auto", page, False, None)
+
+
+def release_group(c: Case) -> str:
+    """Which surface of release_cases() a case exercises: dflash, tokenspeed_mla, gemma4 (or core: cases())."""
+    if c.algorithm == "DFLASH":
+        return "dflash"
+    if "tokenspeed_mla" in (c.attention_backend, c.prefill, c.decode):
+        return "tokenspeed_mla"
+    return "gemma4" if c.arch in GEMMA4 else "core"
+
+
+def compare(sample: Optional[int] = None, seed: int = 0, src: Optional[Path] = None, release: Optional[str] = None,
+            extra: bool = False, pool: Optional[list[Case]] = None) -> dict[str, Any]:
+    """Agreement per field over the generated configurations (all, or a seeded sample) between ``release``'s
+    own functions (its source: ``src``, else ``release_src``) and attnplan asked for ``sglang==release``
+    (``attnplan_tables``); ``extra`` adds ``release_cases()``; ``pool`` replaces the generated cases."""
+    if release is None:
+        release = release_of(src) if src is not None else NEWEST
+    src = Path(src) if src is not None else release_src(release)
     ns = _sglang(str(src))
-    pool = list(cases())
+    if pool is None:
+        pool = list(cases()) + (list(release_cases()) if extra else [])
     if sample is not None and sample < len(pool):
         pool = random.Random(seed).sample(pool, sample)
     agree = {f: 0 for f in FIELDS}
@@ -448,7 +597,7 @@ def compare(sample: Optional[int] = None, seed: int = 0, src: Path = SRC) -> dic
     disagreements: list[dict[str, Any]] = []
     excepted = 0
     for c in pool:
-        want, got = _run_case(ns, c), _attnplan(c)
+        want, got = _run_case(ns, c), _attnplan(c, release)
         if got.get("rule") in EXCEPTED_RULES and not want["refused"]:
             excepted += 1
             continue
@@ -463,7 +612,9 @@ def compare(sample: Optional[int] = None, seed: int = 0, src: Path = SRC) -> dic
                 diff.append(f)
         if diff:
             disagreements.append({"case": c.__dict__, "fields": diff, "sglang": want, "attnplan": got})
-    return {"cases": len(pool), "excepted": excepted, "agreement": {f: {"agree": agree[f], "of": seen[f]} for f in FIELDS},
+    _, modelled, note = attnplan_tables(release)
+    return {"release": release, "src": str(src), "attnplan_release": modelled, "note": note,
+            "cases": len(pool), "excepted": excepted, "agreement": {f: {"agree": agree[f], "of": seen[f]} for f in FIELDS},
             "disagreements": disagreements, "exceptions": list(EXCEPTIONS)}
 
 
@@ -471,19 +622,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m attnplan.sglang.oracle", description=__doc__.split("\n")[0])
     p.add_argument("--sample", type=int, default=None, help="a seeded sample of the configurations (default: all)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--src", type=Path, default=SRC, help="sglang/srt of an extracted SGLang 0.5.23")
+    p.add_argument("--release", choices=RELEASES, default=None,
+                   help=f"the SGLang release: its source (default {RELEASES_DIR}/sglang-X/sglang/srt; {NEWEST}: --src) "
+                        f"against attnplan's sglang==X (default: the release --src holds, else {NEWEST})")
+    p.add_argument("--src", type=Path, default=None, help=f"sglang/srt of an extracted SGLang wheel (default {SRC})")
+    p.add_argument("--release-cases", action="store_true",
+                   help="add the cases where the releases differ (DFLASH, tokenspeed_mla, Gemma4) to the pool")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    if not (a.src / "arg_groups").is_dir():
-        print(f"attnplan: error: no SGLang source at {a.src} (give --src .../sglang/srt)", file=sys.stderr)
+    release = a.release or (release_of(a.src) if a.src is not None else NEWEST)
+    src = a.src if a.src is not None else release_src(release)
+    if not (src / "arg_groups").is_dir():
+        print(f"attnplan: error: no SGLang {release} source at {src} (give --src .../sglang/srt, or run make setup)",
+              file=sys.stderr)
         return 2
-    rep = compare(a.sample, a.seed, a.src)
+    rep = compare(a.sample, a.seed, src, release, extra=a.release_cases)
     if a.json:
         json.dump(rep, sys.stdout, indent=2, default=str)
         print()
     else:
-        print(f"SGLang 0.5.23 oracle: {rep['cases']} configurations ({rep['excepted']} refused by a rule whose SGLang "
-              f"code the oracle does not run: {', '.join(sorted(EXCEPTED_RULES))})")
+        print(f"SGLang {release} oracle ({src}) against attnplan's sglang=={rep['attnplan_release']}: {rep['cases']} "
+              f"configurations ({rep['excepted']} refused by a rule whose SGLang code the oracle does not run: "
+              f"{', '.join(sorted(EXCEPTED_RULES))})")
+        if rep["note"]:
+            print(f"  note: {rep['note']}")
         for f, v in rep["agreement"].items():
             print(f"  {f:10s} {v['agree']}/{v['of']} agree")
         for d in rep["disagreements"][:20]:

@@ -76,6 +76,7 @@ class Resolution:
     decode: Optional[str] = None
     attention_backend: Optional[str] = None
     page_size: Optional[int] = None
+    kv_cache_dtype: Optional[str] = None             # what SGLang runs (an alias may set it)
     coercions: list[Coercion] = field(default_factory=list)
     refusal: Optional[Refusal] = None
     steps: list[str] = field(default_factory=list)    # rule ids applied, in order
@@ -125,8 +126,8 @@ def _row_holds(row: DefaultRow, p: Platform, t: NativeSpec, f: SglangFlags, m: M
     if row.no_spec_or_topk_one is not None and _no_spec_or_topk_one(f) != row.no_spec_or_topk_one:
         return False
     if row.spec_topk_declared is not None:
-        declared = (f.speculative_algorithm is None or f.speculative_eagle_topk is not None
-                    or str(f.speculative_algorithm).upper() == "DFLASH")   # model_override_base.py _forces_eagle_topk_one
+        declared = (f.speculative_algorithm is None or f.speculative_eagle_topk is not None    # model_override_base.py
+                    or str(f.speculative_algorithm).upper() in {a.algorithm for a in t.forces_topk_one})  # _forces_eagle_topk_one
         if declared != row.spec_topk_declared:
             return False
     if row.asymmetric_kv is not None and m.asymmetric_kv != row.asymmetric_kv:
@@ -178,6 +179,22 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         r.attention_backend, r.prefill, r.decode = base, pre or base, dec or base
 
     page = f.page_size
+    # 0. serving_hook.py handle_deprecated_args: deprecated backend names (tables: aliases)
+    for al in t.aliases:
+        if al.name not in (base, pre, dec):
+            continue
+        named_base_or_decode = al.name in (base, dec)
+        base, dec = (al.to if b == al.name else b for b in (base, dec))
+        if pre == al.name:
+            pre = al.prefill_to
+        _coerce(r, "attention_backend", al.name, al.to, al.rule,
+                f"--attention-backend {al.name} is a deprecated alias: SGLang runs {al.to} (prefill {pre or base})")
+        if named_base_or_decode and al.kv_cache_dtype is not None and kv != al.kv_cache_dtype:
+            _coerce(r, "kv_cache_dtype", kv, al.kv_cache_dtype, al.rule,
+                    f"{al.name} implies an {al.kv_cache_dtype} KV cache: SGLang changes kv_cache_dtype {kv} to "
+                    f"{al.kv_cache_dtype}")
+            kv = al.kv_cache_dtype
+    r.kv_cache_dtype = kv
     mark()
     # 1. model_hook.py handle_model_specific_adjustments: the architecture's override, then its assert.
     spec = t.models.get(m.architecture or "")
@@ -273,6 +290,12 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
                     f"{name} runs pages of {', '.join(map(str, ps.allowed))} only: SGLang changes page_size "
                     f"{'unset' if page is None else page} to {ps.coerce}")
             page = ps.coerce
+    for chk in t.mla_backend_checks:   # the same pass, a release's own MLA backend (tables: mla_backend_checks)
+        if chk.backend in (base, dec) and page not in chk.pages:
+            _coerce(r, "page_size", page, chk.coerce, chk.rule,
+                    f"{chk.backend} runs pages of {', '.join(map(str, chk.pages))} only: SGLang changes page_size "
+                    f"{'unset' if page is None else page} to {chk.coerce}")
+            page = chk.coerce
     mark()
     # 4c. overrides.py _mla_kv_cache_dtype_checks
     if "trtllm_mla" in (base, dec):
@@ -282,6 +305,13 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         if kv not in ("fp8_e4m3", "bf16", "auto"):
             _refuse("sglang.trtllm-mla-dtypes", f"TensorRT-LLM MLA only supports kv-cache-dtype fp8_e4m3, bf16 or auto; got {kv}",
                     backend="trtllm_mla")
+    for chk in t.mla_backend_checks:
+        if chk.backend in (base, dec):
+            if not _is(p, t, chk.platform):
+                _refuse(chk.rule, f"{chk.backend} backend is only supported on {chk.platform} GPUs", backend=chk.backend)
+            if kv not in chk.kv_dtypes:
+                _refuse(chk.rule, f"{chk.backend} backend requires kv-cache-dtype={', '.join(chk.kv_dtypes)}, got {kv}",
+                        backend=chk.backend)
     mark()
     # 4c'. overrides.py _cutedsl_prefill_backend_fill
     cs = t.cutedsl_mla
@@ -319,11 +349,18 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
     fa4 = t.pages.get("fa4")
     if fa4 is not None and "fa4" in (base, pre, dec) and not m.is_mla and _is(p, t, fa4.platform or "is_sm100") \
             and (f.speculative_eagle_topk or 0) <= 1:
-        if page not in fa4.allowed:
+        own = next((a.page for a in fa4.architectures if a.architecture == m.architecture), None)
+        if own is not None:   # _fa4_page_constraint returns this architecture's own page (the last writer)
+            if page != own:
+                _coerce(r, "page_size", page, own, fa4.rule, f"{m.architecture} runs fa4 with pages of {own}: SGLang "
+                        f"changes page_size {'unset' if page is None else page} to {own}")
+            page = own
+        elif page not in fa4.allowed:
             _coerce(r, "page_size", page, fa4.coerce, fa4.rule,
                     f"FA4 runs pages of {fa4.coerce} for standard attention: SGLang changes page_size "
                     f"{'unset' if page is None else page} to {fa4.coerce}")
-        page = fa4.coerce
+        if own is None:
+            page = fa4.coerce
 
     mark()
     # 5. kv_cache_hook.py handle_kv4_compatibility
@@ -377,6 +414,10 @@ def _run(f: SglangFlags, m: ModelFacts, p: Platform, t: NativeSpec, r: Resolutio
         if b == "trtllm_mha" and m.is_mla:
             _refuse("sglang.trtllm-mha-mla", "trtllm_mha backend can only be used with non-MLA models",
                     outcome="backend-build", phase=phase, backend=b)
+        chk = next((c for c in t.mla_backend_checks if c.backend == b and c.mla_only), None)
+        if chk is not None and not m.is_mla:
+            _refuse(chk.rule, f"{b} backend can only be used with MLA models", outcome="backend-build", phase=phase,
+                    backend=b)
         if b == "trtllm_mla" and not m.is_mla:
             _refuse("sglang.trtllm-mha-mla", "trtllm_mla backend can only be used with MLA models",
                     outcome="backend-build", phase=phase, backend=b)
@@ -506,6 +547,8 @@ def engine_resolution(rs: RuleSet, ref: EngineRef, config: AttentionConfig, node
               + " and ".join(ph for ph, eb in phases.items() if not eb.runs_flashinfer)
               + "; the FlashInfer plan there is what SGLang runs with --attention-backend flashinfer"))
     cfg = config.replace(page_size=r.page_size)
+    if r.kv_cache_dtype is not None and r.kv_cache_dtype != flags.kv_cache_dtype:   # an alias's KV dtype (coerced)
+        cfg = cfg.replace(kv_cache_dtype=KV_DTYPES.get(r.kv_cache_dtype, r.kv_cache_dtype))
     return EngineResolution(config=cfg, selection=selection, engine_backend=engine_backend, engine_phases=phases,
                             coercions=tuple(r.coercions), violations=violations, notes=tuple(notes))
 
