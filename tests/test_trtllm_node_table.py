@@ -110,3 +110,56 @@ def test_cubins_cli_lists_each_phase_cubin_with_sha256(capsys):
     for p in doc["phases"]:
         assert p["cubins"] and all(c["sha256"] == sha[c["file"]] for c in p["cubins"])
     assert set(doc["prestage"]) == {c["file"] for p in doc["phases"] for c in p["cubins"]}
+
+
+# -- the node's own table decides the plan (issue 37) ----------------------------------------------------------
+def _probed(tmp_path, monkeypatch, rows=None, corrupt=False):
+    from attnplan.policy.probe import probe_node
+
+    _d, digest = _stage(tmp_path, rows, corrupt_header=corrupt)
+    monkeypatch.setitem(tgnode.KNOWN_PINS, "0.6", (PIN_0_6, digest))   # FlashInfer's CheckSumHash for this staged table
+    gpu = {"count": 1, "name": "NVIDIA B200", "capability": 100, "memory_gib": 180, "driver": "580.0",
+           "mig": False}
+    io = ProbeIO(nvml=lambda: gpu, env={"FLASHINFER_CUBIN_DIR": str(tmp_path), "CUDA_HOME": "/usr/local/cuda"},
+                 package_version=lambda name: {"flashinfer-python": "0.6.13"}.get(name),
+                 http_reachable=lambda url, t: (True, "HTTP 200"), hostname=lambda: "b200-0",
+                 torch_cuda=lambda: None, which=lambda p: p if p.endswith("bin/nvcc") else None,
+                 default_cubin_dir=None)
+    return probe_node(io)
+
+
+FP8 = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8, dtype="bf16", kv_cache_dtype="fp8", page_size=16)
+
+
+def test_the_nodes_table_decides_its_plans(tmp_path, monkeypatch):
+    from attnplan.policy import plan_for, simulated_node
+
+    rows = [r for r in T.rows if r["mDataTypeKv"] == "BF16"]          # a node table without fp8-KV kernels
+    node = _probed(tmp_path, monkeypatch, rows)
+    own = node.trtllm_kernel_table.value
+    assert own["pin"] == PIN_0_6 and own["origin"] == "FLASHINFER_CUBIN_DIR"
+    a = plan_for(FP8, node, engine="flashinfer")
+    assert "trtllm.kernel-missing" in {v.rule for v in a.violations} or \
+        a.backends() != ("trtllm-gen", "trtllm-gen")
+    # the same config on a node without its own table is decided by the shipped table, which has fp8 kernels
+    ref = plan_for(FP8, simulated_node("B200", flashinfer_version="0.6.13"), engine="flashinfer")
+    assert ref.ok and ref.backends()[1] == "trtllm-gen"
+    bf16 = plan_for({**FP8, "kv_cache_dtype": "auto"}, node, engine="flashinfer")
+    assert bf16.ok and bf16.backends()[1] == "trtllm-gen"
+    assert "the node's" in bf16.plan.decode.kernel_table
+
+
+def test_a_corrupt_node_table_is_downloaded_again(tmp_path, monkeypatch):
+    """FlashInfer loads checksums.txt only at its CheckSumHash and downloads its pin's table otherwise
+    (jit/cubin_loader.py get_artifact): a corrupt local table decides nothing; the plan is the one a node
+    without a table of its own gets."""
+    from attnplan.policy import plan_for
+
+    node = _probed(tmp_path, monkeypatch, corrupt=True)
+    assert node.trtllm_kernel_table.value is None and "downloads its own table again" in node.trtllm_kernel_table.detail
+    cfg = {**FP8, "kv_cache_dtype": "auto"}
+    a = plan_for(cfg, node, engine="flashinfer")
+    b = plan_for(cfg, node.with_fact(trtllm_kernel_table=node.trtllm_kernel_table.model_copy(update={"detail": "x"})),
+                 engine="flashinfer")
+    assert a.ok and a.backends() == b.backends() == ("trtllm-gen", "trtllm-gen")
+    assert "the node's" not in a.plan.decode.kernel_table

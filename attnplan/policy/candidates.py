@@ -100,7 +100,16 @@ def trtllm_decision(ctx: dict[str, Any], phase: str, backend: str) -> Any:
         return None
     if call is None:
         return None
-    return tg.decide(call, cap, page, str(ctx.get("node.flashinfer_version")))
+    own = ctx.get("node.trtllm_kernel_table")
+    table = None
+    if isinstance(own, dict):   # the node's own table (policy/probe.py _kernel_table_fact) decides
+        from ..kernels.trtllm_gen.table import TableError
+
+        try:
+            table = tg.node_table(own["cubin_dir"], own["pin"], own["checksums_sha256"])
+        except (OSError, TableError):   # gone or changed since the probe: FlashInfer downloads its pin's again
+            table = None
+    return tg.decide(call, cap, page, str(ctx.get("node.flashinfer_version")), table=table)
 
 
 def _set_kernel_facts(ctx: dict[str, Any], phase: str, backend: str) -> Any:

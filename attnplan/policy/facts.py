@@ -82,6 +82,11 @@ class NodeFacts(BaseModel):
     sglang_version: Fact = Field(default_factory=_unknown, description="installed sglang version (None: not installed)")
     flashinfer_jit_cache_version: Fact = Field(default_factory=_unknown,
                                                description="installed flashinfer-jit-cache version (None: not installed)")
+    # the node's own trtllm-gen kernel table (kernels/trtllm_gen/node.py): {cubin_dir, pin, checksums_sha256, origin}
+    # when FlashInfer's table for its pin is on disk and verified, None when absent or not FlashInfer's (FlashInfer
+    # downloads its pin's table at first use): where present, it decides the trtllm-gen kernel facts
+    trtllm_kernel_table: Fact = Field(default_factory=_unknown,
+                                      description="the node's own trtllm-gen kernel table (None: not on disk)")
     flashinfer_import_error: Fact = Field(default_factory=_unknown,
                                           description="what `import flashinfer` raises over the installed kernel wheels "
                                                       "(FlashInfer's own words; None: it imports)")
@@ -117,7 +122,7 @@ class NodeFacts(BaseModel):
         keys = ("gpu_name", "capability", "gpu_count", "gpu_memory_gib", "driver_version", "mig_enabled",
                 "torch_version", "torch_cuda_version", "flashinfer_version", "flashinfer_cubin_version",
                 "cubin_dir_has_cubins", "artifactory_reachable", "batch_invariant_env",
-                "jit_toolchain", "vllm_version", "sglang_version", "flashinfer_jit_cache_version", "flashinfer_import_error")
+                "jit_toolchain", "vllm_version", "sglang_version", "flashinfer_jit_cache_version", "flashinfer_import_error", "trtllm_kernel_table")
         data = {k: getattr(self, k).value for k in keys}
         return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -323,6 +323,7 @@ def probe_node(io: ProbeIO | None = None, *, artifactory_timeout: float = DEFAUL
         facts["artifactory_url"] = Fact.measured(url)
         facts["artifactory_reachable"] = Fact.unknown(why)
 
+    facts["trtllm_kernel_table"] = _kernel_table_fact(io, fi, facts["capability"].value)
     raw = io.env.get("VLLM_BATCH_INVARIANT")
     facts["batch_invariant_env"] = Fact.measured(raw is not None and raw.strip().lower() in _TRUE,
                                                  f"VLLM_BATCH_INVARIANT={raw!r}" if raw is not None else "unset")
@@ -399,6 +400,29 @@ def _package_dir(name: str) -> Optional[str]:
     if spec is None or not spec.submodule_search_locations:
         return None
     return list(spec.submodule_search_locations)[0]
+
+
+def _kernel_table_fact(io: ProbeIO, fi: Optional[str], capability: Any) -> Fact:
+    """The node's own trtllm-gen kernel table (issue 37), read where FlashInfer reads it, on the GPUs its kernels
+    are built for (10.x); it then decides which kernel each trtllm-gen phase loads (candidates.py)."""
+    from ..kernels.trtllm_gen.table import TableError
+
+    if not isinstance(capability, int) or capability_major(capability) != 10 or not fi:
+        return Fact.measured(None, "not read: no 10.x GPU or no flashinfer here")
+    try:
+        nt = probe_trtllm_table(io, fi)
+    except TableError as exc:
+        # FlashInfer loads checksums.txt only at its CheckSumHash and downloads it again otherwise
+        # (flashinfer/jit/cubin_loader.py get_artifact, jit/attention/modules.py gen_trtllm_gen_fmha_module): the
+        # table it then runs is its pin's, as on a node without one
+        return Fact.measured(None, f"{exc}; FlashInfer downloads its own table again at first use")
+    except OSError as exc:
+        return Fact.measured(None, f"not read: {exc}")
+    if nt.table is None:
+        return Fact.measured(None, nt.why)
+    loc = nt.location
+    return Fact.measured({"cubin_dir": loc.cubin_dir, "pin": loc.pin, "checksums_sha256": loc.checksums_sha256,
+                          "origin": loc.origin}, nt.why)
 
 
 def installed_artifact_pin() -> Optional[tuple[str, str]]:

@@ -81,6 +81,17 @@ class Decision:
         return f"table {self.table}, selection code {self.code}{extra}"
 
 
+@functools.lru_cache(maxsize=4)
+def node_table(cubin_dir: str, pin: str, checksums_sha256: Optional[str]) -> KernelTable:
+    """A node's own table (kernels/trtllm_gen/node.py load), read and verified once per process."""
+    from . import node as tgnode
+
+    nt = tgnode.load(tgnode.Location(cubin_dir, "the node's", pin, checksums_sha256))
+    if nt.table is None:
+        raise FileNotFoundError(nt.why)
+    return nt.table
+
+
 def code_for(flashinfer_version: Optional[str]) -> Optional[tuple[str, str, str]]:
     """(selection code "0.6"/"0.7", its label, table pin) for a flashinfer version, or None when unknown."""
     if not flashinfer_version:
