@@ -275,3 +275,28 @@ def test_model_labels_feature_file_and_bad_input(capsys, tmp_path):
     rc = cli_main(["labels", "--device", "B200", "--model", str(tmp_path / "missing.json")])
     err = capsys.readouterr().err
     assert rc == 2 and "model_config" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("facts, state", [
+    (dict(cubin_dir_has_cubins=True, artifactory_reachable=False), "on-disk"),
+    (dict(flashinfer_cubin_version="0.7.2.post1", cubin_dir_has_cubins=False, artifactory_reachable=False), "on-disk"),
+    # a cubin wheel of another version is ignored by FlashInfer 0.7.2 (jit/env.py _get_cubin_dir)
+    (dict(flashinfer_cubin_version="0.7.0.post1", cubin_dir_has_cubins=False, artifactory_reachable=True), "download"),
+    (dict(flashinfer_cubin_version=None, cubin_dir_has_cubins=False, artifactory_reachable=False), "missing"),
+])
+def test_trtllm_cubins_ready_label(facts, state):
+    node = simulated_node("B200", flashinfer_version="0.7.2.post1").with_fact(
+        **{k: Fact.measured(v) for k, v in facts.items()})
+    lab = node_labels(node)
+    assert lab["attnplan.io/trtllm-cubins"] == state
+    assert lab["attnplan.io/trtllm-kernel-table"] == "none"
+    # the capability label still follows the rules, not this label: missing cubins refuse trtllm-gen
+    assert (lab["attnplan.io/trtllm-gen"] == "true") == (state != "missing")
+    assert "attnplan.io/trtllm-cubins" not in node_labels(simulated_node("H100"))
+
+
+def test_flashinfer_imports_label():
+    ok = simulated_node("B200").with_fact(flashinfer_import_error=Fact.measured(None))
+    bad = ok.with_fact(flashinfer_import_error=Fact.measured("flashinfer-cubin version (0.7.2) does not match ..."))
+    assert node_labels(ok)["attnplan.io/flashinfer-imports"] == "true"
+    assert node_labels(bad)["attnplan.io/flashinfer-imports"] == "false"

@@ -105,6 +105,13 @@ def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: E
         labels[f"head-dim-{h}"] = h in heads
 
     labels["flashinfer-version"] = node.flashinfer_version.value
+    # whether `import flashinfer` works beside the installed kernel wheels (policy/flashinfer_packages.py)
+    imp = node.flashinfer_import_error
+    labels["flashinfer-imports"] = None if imp.source.value == "unknown" else imp.value is None
+    if isinstance(cap, int) and cap // 10 == 10:
+        labels["trtllm-cubins"] = trtllm_cubins_state(node)
+        own = node.trtllm_kernel_table.value
+        labels["trtllm-kernel-table"] = str(own.get("pin"))[:8] if isinstance(own, dict) else "none"
     labels["driver-version"] = node.driver_version.value
     labels["torch-version"] = node.torch_version.value
     labels["torch-cuda-version"] = node.torch_cuda_version.value
@@ -120,6 +127,22 @@ def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: E
         if valid_label(name, value):
             out[name] = value
     return out
+
+
+def trtllm_cubins_state(node: NodeFacts) -> Optional[str]:
+    """Where trtllm-gen's cubins would come from on this node, now (issue 37: "cubins ready"): ``on-disk``
+    (FLASHINFER_CUBIN_DIR holds them, or a flashinfer-cubin wheel at flashinfer's version: FlashInfer ignores
+    another - flashinfer/jit/env.py _get_cubin_dir), ``download`` (not on disk, the artifactory answers: the
+    first request downloads them), ``missing`` (neither), None when not probed."""
+    fi, wheel = node.flashinfer_version.value, node.flashinfer_cubin_version.value
+    if node.cubin_dir_has_cubins.value is True or (wheel is not None and wheel == fi):
+        return "on-disk"
+    reach = node.artifactory_reachable.value
+    if reach is True:
+        return "download"
+    if reach is False:
+        return "missing"
+    return None
 
 
 MODEL_PREFIX = "model-"
