@@ -149,17 +149,20 @@ def test_the_nodes_table_decides_its_plans(tmp_path, monkeypatch):
     assert "the node's" in bf16.plan.decode.kernel_table
 
 
-def test_a_corrupt_node_table_is_downloaded_again(tmp_path, monkeypatch):
-    """FlashInfer loads checksums.txt only at its CheckSumHash and downloads its pin's table otherwise
-    (jit/cubin_loader.py get_artifact): a corrupt local table decides nothing; the plan is the one a node
-    without a table of its own gets."""
-    from attnplan.policy import plan_for
+def test_a_corrupt_node_table_is_named_and_downloaded_again_only_where_it_can_be(tmp_path, monkeypatch):
+    """A table on disk that is not FlashInfer's is an error naming the file; FlashInfer loads checksums.txt only at
+    its CheckSumHash and downloads its pin's table again (jit/cubin_loader.py get_artifact): with the artifactory
+    answering the plan is decided by that table, without it the node is not ready (trtllm.kernel-missing)."""
+    from attnplan.policy import Fact, plan_for
 
     node = _probed(tmp_path, monkeypatch, corrupt=True)
-    assert node.trtllm_kernel_table.value is None and "downloads its own table again" in node.trtllm_kernel_table.detail
-    cfg = {**FP8, "kv_cache_dtype": "auto"}
-    a = plan_for(cfg, node, engine="flashinfer")
-    b = plan_for(cfg, node.with_fact(trtllm_kernel_table=node.trtllm_kernel_table.model_copy(update={"detail": "x"})),
-                 engine="flashinfer")
-    assert a.ok and a.backends() == b.backends() == ("trtllm-gen", "trtllm-gen")
-    assert "the node's" not in a.plan.decode.kernel_table
+    err = node.trtllm_kernel_table.value["error"]
+    assert "flashInferMetaInfo.h" in err
+    cfg = {**FP8, "kv_cache_dtype": "auto", "attention_backend": "trtllm-gen"}
+    online = plan_for(cfg, node.with_fact(artifactory_reachable=Fact.measured(True)), engine="flashinfer")
+    assert online.ok and "downloaded again" in online.plan.decode.kernel_table
+    offline = plan_for(cfg, node.with_fact(artifactory_reachable=Fact.measured(False), cubin_dir_has_cubins=Fact.measured(True)),
+                       engine="flashinfer")
+    assert not offline.ok
+    assert any("not FlashInfer's" in v.message and "flashInferMetaInfo.h" in v.message
+               for v in offline.violations if v.rule == "trtllm.kernel-missing")

@@ -102,6 +102,13 @@ def trtllm_decision(ctx: dict[str, Any], phase: str, backend: str) -> Any:
         return None
     own = ctx.get("node.trtllm_kernel_table")
     table = None
+    if isinstance(own, dict) and "error" in own:
+        # a table on disk that is not FlashInfer's: FlashInfer downloads its pin's again (jit/cubin_loader.py
+        # get_artifact) where the artifactory answers; elsewhere the node is not ready, said naming the file
+        if ctx.get("node.artifactory_reachable") is not True:
+            return tg.unusable_table(own["error"])
+        d = tg.decide(call, cap, page, str(ctx.get("node.flashinfer_version")))
+        return None if d is None else dataclasses.replace(d, table=f"{d.table}; the node's own ({own['error']}) is downloaded again")
     if isinstance(own, dict):   # the node's own table (policy/probe.py _kernel_table_fact) decides
         from ..kernels.trtllm_gen.table import TableError
 

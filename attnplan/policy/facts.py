@@ -83,8 +83,9 @@ class NodeFacts(BaseModel):
     flashinfer_jit_cache_version: Fact = Field(default_factory=_unknown,
                                                description="installed flashinfer-jit-cache version (None: not installed)")
     # the node's own trtllm-gen kernel table (kernels/trtllm_gen/node.py): {cubin_dir, pin, checksums_sha256, origin}
-    # when FlashInfer's table for its pin is on disk and verified, None when absent or not FlashInfer's (FlashInfer
-    # downloads its pin's table at first use): where present, it decides the trtllm-gen kernel facts
+    # when FlashInfer's table for its pin is on disk and verified, {error} when one is there but is not FlashInfer's
+    # (corrupt, truncated, foreign), None when absent (FlashInfer downloads its pin's table at first use): where
+    # present, it decides the trtllm-gen kernel facts
     trtllm_kernel_table: Fact = Field(default_factory=_unknown,
                                       description="the node's own trtllm-gen kernel table (None: not on disk)")
     flashinfer_import_error: Fact = Field(default_factory=_unknown,

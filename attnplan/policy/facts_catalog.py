@@ -117,7 +117,8 @@ FACTS: dict[str, FactInfo] = {
     "node.vllm_version": FactInfo("installed vllm version", _plain, _node("vllm_version")),
     "node.sglang_version": FactInfo("installed sglang version", _plain, _node("sglang_version")),
     "node.trtllm_kernel_table": FactInfo("the node's own trtllm-gen kernel table, verified (None: not on disk)",
-                                         lambda v: "none" if not isinstance(v, dict) else f"{str(v.get('pin'))[:8]} ({v.get('origin')})",
+                                         lambda v: "none" if not isinstance(v, dict) else (
+                                             f"unusable: {v['error']}" if "error" in v else f"{str(v.get('pin'))[:8]} ({v.get('origin')})"),
                                          _node("trtllm_kernel_table")),
     "node.flashinfer_import_error": FactInfo("what `import flashinfer` raises over the installed kernel wheels "
                                              "(policy/flashinfer_packages.py)", _plain, _node("flashinfer_import_error")),

@@ -414,8 +414,8 @@ def _kernel_table_fact(io: ProbeIO, fi: Optional[str], capability: Any) -> Fact:
     except TableError as exc:
         # FlashInfer loads checksums.txt only at its CheckSumHash and downloads it again otherwise
         # (flashinfer/jit/cubin_loader.py get_artifact, jit/attention/modules.py gen_trtllm_gen_fmha_module): the
-        # table it then runs is its pin's, as on a node without one
-        return Fact.measured(None, f"{exc}; FlashInfer downloads its own table again at first use")
+        # table it then runs is its pin's, as on a node without one - where it can download (the rules' reading)
+        return Fact.measured({"error": str(exc)}, "the node's kernel table is corrupt, truncated or foreign")
     except OSError as exc:
         return Fact.measured(None, f"not read: {exc}")
     if nt.table is None:

@@ -83,7 +83,7 @@ def _fa3_e5m2(head_dim: int, heads: tuple[int, int], page: int = 16) -> dict:
     return out
 
 
-E5M2_CASES = [(64, (8, 8)), (128, (16, 4)), (128, (32, 8)), (256, (8, 2))]
+E5M2_CASES = [(64, (8, 8)), (128, (16, 4)), (128, (32, 8))]
 
 
 @pytest.mark.parametrize("head_dim, heads", E5M2_CASES)

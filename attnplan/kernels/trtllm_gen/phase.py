@@ -92,6 +92,12 @@ def node_table(cubin_dir: str, pin: str, checksums_sha256: Optional[str]) -> Ker
     return nt.table
 
 
+def unusable_table(error: str) -> "Decision":
+    """The node's table is on disk but is not FlashInfer's and cannot be downloaded again: the node is not ready."""
+    return Decision(None, None, (), f"the node's trtllm-gen kernel table is not FlashInfer's and the artifactory does not "
+                                    f"answer to download it again: {error}", "the node's (unusable)", "none")
+
+
 def code_for(flashinfer_version: Optional[str]) -> Optional[tuple[str, str, str]]:
     """(selection code "0.6"/"0.7", its label, table pin) for a flashinfer version, or None when unknown."""
     if not flashinfer_version:
