@@ -1,33 +1,47 @@
-"""Host time per step and CUDA-graph decode steps end to end, per decode backend (issue 17).
+"""Host time per step and CUDA-graph decode steps end to end, per decode backend (issues 17, 41).
 
-    python3 bench/decode_steps.py --out DIR [--backends fa2,fa3,xqa,mla-fa3,mla-fa2] [--quick]
+    python3 bench/decode_steps.py --out DIR [--backends xqa,fa2,fa3,mla-fa3,mla-fa2] [--quick | --issue41]
+        [--batches 1,4 --contexts 1024] [--parts decode,general,breakdown,profile]
+
+``--issue41``: exactly issue 41's set - XQA, fa2 and both MLA decode paths at batch 1, 4, 16, 64
+x context 1k and 4k, the prefill and mixed rows, the per-part breakdown of a steady step and a
+cProfile; its modules are built first in one ninja (``warmup.prebuild``; ~2-4 min from an empty
+FLASHINFER_WORKSPACE_BASE, seconds once built), the measurements take ~3-4 min on the H100.
 
 Decode backends a plan can name on the H100 - fa2 (``paged_decode``), fa3 (``paged_prefill`` with
 backend fa3, one query row per request: the rules' plan for ``attention_backend="fa3"``), XQA
 (``xqa_decode``: vLLM 0.33's plan on 9.0) and MLA (``mla_paged_decode`` with the rules' backend here, and fa2) - over
 Llama-3.1-8B attention (32/8 heads, head 128, bf16, page 16) and DeepSeek-V3 MLA (128 heads,
-latent 512 + rope 64, page 64), batch 1-256 x context 1k-32k (MLA: batch 1-128 x 1k-16k).
+latent 512 + rope 64, page 64).
 
-Per shape (every request at the same context, block table exactly as wide as it needs):
-- ``metadata``: host median of ``build_step`` for the decode-only step (the executor's layouts:
-  copy lengths + table into the shape's buffers, replay its captured metadata graph, host arrays
-  for FlashInfer's plan by numpy);
+Per shape (every request at the same context, block table exactly as wide as it needs), a steady
+step (the shape seen before: issue 41's cache per (batch, q_len, table width)):
+- ``metadata``: host median of ``build_step`` for the decode-only step (persistent input tensors,
+  read in place, and copied ones);
 - ``plan_step``: host median of the executor's ``plan_step`` (metadata + FlashInfer's ``plan``);
 - ``fi_plan``: host median of FlashInfer's ``plan`` alone, called with the very arguments
   ``plan_step`` gave it (recorded once), on the same wrapper; XQA plans nothing (0);
 - graph step end to end: ``steps`` back-to-back decode steps, wall time / steps with one sync at the
-  end (a step's host work overlaps the previous step's kernels, as in a serving loop), and the host
-  time of one step (median, synchronized before each):
-  adapter = ``DecodeGraph``: host copies lengths + table (+ FlashInfer's plan for wrappers), the
-  graph holds metadata + K/V append + attention;
+  end (a step's host work overlaps the previous step's kernels, as in a serving loop; the best of
+  two rounds, the variants interleaved), and the host time of one step (median, synchronized
+  before each):
+  adapter = ``DecodeGraph``: its ``update`` (FlashInfer's plan for wrappers, one copy each of the
+  lengths and the table into its buffers) + replay of the graph holding metadata + K/V append +
+  attention; ``adapter in place``: the same with the engine writing lengths and table straight
+  into the graph's buffers (``update`` copies nothing), the way FlashInfer's own graph below reads
+  its prepared buffers;
   FlashInfer = FlashInfer's own CUDA-graph wrapper over metadata an engine prepared beforehand
   (host: its ``plan`` on prepared host arrays, then replay of a graph holding the attention only;
-  XQA: a graph of ``trtllm_batch_decode_with_kv_cache`` alone, host: replay only).
+  XQA: a graph of ``trtllm_batch_decode_with_kv_cache`` alone, host: replay only);
+  ``FlashInfer + append``: the same graph with the K/V append at prepared slots in front (the
+  device work every engine's step has; the adapter's graph differs from it by its metadata kernel).
 Host figures on the device machine's shared host move by up to 2x between runs; the JSON keeps
 every row.
 
-Prefill and mixed steps (general path, a new shape every step): metadata, plan_step and
-FlashInfer's fa3 prefill plan; plus cProfile of a decode plan_step at batch 1 and 256 (fa2).
+Prefill and mixed steps (general path, a new shape every step): metadata, plan_step, FlashInfer's
+plans with the same arguments, and the eager step end to end (plan_step + append + forward
+against FlashInfer's plans + the same append + its wrappers' runs); plus cProfile of a decode
+plan_step at batch 1 and 64 (fa2).
 """
 
 from __future__ import annotations
@@ -107,24 +121,29 @@ def recorded_plan(wrapper, fn):
     return seen["call"]
 
 
-def fi_graph(ex, cache, step, q, mla_q=None):
+def fi_graph(ex, cache, step, q, mla_q=None, append=None):
     """FlashInfer's own CUDA-graph path for the plan's decode call over prepared metadata:
-    (per-step host function, graph) - the wrapper's plan + replay, or replay alone for XQA."""
+    the per-step host function (the wrapper's plan + replay, or replay alone for XQA).
+    ``append``: the new K/V (MLA: latent rows) to append at the step's prepared slots inside the
+    graph, before the attention."""
     import flashinfer
     import torch
 
+    from attnplan.adapter import kv_cache as kvc
     from attnplan.adapter.decode_layout import DecodeLayout
 
     backend, d, b = ex.backend, ex.plan.decode, step.decode
     call = backend.calls["decode"]
     out = torch.empty(b.num_tokens, ex.params.num_qo_heads,
                       ex.params.kv_lora_rank if mla_q else ex.params.head_dim_vo, dtype=torch.bfloat16, device="cuda")
+    parts = (step.slot_pages.clone(), step.slot_offsets.clone())
+    slots = step.slots.clone()
     if not call.host_planned:            # XQA: device tensors only
         kw = call.kwargs(backend, step, q, cache, out)
         kw = {k: (v.clone() if isinstance(v, torch.Tensor) and k in ("block_tables", "seq_lens") else v)
               for k, v in kw.items()}
 
-        def run():
+        def attend():
             flashinfer.decode.trtllm_batch_decode_with_kv_cache(**kw)
         host = None
     else:
@@ -147,7 +166,7 @@ def fi_graph(ex, cache, step, q, mla_q=None):
                        sm_scale=p.sm_scale, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
                        query_layout="split", kv_cache_layout="packed")
 
-            def run():
+            def attend():
                 w.run(query=mla_q, kv_cache=cache.kernel_view(), out=out)
         else:
             from attnplan.adapter.step import PhaseBatch
@@ -160,9 +179,14 @@ def fi_graph(ex, cache, step, q, mla_q=None):
             def host():
                 w.plan(*a, **k)
 
-            def run():
+            def attend():
                 call.run(backend, w, step, "decode", q, cache, out, k_scale=1.0, v_scale=1.0, sinks=None)
         host()
+
+    def run():
+        if append is not None:
+            kvc.append(cache, slots, *append, pages_offsets=parts)
+        attend()
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -176,25 +200,34 @@ def fi_graph(ex, cache, step, q, mla_q=None):
         if host is not None:
             host()
         g.replay()
+    # The graph reads these tensors at their captured addresses: they live as long as the step.
+    one_step.keep = (run, out, parts, slots, append)
     return one_step
 
 
-def decode_rows(name, out_dir, quick):
+def best_loops(fns, steps, rounds=2):
+    """Per function: the best of ``rounds`` loops of ``steps`` steps (µs per step), interleaved."""
+    best = {k: float("inf") for k in fns}
+    for _ in range(rounds):
+        for k, fn in fns.items():
+            best[k] = min(best[k], loop_us(fn, steps))
+    return best
+
+
+def decode_rows(name, out_dir, batches, contexts):
     import torch
 
     from attnplan.adapter import StepInput
     from attnplan.adapter.graphs import DecodeGraph
-    from attnplan.adapter.metadata import build_step
 
     ex = executor_for(name)
     mla = ex.plan.kv_cache.mla
     page = ex.plan.kv_cache.page_size
-    batches = (1, 64) if quick else (MLA_BATCHES if mla else BATCHES)
-    contexts = (1024, 16384) if quick else (MLA_CONTEXTS if mla else CONTEXTS)
     num_pages = max(batches) * max(contexts) // page
     cache = ex.allocate_kv_cache(num_pages)
     cache.data.view(torch.bfloat16).normal_()            # random, finite (XQA reads page tails)
     p = ex.params
+    qd = ex.plan.decode.q_len_per_req
     perm = torch.randperm(num_pages, device="cuda", dtype=torch.int32)
     rows = []
     for bs in batches:
@@ -202,16 +235,18 @@ def decode_rows(name, out_dir, quick):
             width = ctx // page
             table = perm[: bs * width].view(bs, width)
             seq_cpu = torch.full((bs,), ctx, dtype=torch.int32)
-            inp = StepInput([ex.plan.decode.q_len_per_req] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
+            inp = StepInput([qd] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
             row = dict(backend=name, call=ex.plan.decode.call, fi_backend=ex.plan.decode.flashinfer_backend,
                        batch=bs, ctx=ctx)
             # Persistent input tensors (an engine's buffers): after BIND_AFTER steps the layout
-            # reads them in place; alternating between two sets keeps the copying layout.
+            # reads them in place; alternating between two other sets keeps the copying layout.
             row["metadata_us"] = host_median(lambda: metadata(ex, inp))
-            other = StepInput(inp.query_lens, inp.seq_lens.clone(), table.clone(), bs, seq_lens_cpu=seq_cpu.clone())
-            flip = [inp, other]
+            # Two other sets of the same values, alternated: neither repeats, so neither is bound.
+            flip = [StepInput(inp.query_lens, inp.seq_lens.clone(), table.clone(), bs, seq_lens_cpu=seq_cpu.clone())
+                    for _ in range(2)]
             row["metadata_copying_us"] = host_median(lambda: metadata(ex, flip.reverse() or flip[0]))
             row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
+            row["plan_step_copying_us"] = host_median(lambda: ex.plan_step(flip.reverse() or flip[0]))
             step = ex.plan_step(inp)
             w = ex.backend._decode
             if w is not None:
@@ -220,51 +255,81 @@ def decode_rows(name, out_dir, quick):
             else:
                 row["fi_plan_us"] = 0.0
             row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - row["fi_plan_us"]
+            row["plan_step_copying_minus_fi_plan_us"] = row["plan_step_copying_us"] - row["fi_plan_us"]
             # Graph steps, adapter vs FlashInfer's own.
             g = DecodeGraph(ex, bs, width, cache)
             g.update(inp.seq_lens, table, seq_cpu)
             g.capture()
+            lay = g.layout
+            lay.seq_lens.copy_(inp.seq_lens)
+            lay.table.copy_(table)
 
             def adapter_step():
                 g.update(inp.seq_lens, table, seq_cpu)
                 g.graph.replay()
+
+            def adapter_inplace():                 # the engine wrote into the graph's own buffers
+                g.update(lay.seq_lens, lay.table, seq_cpu)
+                g.graph.replay()
             if mla:
-                qn = torch.randn(bs, p.num_qo_heads, p.kv_lora_rank, device="cuda").bfloat16()
-                qp = torch.randn(bs, p.num_qo_heads, p.qk_rope_head_dim, device="cuda").bfloat16()
+                qn = torch.randn(bs * qd, p.num_qo_heads, p.kv_lora_rank, device="cuda").bfloat16()
+                qp = torch.randn(bs * qd, p.num_qo_heads, p.qk_rope_head_dim, device="cuda").bfloat16()
+                lat = torch.randn(bs * qd, p.kv_lora_rank + p.qk_rope_head_dim, device="cuda").bfloat16()
                 fi_step = fi_graph(ex, cache, step, None, mla_q=(qn, qp))
+                fi_append = fi_graph(ex, cache, step, None, mla_q=(qn, qp), append=(lat,))
             else:
-                q = torch.randn(bs * ex.plan.decode.q_len_per_req, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
+                q = torch.randn(bs * qd, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
+                kn = torch.randn(bs * qd, p.num_kv_heads, p.head_dim_qk, device="cuda").bfloat16()
+                vn = torch.randn(bs * qd, p.num_kv_heads, p.head_dim_vo, device="cuda").bfloat16()
                 fi_step = fi_graph(ex, cache, step, q)
+                fi_append = fi_graph(ex, cache, step, q, append=(kn, vn))
+            fns = {"adapter": adapter_step, "adapter_inplace": adapter_inplace, "fi": fi_step,
+                   "fi_append": fi_append}
+            if os.environ.get("DECODE_STEPS_CHECK"):      # name the variant a device fault comes from
+                for k, fn in fns.items():
+                    print(f"[check] {name} {bs} x {ctx}: {k}", flush=True)
+                    fn()
+                    torch.cuda.synchronize()
             one = loop_us(adapter_step, 3)
-            steps = max(20, min(300, int(300_000 / max(one, 1.0))))
+            steps = max(20, min(300, int(200_000 / max(one, 1.0))))
             row["graph_steps"] = steps
-            row["adapter_graph_step_us"] = loop_us(adapter_step, steps)
-            row["fi_graph_step_us"] = loop_us(fi_step, steps)
-            row["adapter_graph_host_us"] = host_median(adapter_step, 30)
-            row["fi_graph_host_us"] = host_median(fi_step, 30)
+            best = best_loops(fns, steps)
+            for k, fn in fns.items():
+                row[f"{k}_graph_step_us"] = best[k]
+                row[f"{k}_graph_host_us"] = host_median(fn, 30)
+            row["ratio"] = best["adapter"] / best["fi"]
+            row["ratio_inplace"] = best["adapter_inplace"] / best["fi"]
+            row["ratio_vs_fi_append"] = best["adapter"] / best["fi_append"]
+            row["ratio_inplace_vs_fi_append"] = best["adapter_inplace"] / best["fi_append"]
             rows.append(row)
-            print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-            del g, fi_step
+            print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            del g, fi_step, fi_append
     (out_dir / f"decode-steps-{name}.json").write_text(json.dumps(rows, indent=1))
     return rows
 
 
-def general_rows(out_dir):
-    """Prefill-only and mixed steps: the general path (a new shape every step)."""
+GENERAL_SHAPES = [("prefill", [], [1024]), ("prefill", [], [4096]), ("prefill", [], [2048] * 8),
+                  ("mixed", [1024] * 16, [512] * 2), ("mixed", [4096] * 64, [512] * 2),
+                  ("mixed", [4096] * 64, [1024] * 4)]
+
+
+def general_rows(out_dir, shapes=GENERAL_SHAPES):
+    """Prefill-only and mixed steps: the general path (a new shape every step), host and end to end."""
     import torch
 
     from attnplan.adapter import StepInput
-    from attnplan.adapter.metadata import build_step
+    from attnplan.adapter import kv_cache as kvc
 
     ex = executor_for("fa2")
     page = ex.plan.kv_cache.page_size
-    shapes = [("prefill", [], [1024]), ("prefill", [], [4096]), ("prefill", [], [16384]),
-              ("prefill", [], [2048] * 8), ("mixed", [4096] * 64, [512] * 2), ("mixed", [4096] * 256, [1024] * 4)]
+    p = ex.params
     rows = []
     for kind, dec_ctx, pre in shapes:
         q = [1] * len(dec_ctx) + pre
         seq = dec_ctx + pre
         width = max((s + page - 1) // page for s in seq)
+        cache = ex.allocate_kv_cache(len(seq) * width)
+        cache.data.view(torch.bfloat16).normal_()
         table = torch.randperm(len(seq) * width, device="cuda", dtype=torch.int32).view(len(seq), width)
         seq_cpu = torch.tensor(seq, dtype=torch.int32)
         inp = StepInput(q, seq_cpu.cuda(), table, len(dec_ctx), seq_lens_cpu=seq_cpu)
@@ -272,61 +337,101 @@ def general_rows(out_dir):
         row["metadata_us"] = host_median(lambda: metadata(ex, inp))
         row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
         step = ex.plan_step(inp)
-        fi = 0.0
+        fi, plans = 0.0, []
         for phase, w in (("decode", ex.backend._decode), ("prefill", ex.backend._prefill)):
-            if getattr(step, phase) is not None:
+            if getattr(step, phase) is not None and w is not None:
                 a, k = recorded_plan(w, lambda: ex.backend.plan_wrapper(w, getattr(step, phase), phase))
+                plans.append((w, a, k))
                 fi += host_median(lambda: w.plan(*a, **k))
         row["fi_plan_us"] = fi
         row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - fi
+        # End to end, eager: the adapter's step against FlashInfer's plans with the same arguments,
+        # the same append at the same slots, and its wrappers' runs over the same metadata.
+        t = step.num_tokens
+        qt = torch.randn(t, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
+        kn = torch.randn(t, p.num_kv_heads, p.head_dim_qk, device="cuda").bfloat16()
+        vn = torch.randn(t, p.num_kv_heads, p.head_dim_vo, device="cuda").bfloat16()
+        out = torch.empty(t, p.num_qo_heads, p.head_dim_vo, device="cuda", dtype=torch.bfloat16)
+        slots = step.slots.clone()
+
+        def adapter_step():
+            st = ex.plan_step(inp)
+            ex.append_kv(st, cache, kn, vn)
+            ex.forward(st, qt, cache, out)
+
+        def fi_step():
+            for w, a, k in plans:
+                w.plan(*a, **k)
+            kvc.append(cache, slots, kn, vn)
+            for phase in ("decode", "prefill"):
+                b = getattr(step, phase)
+                if b is not None:
+                    ex.backend.calls[phase].run(ex.backend, ex.backend._wrappers[phase], step, phase, qt[b.tok], cache,
+                                                out[b.tok], k_scale=1.0, v_scale=1.0, sinks=None)
+        one = loop_us(adapter_step, 2)
+        steps = max(10, min(100, int(100_000 / max(one, 1.0))))
+        best = best_loops({"adapter": adapter_step, "fi": fi_step}, steps)
+        row["adapter_step_us"], row["fi_step_us"] = best["adapter"], best["fi"]
+        row["ratio"] = best["adapter"] / best["fi"]
         rows.append(row)
-        print(json.dumps({k: (round(v, 1) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+        del cache
     (out_dir / "decode-steps-general.json").write_text(json.dumps(rows, indent=1))
     return rows
 
 
-def breakdown(out_dir, n=200):
-    """Host time of each part of a decode step (fa2 and XQA plans, batch 1 and 256 x 4k)."""
+def breakdown(out_dir, n=200, batches=(1, 64)):
+    """Host time of each part of a steady decode step (fa2 and XQA plans, 4k context)."""
     import torch
 
     from attnplan.adapter import StepInput
     from attnplan.adapter.decode_layout import HostDecodeArrays, decode_step
     from attnplan.adapter.graphs import DecodeGraph
-    from attnplan.adapter.metadata import build_step
 
     rows = []
     for name in ("fa2", "xqa"):
         ex = executor_for(name)
         page = ex.plan.kv_cache.page_size
-        cache = ex.allocate_kv_cache(256 * 256)
-        for bs in (1, 256):
+        cache = ex.allocate_kv_cache(max(batches) * 256)
+        for bs in batches:
             table = torch.randperm(bs * 256, device="cuda", dtype=torch.int32).view(bs, 256)
             seq_cpu = torch.full((bs,), 4096, dtype=torch.int32)
             inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
             needs = ex.plan.metadata.decode_only
             for _ in range(5):
                 ex.plan_step(inp)
-            lay = ex._layouts.get(bs, 1, 256, inp.seq_lens, table)
             own = ex._layouts.get(bs, 1, 256)
-            host = HostDecodeArrays(seq_cpu, 1, page, 256)
+            lay = ex._layouts.get(bs, 1, 256, inp.seq_lens, table)
+            host = HostDecodeArrays(bs, 1, page, 256)
             step = ex.plan_step(inp)
             g = DecodeGraph(ex, bs, 256, cache)
             g.update(inp.seq_lens, table, seq_cpu)
             g.capture()
+            a, b = torch.empty_like(inp.seq_lens), torch.empty_like(table)
             parts = {
-                "HostDecodeArrays (numpy)": lambda: HostDecodeArrays(seq_cpu, 1, page, 256),
-                "layouts.get (bound)": lambda: ex._layouts.get(bs, 1, 256, inp.seq_lens, table),
+                "HostDecodeArrays.fill (numpy, in place)": lambda: host.fill(seq_cpu),
+                "layouts.shape + pick (bound)": lambda: ex._layouts.pick(ex._layouts.shape(bs, 1, 256), inp.seq_lens,
+                                                                         table),
                 "copy lengths + table (own layout)": lambda: own.load(inp.seq_lens, table),
+                "_foreach_copy_ lengths + table": lambda: torch._foreach_copy_([a, b], [inp.seq_lens, table],
+                                                                               non_blocking=True),
                 "metadata graph replay": lay.run,
-                "decode_step (bound)": lambda: decode_step(ex.plan, inp, needs, ex._layouts, host),
+                "decode_step (bound)": lambda: decode_step(ex.plan, inp, needs, ex._layouts),
                 "build_step": lambda: metadata(ex, inp),
                 "backend.plan_step (our args + FlashInfer plan)": lambda: ex.backend.plan_step(step),
                 "executor.plan_step": lambda: ex.plan_step(inp),
-                "DecodeGraph.update (copies + plan)": lambda: g.update(inp.seq_lens, table, seq_cpu),
+                "DecodeGraph.update (plan + copies)": lambda: g.update(inp.seq_lens, table, seq_cpu),
+                "DecodeGraph.update, in place (plan only)": lambda: g.update(g.layout.seq_lens, g.layout.table,
+                                                                             seq_cpu),
                 "DecodeGraph replay": g.graph.replay,
-                "torch: one empty int32 copy_ (reference op)": (lambda t=torch.empty(bs, dtype=torch.int32, device="cuda"):
-                                                                t.copy_(inp.seq_lens, non_blocking=True)),
+                "torch: one int32 copy_ (reference op)": (lambda t=torch.empty(bs, dtype=torch.int32, device="cuda"):
+                                                          t.copy_(inp.seq_lens, non_blocking=True)),
             }
+            if g.wrapper is not None:
+                planned = getattr(g, "_planned", None)         # the graph replays its first plan's arguments
+                pa, pk = planned[1:] if planned else recorded_plan(
+                    g.wrapper, lambda: g.update(g.layout.seq_lens, g.layout.table, seq_cpu))
+                parts["FlashInfer graph-mode plan alone (same arguments)"] = lambda: g.wrapper.plan(*pa, **pk)
             for part, fn in parts.items():
                 us = host_median(fn, n)
                 rows.append(dict(plan=name, batch=bs, part=part, us=us))
@@ -335,7 +440,7 @@ def breakdown(out_dir, n=200):
     (out_dir / "decode-steps-breakdown.json").write_text(json.dumps(rows, indent=1))
 
 
-def profile(out_dir, n=300):
+def profile(out_dir, n=300, batches=(1, 64)):
     import cProfile
     import io
     import pstats
@@ -346,7 +451,7 @@ def profile(out_dir, n=300):
 
     ex = executor_for("fa2")
     text = []
-    for bs in (1, 256):
+    for bs in batches:
         table = torch.randperm(bs * 256, device="cuda", dtype=torch.int32).view(bs, 256)
         seq_cpu = torch.full((bs,), 4096, dtype=torch.int32)
         inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
@@ -366,33 +471,92 @@ def profile(out_dir, n=300):
 
 
 def table(rows):
-    lines = ["| backend | batch × ctx | metadata (persistent inputs / copied) | plan_step | FlashInfer plan | plan_step − plan | graph step: adapter / FlashInfer | host per graph step: adapter / FlashInfer |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['metadata_us']:.0f} / {r['metadata_copying_us']:.0f} | {r['plan_step_us']:.0f} "
-                     f"| {r['fi_plan_us']:.0f} | {r['plan_step_minus_fi_plan_us']:.0f} | {r['adapter_graph_step_us']:.1f} / "
-                     f"{r['fi_graph_step_us']:.1f} | {r['adapter_graph_host_us']:.0f} / {r['fi_graph_host_us']:.0f} |")
+        lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['plan_step_minus_fi_plan_us']:.0f} / "
+                     f"{r['plan_step_copying_minus_fi_plan_us']:.0f} ({r['fi_plan_us']:.0f}) | "
+                     f"{r['adapter_graph_step_us']:.1f} / {r['adapter_inplace_graph_step_us']:.1f} / "
+                     f"{r['fi_graph_step_us']:.1f} / {r['fi_append_graph_step_us']:.1f} | {r['ratio']:.2f} "
+                     f"({r['ratio_inplace']:.2f}) | {r['ratio_vs_fi_append']:.2f} ({r['ratio_inplace_vs_fi_append']:.2f}) | "
+                     f"{r['adapter_graph_host_us']:.0f} / {r['adapter_inplace_graph_host_us']:.0f} / "
+                     f"{r['fi_graph_host_us']:.0f} |")
     return "\n".join(lines)
+
+
+def general_table(rows):
+    lines = ["| step | metadata | plan_step | FlashInfer plans | plan_step − plans | eager step end to end µs: adapter / FlashInfer (ratio) |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        what = (f"{r['kind']}: {r['decodes']} decodes + {r['prefills']} prefills ({r['prefill_tokens']} tokens)")
+        lines.append(f"| {what} | {r['metadata_us']:.0f} | {r['plan_step_us']:.0f} | {r['fi_plan_us']:.0f} | "
+                     f"{r['plan_step_minus_fi_plan_us']:.0f} | {r['adapter_step_us']:.1f} / {r['fi_step_us']:.1f} "
+                     f"({r['ratio']:.2f}) |")
+    return "\n".join(lines)
+
+
+def prebuild_for(names, general):
+    """Every module the measured plans load, in one ninja (warm-up's prebuild); ``general``: also
+    what the prefill/mixed rows (fa2's plan, both phases) and the breakdown (fa2, XQA) load."""
+    from gpu_common import plan_or_raise
+
+    from attnplan.adapter.warmup import plan_modules, prebuild
+
+    mods = {}
+    for name in dict.fromkeys([*names, *(("fa2", "xqa") if general else ())]):
+        plan = plan_or_raise(*PLANS[name]).plan
+        mods.update({m.name: m for m in plan_modules(plan) if (general and name == "fa2") or m.phase == "decode"})
+    t0 = time.perf_counter()
+    prebuild(list(mods.values()))
+    print(f"[decode steps] prebuilt {len(mods)} modules in {time.perf_counter() - t0:.0f}s: {sorted(mods)}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
-    ap.add_argument("--backends", default="fa2,fa3,xqa,mla-auto,mla-fa2")
+    ap.add_argument("--backends", default=None, help="default: xqa,fa2,fa3,mla-fa3,mla-fa2 (--issue41: xqa,fa2,mla-fa3,mla-fa2)")
     ap.add_argument("--quick", action="store_true", help="two batches x two contexts per backend")
-    ap.add_argument("--skip-general", action="store_true", help="decode rows only (no prefill/mixed rows, breakdown, profile)")
-    ap.add_argument("--only-general", action="store_true", help="prefill/mixed rows, breakdown and profile only")
+    ap.add_argument("--issue41", action="store_true",
+                    help="issue 41's set: batch 1/4/16/64 x context 1k/4k per backend, the prefill/mixed rows, "
+                         "the breakdown and the profile; its modules built first")
+    ap.add_argument("--batches", default=None, help="comma-separated batch sizes (overrides the preset)")
+    ap.add_argument("--contexts", default=None, help="comma-separated contexts (overrides the preset)")
+    ap.add_argument("--parts", default="decode,general,breakdown,profile",
+                    help="which parts to run, in this order (comma-separated)")
+    ap.add_argument("--skip-general", action="store_true", help="decode rows only (same as --parts decode)")
+    ap.add_argument("--only-general", action="store_true", help="same as --parts general,breakdown,profile")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     import flashinfer
     import torch
 
+    parts = a.parts.split(",")
+    if a.skip_general:
+        parts = ["decode"]
+    if a.only_general:
+        parts = ["general", "breakdown", "profile"]
+    names = (a.backends or ("xqa,fa2,mla-fa3,mla-fa2" if a.issue41 else "xqa,fa2,fa3,mla-fa3,mla-fa2")).split(",")
+    if "decode" not in parts:
+        names = []
+    if a.issue41:
+        prebuild_for(names, bool({"general", "breakdown", "profile"} & set(parts)))
     rows = []
-    for name in ([] if a.only_general else a.backends.split(",")):
+    for name in names:
         t0 = time.perf_counter()
+        mla = "kv_lora_rank" in PLANS[name][0]
+        if a.issue41:
+            batches, contexts = (1, 4, 16, 64), (1024, 4096)
+        elif a.quick:
+            batches, contexts = (1, 64), (1024, 16384)
+        else:
+            batches, contexts = (MLA_BATCHES, MLA_CONTEXTS) if mla else (BATCHES, CONTEXTS)
+        if a.batches:
+            batches = tuple(int(x) for x in a.batches.split(","))
+        if a.contexts:
+            contexts = tuple(int(x) for x in a.contexts.split(","))
         try:
-            rows += decode_rows(name, out, a.quick)
+            rows += decode_rows(name, out, batches, contexts)
         except Exception as exc:  # noqa: BLE001 - one backend's failure must not lose the others
             import traceback
 
@@ -400,19 +564,29 @@ def main():
             print(f"[decode steps] {name} failed: {type(exc).__name__}: {exc}", flush=True)
         print(f"[decode steps] {name}: {time.perf_counter() - t0:.0f}s", flush=True)
         torch.cuda.empty_cache()
-    md = table(rows)
-    for part in (() if a.skip_general else (general_rows, breakdown, profile)):
+    md = table(rows) if rows else ""
+    if md:
+        print(md, flush=True)
+    funcs = {"general": general_rows, "breakdown": breakdown, "profile": profile}
+    for part in parts:
+        if part not in funcs:
+            continue
+        t0 = time.perf_counter()
         try:
-            part(out)
+            r = funcs[part](out)
+            if part == "general" and r:
+                gmd = general_table(r)
+                md = (md + "\n\n" + gmd) if md else gmd
+                print(gmd, flush=True)
         except Exception:  # noqa: BLE001 - keep what the other parts measured
             import traceback
 
             traceback.print_exc()
+        print(f"[decode steps] {part}: {time.perf_counter() - t0:.0f}s", flush=True)
     (out / "decode-steps.md").write_text(md + "\n")
     (out / "decode-steps-meta.json").write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
                                                                 flashinfer=flashinfer.__version__,
                                                                 torch=torch.__version__)))
-    print(md)
 
 
 if __name__ == "__main__":

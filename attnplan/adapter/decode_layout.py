@@ -73,6 +73,7 @@ class DecodeLayout:
         self._col = torch.arange(w, **i64).view(1, w)
         self._graph: Any = None
         self._kernel = _fused_kernel(self.device)
+        self._upto_n, self._upto = -1, None
         # Host side, fixed for the shape: qo indptr and the query lengths.
         self.qo_indptr_cpu = torch.arange(b + 1, dtype=torch.int32) * q
         self.query_lens = (q,) * b
@@ -129,12 +130,24 @@ class DecodeLayout:
             kv_page_indptr_cpu=None if host is None else host.kv_indptr,
             last_page_len_cpu=None if host is None else host.last_page_len, query_lens=self.query_lens)
 
+    def indices_upto(self, num_pages: int) -> Any:
+        """``kv_indices[:num_pages]``, the view kept while the count repeats (it changes once a page)."""
+        if num_pages != self._upto_n:
+            self._upto_n, self._upto = num_pages, self.kv_indices[:num_pages]
+        return self._upto
+
+    def launcher(self, seq_lens: Any, block_table: Any) -> Any:
+        """The step's deferred device work: ``load`` then ``run``."""
+        def launch() -> None:
+            self.load(seq_lens, block_table)
+            self.run()
+        return launch
+
     def load(self, seq_lens: Any, block_table: Any) -> None:
         """This step's lengths and block table into the layout's buffers (asynchronous copies;
         nothing for a layout bound to the caller's tensors)."""
         if not self.bound:
-            self.seq_lens.copy_(seq_lens, non_blocking=True)
-            self.table.copy_(block_table, non_blocking=True)
+            _copy2(self.seq_lens, seq_lens, self.table, block_table)
 
     def capture(self, pool: Any = None) -> None:
         """Record ``compute`` as a CUDA graph (CUDA devices only; the first capture of a shape
@@ -158,6 +171,22 @@ class DecodeLayout:
             self.compute()
 
 
+def _copy2(dst_a: Any, src_a: Any, dst_b: Any, src_b: Any) -> None:
+    """Two asynchronous copies in one dispatch: ``_foreach_copy_`` launches one multi-tensor
+    kernel where the pairs allow it (same dtype and device, contiguous), and falls back to
+    per-tensor copies otherwise. On the H100's host it cost 6.9 us against 12.6 us for two
+    ``copy_`` calls (bench/decode_steps.py breakdown, issue 41)."""
+    global _FOREACH_COPY
+    if _FOREACH_COPY is None:
+        import torch
+
+        _FOREACH_COPY = torch._foreach_copy_
+    _FOREACH_COPY([dst_a, dst_b], [src_a, src_b], non_blocking=True)
+
+
+_FOREACH_COPY: Any = None
+
+
 def _fused_kernel(device: Any) -> Any:
     """``decode_kernel.decode_metadata`` on a CUDA device with triton importable, unless
     ``ATTNPLAN_DECODE_METADATA=torch`` asks for the torch ops (benchmarks compare the two)."""
@@ -173,56 +202,108 @@ def _fused_kernel(device: Any) -> Any:
 
 
 class HostDecodeArrays:
-    """What a host-planned kernel's ``plan`` reads for a decode-only step, from host KV lengths
-    (numpy on B ints: a handful of ~1 us operations, no torch dispatch). Plain host memory, not
-    the pinned staging ring: on the H100's host taking a ring buffer cost more (49 us) than this
-    whole path (24 us), and FlashInfer's decode ``plan`` copies a pageable array of its own
-    (``qo_indptr_host``) anyway, so pinning ours bought no asynchrony (bench/RESULTS.md)."""
+    """What a host-planned kernel's ``plan`` reads for a decode-only step of one shape, from host
+    KV lengths, written in place into buffers allocated once per shape (issue 41): six numpy
+    ufuncs with positional ``out`` on B ints (~1 us each on the H100's host), no allocation, no
+    torch dispatch per step. Plain host memory, not pinned: FlashInfer's ``plan`` copies
+    pageable arrays of its own (``qo_indptr_host``) anyway, and a pageable source is staged before
+    ``copy_`` returns, so the next step may rewrite these buffers at once (a pinned ring cost
+    more, 49 us against 24 us, bench/RESULTS.md). Valid until the next ``fill`` - the same
+    contract as the layout's device buffers."""
 
-    __slots__ = ("seq_lens", "kv_indptr", "last_page_len", "num_pages", "max_kv_len")
+    __slots__ = ("batch_size", "q_len", "page", "width", "seq_lens", "kv_indptr", "last_page_len", "num_pages",
+                 "max_kv_len", "_seq", "_ptr", "_ptr1", "_last", "_pages", "_tmp", "_tmp_u", "_span")
 
-    def __init__(self, seq_lens_cpu: Any, q_len: int, page: int, width: int):
+    def __init__(self, batch_size: int, q_len: int, page: int, width: int):
         import torch
 
-        is_tensor = isinstance(seq_lens_cpu, torch.Tensor)
-        s = seq_lens_cpu.numpy() if is_tensor else np.asarray(seq_lens_cpu)
-        s = s.astype(np.int32, copy=False)
-        lo, hi = int(s.min()), int(s.max())
-        if lo < q_len:
-            raise AdapterCallError("decode: a request's KV length is shorter than its query length "
-                             "(append this step's tokens before attending)")
-        if hi > width * page:
-            raise AdapterCallError(f"decode: a request holds {hi} KV tokens, more than its block table's "
-                             f"{width} pages of {page} hold")
-        b = len(s)
-        full, last = np.divmod(s - 1, page)              # pages before the last one, its fill - 1
-        buf = torch.empty(2 * b + 1, dtype=torch.int32)
+        b = batch_size
+        self.batch_size, self.q_len, self.page, self.width = b, q_len, page, width
+        buf = torch.zeros(3 * b + 1, dtype=torch.int32)
         h = buf.numpy()
-        h[0] = 0
-        np.cumsum(full + 1, out=h[1:b + 1])
-        np.add(last, 1, out=h[b + 1:2 * b + 1])
-        self.seq_lens = seq_lens_cpu if is_tensor and seq_lens_cpu.dtype == torch.int32 else torch.from_numpy(s)
-        self.kv_indptr = buf[:b + 1]
-        self.last_page_len = buf[b + 1:2 * b + 1]
-        self.num_pages = int(h[b])
+        # One host buffer: seq lens [B] | KV page indptr [B + 1] | last-page lengths [B].
+        self.seq_lens, self.kv_indptr, self.last_page_len = buf[:b], buf[b:2 * b + 1], buf[2 * b + 1:]
+        self._seq, self._ptr, self._last = h[:b], h[b:2 * b + 1], h[2 * b + 1:]
+        self._ptr1 = self._ptr[1:]
+        self._pages = np.empty(b, dtype=np.int32)
+        self._tmp = np.empty(b, dtype=np.int32)
+        self._tmp_u = self._tmp.view(np.uint32)
+        self._span = width * page - q_len          # seq - q_len must lie in [0, span]
+        self.num_pages = 0
+        self.max_kv_len = 0
+
+    def _lengths(self, seq_lens_cpu: Any) -> Any:
+        s = seq_lens_cpu.numpy() if hasattr(seq_lens_cpu, "numpy") else np.asarray(seq_lens_cpu)
+        if s.shape != self._seq.shape:
+            raise AdapterCallError(f"decode: {s.shape[0] if s.ndim == 1 else s.shape} host KV lengths for a batch "
+                                   f"of {self.batch_size} requests")
+        return s
+
+    def bound(self, seq_lens_cpu: Any) -> int:
+        """The longest KV length, after refusing lengths the shape cannot hold: shorter than the
+        query (nothing appended) or longer than the table's pages. One subtraction and one
+        reduction: a length below q_len wraps to a huge unsigned value."""
+        return self._bound(self._lengths(seq_lens_cpu))
+
+    def _bound(self, s: Any) -> int:
+        np.subtract(s, self.q_len, self._tmp, casting="unsafe")
+        d = int(np.maximum.reduce(self._tmp_u))
+        if d > self._span:
+            lo, hi = int(s.min()), int(s.max())
+            if lo < self.q_len:
+                raise AdapterCallError("decode: a request's KV length is shorter than its query length "
+                                       "(append this step's tokens before attending)")
+            raise AdapterCallError(f"decode: a request holds {hi} KV tokens, more than its block table's "
+                                   f"{self.width} pages of {self.page} hold")
+        return d + self.q_len
+
+    def fill(self, seq_lens_cpu: Any) -> "HostDecodeArrays":
+        """This step's lengths in; refuses lengths the layout cannot hold before anything reads them."""
+        s = self._lengths(seq_lens_cpu)
+        hi = self._bound(s)
+        page, seq, pages, last, tmp = self.page, self._seq, self._pages, self._last, self._tmp
+        seq[...] = s
+        # seq + page - 1 = pages * page + (last - 1): one divmod gives both.
+        np.add(seq, page - 1, tmp)
+        np.divmod(tmp, page, pages, last)
+        np.add(last, 1, last)
+        pages.cumsum(out=self._ptr1)
+        self.num_pages = int(self._ptr[-1])
         self.max_kv_len = hi
+        return self
+
+
+_INT32: Any = None
 
 
 def _caller_key(seq_lens: Any, table: Any) -> Optional[tuple]:
-    """Identity of the caller's (seq_lens, block_table): address, shape and strides (int32 only)."""
-    import torch
+    """Identity of the caller's (seq_lens, block_table): address, shape and strides (int32 only),
+    and the device's index (``get_device``: an int, no device object built per step)."""
+    global _INT32
+    if _INT32 is None:
+        import torch
 
-    if seq_lens.dtype != torch.int32 or table.dtype != torch.int32:
+        _INT32 = torch.int32
+    if seq_lens.dtype is not _INT32 or table.dtype is not _INT32:
         return None
-    return (seq_lens.data_ptr(), tuple(seq_lens.shape), seq_lens.stride(), table.data_ptr(), tuple(table.shape),
-            table.stride(), str(table.device))
+    return (seq_lens.data_ptr(), seq_lens.shape, seq_lens.stride(), table.data_ptr(), table.shape, table.stride(),
+            table.get_device())
 
 
 class _Shape:
-    __slots__ = ("own", "bound", "bound_key", "last_key", "streak")
+    """One (batch size, q_len, table width): its layouts and its host arrays, made once."""
 
-    def __init__(self, own: DecodeLayout):
-        self.own, self.bound, self.bound_key, self.last_key, self.streak = own, None, None, None, 0
+    __slots__ = ("key", "own", "bound", "bound_key", "last_key", "streak", "host")
+
+    def __init__(self, key: tuple[int, int, int], own: DecodeLayout):
+        self.key, self.own, self.bound, self.bound_key, self.last_key, self.streak = key, own, None, None, None, 0
+        self.host: Optional[HostDecodeArrays] = None
+
+    def host_arrays(self, page: int) -> HostDecodeArrays:
+        if self.host is None:
+            b, q, w = self.key
+            self.host = HostDecodeArrays(b, q, page, w)
+        return self.host
 
 
 class DecodeLayouts:
@@ -259,17 +340,21 @@ class DecodeLayouts:
             layout.capture(self._pool)
         return layout
 
-    def get(self, batch_size: int, q_len: int, width: int, seq_lens: Any = None, table: Any = None) -> DecodeLayout:
-        """The layout for this shape; with the caller's tensors, the one bound to them when there
-        is one (then ``load`` copies nothing)."""
+    def shape(self, batch_size: int, q_len: int, width: int) -> _Shape:
+        """The cached entry of this shape (made, and its metadata graph captured, on first use)."""
         key = (batch_size, q_len, width)
         shape = self._shapes.get(key)
         if shape is None:
-            shape = self._shapes[key] = _Shape(self._new(batch_size, q_len, width))
+            shape = self._shapes[key] = _Shape(key, self._new(batch_size, q_len, width))
             if len(self._shapes) > self.MAX:
                 self._shapes.popitem(last=False)
         else:
             self._shapes.move_to_end(key)
+        return shape
+
+    def pick(self, shape: _Shape, seq_lens: Any = None, table: Any = None) -> DecodeLayout:
+        """The shape's layout for the caller's tensors: the one bound to them when there is one
+        (then ``load`` copies nothing), else the one that copies them in."""
         if seq_lens is None or table is None:
             return shape.own
         ck = _caller_key(seq_lens, table)
@@ -278,37 +363,52 @@ class DecodeLayouts:
         shape.streak = shape.streak + 1 if ck is not None and ck == shape.last_key else 1
         shape.last_key = ck
         if ck is not None and shape.streak >= self.BIND_AFTER:
-            shape.bound = self._new(batch_size, q_len, width, bound=(seq_lens, table))
+            b, q, w = shape.key
+            shape.bound = self._new(b, q, w, bound=(seq_lens, table))
             shape.bound_key = ck
             return shape.bound
         return shape.own
 
+    def get(self, batch_size: int, q_len: int, width: int, seq_lens: Any = None, table: Any = None) -> DecodeLayout:
+        """The layout for this shape; with the caller's tensors, the one bound to them when there
+        is one (then ``load`` copies nothing)."""
+        return self.pick(self.shape(batch_size, q_len, width), seq_lens, table)
 
-def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, host: Optional[HostDecodeArrays], *,
-                defer_launch: bool = False) -> Any:
-    """``StepMetadata`` of a decode-only step through its shape's layout: copy, replay, views.
-    ``defer_launch``: leave the copy and the replay to ``step.extra["launch"]()``, so that a host
-    ``plan`` can run first - FlashInfer's plan copies pageable host arrays, and such a copy waits
-    for the work already in the stream (measured on the H100: ~60 us per step when the metadata
-    graph was enqueued just before it)."""
+
+def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, *, defer_launch: bool = False) -> Any:
+    """``StepMetadata`` of a decode-only step through its shape's cached entry: the host lengths
+    (when given) into the shape's host arrays, the caller's lengths and table into its layout
+    (copy, replay), views of both - nothing per request, nothing allocated but the step's two
+    small records (issue 41). ``defer_launch``: leave the copy and the replay to
+    ``step.extra["launch"]()``, so that a host ``plan`` can run first - FlashInfer's plan copies
+    pageable host arrays, and such a copy waits for the work already in the stream (measured on
+    the H100: ~60 us per step when the metadata graph was enqueued just before it)."""
     table = inp.block_table
     b, q = len(inp.query_lens), plan.decode.q_len_per_req
-    width = int(table.shape[1])
-    layout = layouts.get(b, q, width, inp.seq_lens, table)
-    if needs.needs_paged_kv_indices and not layout.indices:
+    width = table.shape[1]
+    shape = layouts.shape(b, q, width)
+    host, max_kv_len = None, inp.max_seq_len or width * layouts.page_size
+    if inp.seq_lens_cpu is not None:
+        arrays = shape.host_arrays(layouts.page_size)
+        if needs.needs_host_seq_lens:       # a host plan reads them (FlashInfer's wrappers)
+            host = arrays.fill(inp.seq_lens_cpu)
+            max_kv_len = host.max_kv_len
+        else:                               # device-tensor calls: the checked bound alone
+            max_kv_len = arrays.bound(inp.seq_lens_cpu)
+    layout = layouts.pick(shape, inp.seq_lens, table)
+    indices = needs.needs_paged_kv_indices
+    if indices and not layout.indices:
         raise AdapterCallError("the plan's decode kernel reads paged KV indices: build its DecodeLayouts with indices=True")
     if not defer_launch:
         layout.load(inp.seq_lens, table)
         layout.run()
-    t = b * q
     kv_indices = None
-    if needs.needs_paged_kv_indices:
-        kv_indices = layout.kv_indices[: host.num_pages] if host is not None else layout.kv_indices[:-1]
-    max_kv_len = host.max_kv_len if host is not None else (inp.max_seq_len or width * plan.kv_cache.page_size)
+    if indices:
+        kv_indices = layout.indices_upto(host.num_pages) if host is not None else layout.kv_indices[:-1]
     batch = layout.phase_batch(inp.seq_lens, table, max_kv_len, kv_indices, host)
-    step = StepMetadata(kind="decode_only", needs=needs, num_tokens=t, slots=layout.slots, decode=batch,
+    step = StepMetadata(kind="decode_only", needs=needs, num_tokens=layout.num_tokens, slots=layout.slots, decode=batch,
                         slot_pages=layout.slot_pages, slot_offsets=layout.slot_offsets)
     step.extra["layout"] = layout
     if defer_launch:
-        step.extra["launch"] = lambda: (layout.load(inp.seq_lens, table), layout.run())
+        step.extra["launch"] = layout.launcher(inp.seq_lens, table)
     return step

@@ -56,6 +56,7 @@ class AttentionExecutor:
         self._layouts = DecodeLayouts(self.plan.kv_cache.page_size, self.device,
                                       indices=self.plan.metadata.decode_only.needs_paged_kv_indices)
         self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
+        self._mla = self.plan.kv_cache.mla
         if backend == "flashinfer":
             from .flashinfer_backend import FlashInferBackend
 
@@ -79,14 +80,18 @@ class AttentionExecutor:
         """Metadata for this step's batch, and every kernel planned for it (once per step)."""
         step = build_step(self.plan, inp, self._staging, self._layouts, defer_launch=True)
         self.backend.plan_step(step)
-        launch = step.extra.pop("launch", None)
+        extra = step.extra
+        launch = extra.pop("launch", None)
         if launch is not None:
             # After FlashInfer's plan: its pageable copies would otherwise wait for this replay.
+            # A decode-only step of a shape seen before ends here: its layout, host arrays and
+            # views come from the shape's cache (decode_layout.decode_step), nothing to release.
             launch()
-        if self.plan.kv_cache.mla and step.prefill is not None:
+            return step
+        if self._mla and step.prefill is not None:
             self._plan_mla_prefill(step)
         # Every reader of this step's pinned host arrays is enqueued: their buffer may be reused.
-        self._staging.release(step.extra.get("staging_slot", -1))
+        self._staging.release(extra.get("staging_slot", -1))
         return step
 
     def append_kv(self, step: StepMetadata, cache: kvc.PagedKVCache, k: Any, v: Any, *,

@@ -12,8 +12,15 @@ wrapper is built in CUDA-graph mode over the layout's own buffers (``KernelCall.
 ``plan`` with the host lengths and an empty page-index
 tensor - the wrapper copies nothing into the indices buffer, which the graph fills on the device
 (MLA's plan checks the count, so it gets the buffer itself: a copy onto itself). That ``plan`` is FlashInfer's own cost,
-the same one its CUDA-graph wrapper pays; everything else the adapter adds is two copies.
+the same one its CUDA-graph wrapper pays, re-run every step as vLLM runs it (FlashInfer's
+split-KV schedule follows the lengths).
 Device-tensor calls (xqa_decode, trtllm_decode, trtllm_mla_decode) plan nothing on the host.
+
+Everything else is made once per graph (issue 41): the host arrays the plan reads
+(``HostDecodeArrays``, refilled in place), the plan's arguments (recorded from the strategy's
+first plan and replayed, where no per-step tensor is among them), so a step's host work is the
+refill (six numpy ufuncs), FlashInfer's ``plan`` and one dispatch copying the lengths and the
+table in (``_foreach_copy_``; none when the engine writes into the graph's buffers).
 """
 
 from __future__ import annotations
@@ -23,10 +30,25 @@ from typing import Any, Optional
 import torch
 
 from . import kv_cache as kvc
-from .decode_layout import DecodeLayout, HostDecodeArrays
+from .decode_layout import DecodeLayout, HostDecodeArrays, _copy2
 from .flashinfer_backend import FlashInferBackend
 from .step import StepMetadata
 from attnplan.errors import AdapterCallError
+
+
+class _PlanRecorder:
+    """Stands for a wrapper while a strategy plans it: forwards everything, keeps ``plan``'s arguments."""
+
+    def __init__(self, wrapper: Any):
+        self._wrapper = wrapper
+        self.seen: Optional[tuple] = None
+
+    def plan(self, *args: Any, **kwargs: Any) -> Any:
+        self.seen = (args, kwargs)
+        return self._wrapper.plan(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wrapper, name)
 
 
 class DecodeGraph:
@@ -75,40 +97,71 @@ class DecodeGraph:
             decode=lay.phase_batch(lay.seq_lens, lay.table, max_pages_per_req * plan.kv_cache.page_size,
                                    lay.kv_indices[:-1]))
         self.wrapper: Any = None
+        self._max_pages = max_pages_per_req
         if self.host_planned:
             self.wrapper = backend.make_wrapper("decode", **self.call.graph_buffers(lay))
-            self._no_indices = torch.empty(0, dtype=torch.int32, device=dev)
+            # What the wrapper's plan reads, made once (issue 41): the host arrays of this batch
+            # size, rewritten in place each step, and one PhaseBatch over them whose only
+            # per-step fields are the KV bound and, where the plan counts them, the page indices.
+            self.host = HostDecodeArrays(batch_size, self.q_len, lay.page_size, lay.width)
+            self._plan_batch = lay.phase_batch(lay.seq_lens, lay.table, 0, torch.empty(0, dtype=torch.int32, device=dev),
+                                               self.host)
+            # A call that hands its plan no per-step tensor (every one but those that count the page
+            # indices) gets its first plan's arguments recorded and replayed: they are the host
+            # arrays above (rewritten in place), the graph's buffers and the plan's constants.
+            self._record = not self.call.graph_plan_counts_indices
+            self._planned: Optional[tuple] = None
         else:
             self.step.extra.update(self.call.device_extras(backend, d, batch_size))
 
     # -- host side, each step ------------------------------------------------------------------
     def update(self, seq_lens: Any, block_table: Any, seq_lens_cpu: Optional[Any] = None) -> None:
-        """The step's host work: copy its lengths and block table in; a host-planned call also
-        runs FlashInfer's ``plan`` on the host lengths (``seq_lens_cpu``)."""
+        """The step's host work: a host-planned call's FlashInfer ``plan`` over this step's host
+        lengths (``seq_lens_cpu``) written into the graph's host arrays, then one copy each of the
+        lengths and the block table into the graph's buffers - nothing else (issue 41). An
+        engine that writes straight into ``layout.seq_lens`` / ``layout.table`` passes them back:
+        no copy."""
         lay = self.layout
-        if int(block_table.shape[0]) != self.batch_size or int(block_table.shape[1]) > lay.width:
-            raise AdapterCallError(f"this graph runs {self.batch_size} requests over block tables of at most {lay.width} "
-                             f"pages; got a table of shape {tuple(block_table.shape)}")
+        shape = block_table.shape
+        if shape[0] != self.batch_size or shape[1] > self._max_pages:
+            raise AdapterCallError(f"this graph runs {self.batch_size} requests over block tables of at most "
+                                   f"{lay.width} pages; got a table of shape {tuple(shape)}")
         if self.host_planned:
-            self._plan(seq_lens_cpu)     # first: FlashInfer's pageable copies wait for work already enqueued
-        # An engine that writes straight into ``layout.seq_lens`` / ``layout.table`` passes them back: no copy.
-        if seq_lens.data_ptr() != lay.seq_lens.data_ptr():
+            # First: FlashInfer's pageable copies wait for work already enqueued.
+            if seq_lens_cpu is None:
+                raise AdapterCallError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: "
+                                       "pass seq_lens_cpu")
+            host = self.host.fill(seq_lens_cpu)
+            if self._planned is not None:
+                plan, args, kwargs = self._planned
+                plan(*args, **kwargs)
+            else:
+                self._plan(host)
+        copy_seq = seq_lens.data_ptr() != lay.seq_lens.data_ptr()
+        copy_table = block_table.data_ptr() != lay.table.data_ptr()
+        table = lay.table if shape[1] == lay.width else lay.table[:, :shape[1]]
+        if copy_seq and copy_table:
+            _copy2(lay.seq_lens, seq_lens, table, block_table)
+        elif copy_seq:
             lay.seq_lens.copy_(seq_lens, non_blocking=True)
-        if block_table.data_ptr() != lay.table.data_ptr():
-            w = int(block_table.shape[1])
-            (lay.table if w == lay.width else lay.table[:, :w]).copy_(block_table, non_blocking=True)
+        elif copy_table:
+            table.copy_(block_table, non_blocking=True)
 
-    def _plan(self, seq_lens_cpu: Optional[Any]) -> None:
-        lay = self.layout
-        if seq_lens_cpu is None:
-            raise AdapterCallError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: pass seq_lens_cpu")
-        host = HostDecodeArrays(seq_lens_cpu, self.q_len, lay.page_size, lay.width)
+    def _plan(self, host: HostDecodeArrays) -> None:
+        """The strategy's plan over the graph's host arrays (recorded the first time, where it can be)."""
+        batch = self._plan_batch
+        batch.max_kv_len = host.max_kv_len
         # The graph writes the page indices; the wrapper's plan copies none of them in - except
-        # where it checks their count (``KernelCall.graph_plan_counts_indices``): that one gets the
-        # graph's own buffer (a copy onto itself).
-        indices = lay.kv_indices[: host.num_pages] if self.call.graph_plan_counts_indices else self._no_indices
-        batch = lay.phase_batch(lay.seq_lens, lay.table, host.max_kv_len, indices, host)
-        self.ex.backend.plan_wrapper(self.wrapper, batch, "decode")
+        # where it checks their count (``KernelCall.graph_plan_counts_indices``): that one gets
+        # the graph's own buffer (a copy onto itself).
+        if not self._record:
+            batch.kv_indices = self.layout.indices_upto(host.num_pages)
+            self.call.plan(self.ex.backend, self.wrapper, batch, "decode")
+            return
+        rec = _PlanRecorder(self.wrapper)
+        self.call.plan(self.ex.backend, rec, batch, "decode")
+        if rec.seen is not None:
+            self._planned = (self.wrapper.plan, *rec.seen)
 
     # -- captured work ---------------------------------------------------------------------------
     def _run(self) -> None:

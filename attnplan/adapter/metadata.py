@@ -21,7 +21,7 @@ from typing import Any
 from attnplan.errors import AdapterCallError
 from attnplan.policy import BatchMetadata, Plan
 
-from .decode_layout import HostDecodeArrays, decode_step
+from .decode_layout import decode_step
 from .host_metadata import from_host
 from .step import PhaseBatch, StepInput, StepMetadata
 
@@ -145,10 +145,7 @@ def build_step(plan: Plan, inp: StepInput, staging: Any = None, layouts: Any = N
         if needs_dec.needs_host_seq_lens and inp.seq_lens_cpu is None:
             raise AdapterCallError("the plan's metadata for decode_only batches needs host seq lens (seed 001: some "
                              "phase runs a native kernel, which plans on the host); pass seq_lens_cpu")
-        host = None
-        if inp.seq_lens_cpu is not None:
-            host = HostDecodeArrays(inp.seq_lens_cpu, q_dec, plan.kv_cache.page_size, int(inp.block_table.shape[1]))
-        return decode_step(plan, inp, needs_dec, layouts, host, defer_launch=defer_launch)
+        return decode_step(plan, inp, needs_dec, layouts, defer_launch=defer_launch)
     import numpy as np
 
     # numpy, not a Python loop over requests: ~100 us of host time per step at batch 256 (H100 host).
