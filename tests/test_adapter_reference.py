@@ -105,7 +105,7 @@ def test_hnd_layout_trtllm_plan():
 @pytest.mark.parametrize("kv", ["fp8", "fp8_e5m2"])
 def test_fp8_views(kv):
     # fp8: vLLM's plan (fp8 prefill query on fa3, bf16 XQA decode query); e5m2: the kernel layer's, since the
-    # vLLM layer refuses it on 9.0 (an e5m2 query: oracle exception kernel.fa3-e5m2-query)
+    # vLLM layer refuses it on 9.0 (its static XQA decode reads no e5m2: oracle exception kernel.xqa-e5m2)
     run_standard("H100", dict(head_dim=64, num_qo_heads=8, num_kv_heads=2, kv_cache_dtype=kv), **MIXED, k_scale=0.25,
                  engine=None if kv == "fp8" else "flashinfer")
 

@@ -3,7 +3,7 @@
 1. fa3 with an fp8_e5m2 query over an fp8_e5m2 cache (the prefill vLLM 0.33 runs on 9.0 with
    ``--kv-cache-dtype fp8_e5m2``: get_q_data_type quantizes the query to the cache dtype, FlashInfer's
    determine_attention_backend picks fa3, is_fa3_backend_supported accepts e5m2). attnplan's dtype.query says
-   fa3 takes e4m3 queries only (source-read), oracle exception kernel.fa3-e5m2-query. Called directly: the
+   fa3 took e4m3 queries only (source-read; oracle exception kernel.fa3-e5m2-query until this probe). Called directly: the
    rules refuse the plan, so there is no plan to run it from. Whatever happens (build error, run error, NaN,
    error) is printed as one ``PROBE`` line for the log; the test asserts nothing about which way it goes - the
    rule is decided from the log, and ``test_fa3_e5m2_matches_the_rule`` then holds the rule to the outcome.
