@@ -42,6 +42,12 @@ $(STAMP): pyproject.toml Makefile
 	  z.extractall(f'$(VENV)/releases/sglang-{v}', [n for n in z.namelist() if n.startswith('sglang/srt/')])" $$v && \
 	  rm -rf $(VENV)/sglang-whl-$$v || echo "note: SGLang $$v's source not fetched; its oracle tests will be skipped"; \
 	done
+	# FlashInfer's trtllm-gen selection headers per release (issue 42: tests/test_trtllm_select_releases.py):
+	# only the files attnplan/oracle/trtllm_gen.py compiles, the wheels are deleted after extraction
+	for v in 0.6.13 0.6.18 0.7.0.post1 0.7.1 0.7.2; do \
+	  bash scripts/trtllm_release_headers.sh $$v $(VENV)/releases/flashinfer-$$v $(BIN)/pip >/dev/null || \
+	  echo "note: FlashInfer $$v's headers not fetched; its trtllm-gen oracle tests will be skipped"; \
+	done
 	@command -v chromium >/dev/null 2>&1 || (command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
 	  echo "note: chromium not installed; browser tests will be skipped")

@@ -36,14 +36,16 @@ Stubbed FlashInfer files (they launch device code and take no part in selection)
   * fmhaReduction.h (runFmhaReduction) and lse.cuh (ComputeLSEFromMD): device kernels launched after
     the FMHA kernel; no-ops.
 
-Usage (measured 2026-11-25, 100,000 configurations each, 100.000 % agreement):
+Usage (measured 2026-11-25/26, 100,000 configurations each, 100.000 % agreement; per release see
+/tmp/h/trtllm-releases.md and scripts/trtllm_release_headers.sh):
     python -m attnplan.oracle.trtllm_gen --configs 100000 --seed 0      # installed flashinfer (0.7.2.post1)
-    pip download --no-deps flashinfer-python==0.6.13 -d /tmp/fi0613 && (cd /tmp/fi0613 && unzip -q *.whl)
-    python -m attnplan.oracle.trtllm_gen --flashinfer-include /tmp/fi0613/flashinfer/data/include \\
-        --code-version 0.6.13 --configs 100000 --seed 0 [--meta-info <the wheel's flashInferMetaInfo.h>]
-Without --flashinfer-include it uses the installed flashinfer package's headers; --meta-info compiles
-FlashInfer's original header (from the flashinfer-cubin wheel) instead of one regenerated from the shipped
-table, which checks the extraction too.
+    scripts/trtllm_release_headers.sh 0.7.1 /tmp/fi-0.7.1                 # the headers the oracle compiles
+    python -m attnplan.oracle.trtllm_gen --release 0.7.1 --include /tmp/fi-0.7.1 --configs 100000 --seed 0
+--release names the flashinfer release whose selection code the port runs (select.code_of; it must be the
+release of the headers in --include when they say); --include is that release's flashinfer/data/include,
+or a directory holding it (an unzipped wheel). Without --include it uses the installed flashinfer package's
+headers. --meta-info compiles FlashInfer's original header (from the flashinfer-cubin wheel) instead of one
+regenerated from the shipped table, which checks the extraction too.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -254,8 +256,18 @@ def installed_include() -> Path:
     import importlib.util
     spec = importlib.util.find_spec("flashinfer")
     if spec is None or not spec.submodule_search_locations:
-        raise SourceNotFoundError("flashinfer is not installed; pass --flashinfer-include")
+        raise SourceNotFoundError("flashinfer is not installed; pass --include")
     return Path(list(spec.submodule_search_locations)[0]) / "data" / "include"
+
+
+def resolve_include(path: Path) -> Path:
+    """``path`` itself when it is a flashinfer/data/include, else the one under it (an unzipped wheel or a
+    site-packages dir); SourceNotFoundError naming what is missing."""
+    for cand in (path, path / "data" / "include", path / "flashinfer" / "data" / "include"):
+        if (cand / "flashinfer" / "trtllm" / "fmha" / "fmhaKernels.cuh").is_file():
+            return cand
+    raise SourceNotFoundError(f"no flashinfer/trtllm/fmha/fmhaKernels.cuh under {path} (pass a flashinfer wheel's "
+                              "flashinfer/data/include, or the directory it was unzipped into)")
 
 
 def code_version(include: Path) -> str:
@@ -368,11 +380,18 @@ _GROUPS = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 24, 32, 48, 64, 96, 128)
 _COMMON_GROUPS = (1, 2, 4, 5, 6, 8, 8, 16, 32, 64, 128)
 
 
-def generate(n: int, seed: int, sms: tuple[int, ...] = (100, 100, 103, 103, 107)) -> list[Query]:
+_SPARSE_TOP_K = (64, 128, 512, 2048)
+_SPARSE_SHAPES = ((576, 512), (576, 512), (512, 512), (320, 256))
+
+
+def generate(n: int, seed: int, sms: tuple[int, ...] = (100, 100, 103, 103, 107), sparse: float = 0.15) -> list[Query]:
     """Seeded configurations: SM 10.0/10.3/10.7, every query/KV/output dtype (fp8 e4m3/e5m2, NVFP4), head
     dims 64-512 and MLA shapes, pages 16-1024, GQA groups 1-128, decode q_len 1-4, window, sinks-free and
-    skip-softmax calls, batch 1-256, KV 1-128k, SM counts 20-160, and both outcomes of the CGA occupancy query."""
+    skip-softmax calls, batch 1-256, KV 1-128k, SM counts 20-160, and both outcomes of the CGA occupancy query.
+    A ``sparse`` share of the decode calls become sparse-MLA decode (top-k 64-2048, MLA shapes and 512/512,
+    MLA groups 1-128): drawn from a second generator, so the other configurations of a seed stay as they were."""
     rng = random.Random(seed)
+    rs = random.Random(seed * 1000003 + 17)
     out = []
     for _ in range(n):
         mode = rng.choice((0, 1, 1, 2))
@@ -399,6 +418,13 @@ def generate(n: int, seed: int, sms: tuple[int, ...] = (100, 100, 103, 103, 107)
             window_left=rng.choice((-1, -1, -1, 127, 4095)),
             sparse_top_k=0, skips_softmax=rng.random() < 0.1, causal=rng.random() < 0.8,
             max_active_clusters=rng.choice((1 << 20, 1 << 20, 0)), bf16q_mode=bf16q))
+        if mode == 1 and rs.random() < sparse:
+            # selectSparseMlaGenerationKernel: head tile from the group (halved at batch 1 for short queries,
+            # padded for groups that cannot be their own tile), split-KV over min(KV, top-k)
+            hqk, hv = rs.choice(_SPARSE_SHAPES)
+            out[-1] = replace(out[-1], head_dim_qk=hqk, head_dim_v=hv, num_heads_kv=1,
+                              num_heads_q=rs.choice(_GROUPS), sparse_top_k=rs.choice(_SPARSE_TOP_K),
+                              batch=rs.choice((1, 1, 2, 4, 16, 64)), max_q_len=rs.choice((1, 1, 2, 4, 17, 32)))
     return out
 
 
@@ -433,9 +459,12 @@ def compare(binary: Path, queries: list[Query], table: KernelTable, version: str
 
 def main(argv: Optional[list[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flashinfer-include", type=Path, default=None,
-                    help="a flashinfer wheel's flashinfer/data/include (default: the installed flashinfer)")
-    ap.add_argument("--code-version", default=None, help="the version of those headers (default: read)")
+    ap.add_argument("--include", "--flashinfer-include", dest="include", type=Path, default=None,
+                    help="a flashinfer wheel's flashinfer/data/include, or the directory the wheel was unzipped "
+                         "into (default: the installed flashinfer)")
+    ap.add_argument("--release", "--code-version", dest="release", default=None,
+                    help="the flashinfer release of those headers, whose selection code the port runs "
+                         "(default: read from the headers' package)")
     ap.add_argument("--meta-info", type=Path, default=None,
                     help="compile this flashInferMetaInfo.h instead of one regenerated from the shipped table")
     ap.add_argument("--configs", type=int, default=10000)
@@ -444,8 +473,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "attnplan-trtllm-oracle")
     args = ap.parse_args(argv)
-    include = args.flashinfer_include or installed_include()
-    version = args.code_version or code_version(include)
+    from ..kernels.trtllm_gen.select import code_of
+
+    include = resolve_include(args.include) if args.include else installed_include()
+    read = code_version(include)
+    version = args.release or read
+    code = code_of(version)
+    if code is None:
+        ap.error(f"no known trtllm-gen selection code for flashinfer {version}")
+    if read != "unknown" and code_of(read) != code:
+        ap.error(f"the headers in {include} are flashinfer {read}'s (code {code_of(read)}), "
+                 f"not {version}'s ({code})")
     table = shipped()
     args.workdir.mkdir(parents=True, exist_ok=True)
     binary = build(include, table, args.workdir, args.meta_info)
@@ -454,12 +492,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     outcomes = {"OK": 0, "MISS": 0, "ERR": 0}
     for t in truth:
         outcomes[t.split(" ", 1)[0]] += 1
-    summary = {"flashinfer_code": version, "table": table.pin, "configs": len(queries), "seed": args.seed,
+    summary = {"flashinfer_code": version, "selection_code": code, "include": str(include), "table": table.pin,
+               "configs": len(queries), "seed": args.seed,
                "agree": agree, "disagree": len(diffs), "oracle_outcomes": outcomes}
     if args.json:
         print(json.dumps(summary | {"diffs": [(q.line(), t, g) for q, t, g in diffs[: args.show]]}, indent=1))
     else:
-        print(f"flashinfer {version} selection code over table {table.short_pin}: {agree}/{len(queries)} agree "
+        print(f"flashinfer {version} selection code (port: {code}) over table {table.short_pin}: "
+              f"{agree}/{len(queries)} agree "
               f"({100.0 * agree / max(1, len(queries)):.3f} %); oracle outcomes {outcomes}")
         for q, t, g in diffs[: args.show]:
             print(f"  {q}\n    flashinfer: {t}\n    attnplan:   {g}")

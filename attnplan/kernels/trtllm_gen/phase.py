@@ -13,10 +13,13 @@ a configuration whose kernel exists at some shapes and not at others is refused,
 Which selection code and which table (``decide``):
 * flashinfer 0.6.12 - 0.6.17: FlashInfer 0.6.13's selection code over pin 158f6fa1's table (the table
   those versions download, shipped here from flashinfer-cubin 0.6.13);
-* flashinfer 0.7.x: 0.7.2.post1's selection code over pin 158f6fa1's table: its own table (pin 2d6a5a02)
-  is not public, so a kernel absent from every known table is refused (fail closed) unless 0.7.2's source
-  selects that family on purpose (``added_in_0_7``: grouped MLA generation, the bf16-query/e4m3-KV
-  transform kernels), and the answer names the table that decided and what was assumed;
+* flashinfer 0.6.18, 0.6.18.post1, 0.7.0, 0.7.0.post1, 0.7.1, 0.7.2, 0.7.2.post1: each release family's own
+  selection code (select.py ``CODES``: 0.6.18, 0.7.0, 0.7.1 = 0.7.1/0.7.2, 0.7.2.post1; each held to that
+  release's headers by the oracle) over pin 158f6fa1's table: their own table (pin 2d6a5a02, flashinfer/artifacts.py
+  ArtifactPath.TRTLLM_GEN_FMHA of every one of them) is not public, so a kernel absent from every known table
+  is refused (fail closed) unless that release's source selects the family on purpose (``added_in_0_7``:
+  grouped MLA generation, the bf16-query/e4m3-KV transform kernels, both in 0.6.18's source and after), and
+  the answer names the table that decided and what was assumed;
 * any other version: not decided here (``None``).
 """
 
@@ -25,8 +28,6 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from typing import Optional
-
-from packaging.version import InvalidVersion, Version
 
 from . import select as sel
 from .wrappers import wrapper_error
@@ -98,19 +99,22 @@ def unusable_table(error: str) -> "Decision":
                                     f"answer to download it again: {error}", "the node's (unusable)", "none")
 
 
+# The release whose headers the oracle compiles for each selection code (the label names it): 0.7.0's headers
+# are 0.7.0.post1's, byte for byte.
+CODE_LABELS = {"0.6.13": "flashinfer 0.6.13", "0.6.18": "flashinfer 0.6.18", "0.7.0": "flashinfer 0.7.0.post1",
+               "0.7.1": "flashinfer 0.7.1", "0.7.2.post1": "flashinfer 0.7.2.post1"}
+
+
 def code_for(flashinfer_version: Optional[str]) -> Optional[tuple[str, str, str]]:
-    """(selection code "0.6"/"0.7", its label, table pin) for a flashinfer version, or None when unknown."""
+    """(selection code, a select.CODES key; its label; the pin of the table it is run over) for a flashinfer
+    version, or None when its selection code is not known. The table: 158f6fa1 for every code (the only
+    public one; 0.6.18+'s own pin 2d6a5a02 is read from a node when it has it, ``decide(table=...)``)."""
     if not flashinfer_version:
         return None
-    try:
-        v = Version(str(flashinfer_version))
-    except InvalidVersion:
+    code = sel.code_of(str(flashinfer_version))
+    if code is None:
         return None
-    if Version("0.6.12") <= v < Version("0.6.18"):
-        return "0.6", "flashinfer 0.6.13", PIN_0_6
-    if Version("0.7") <= v < Version("0.8"):
-        return "0.7", "flashinfer 0.7.2.post1", PIN_0_6
-    return None
+    return code, CODE_LABELS[code], PIN_0_6
 
 
 def _table_label(t: KernelTable) -> str:
@@ -172,9 +176,13 @@ def _info_fields(detail: str) -> dict[str, str]:
 
 
 def added_in_0_7(detail: str) -> Optional[str]:
-    """Whether a kernel 0.7.2.post1's code looks up and the 0.6 table lacks is one its source selects on
+    """Whether a kernel 0.6.18+'s code looks up and the 0.6 table lacks is one its source selects on
     purpose (a family added after pin 158f6fa1): then its own table (pin 2d6a5a02, not public) has it.
-    None: not shown by the source, so refused (fail closed)."""
+    Both families are in the source of every release from 0.6.18 to 0.7.2.post1 (fmhaKernels.cuh
+    selectGroupedMlaGenerationKernel / usesGroupedMlaGeneration; decode.py trtllm_batch_decode_with_kv_cache's
+    separate_kv default, csrc/trtllm_fmha_kernel_launcher.cu's transform-mode check); the padded MLA tiles
+    (getPaddedMlaTileSizeQ) and the H576/V512 CGA kernels are not claimed (the latter is selected only where
+    the table has it). None: not shown by the source, so refused (fail closed)."""
     f = _info_fields(detail)
     if (f.get("groupsTokensHeadsQ") == "1" and f.get("headDimQk") == "576" and f.get("headDimV") == "512"
             and f.get("kernelType") == "3" and f.get("tileSizeQ") == "64"):
@@ -254,7 +262,7 @@ def decide(call: PhaseCall, capability: int, page_size: int, flashinfer_version:
     sha: dict[str, str] = {}
     misses: dict[str, list[str]] = {}
     assumed: set[str] = set()
-    foreign = code == "0.7" and t.pin == PIN_0_6   # 0.7's code over the 0.6 table
+    foreign = sel.resolve(code).v7 and t.pin == PIN_0_6   # 0.6.18+'s code over the 0.6.13 table
     for sms, b, q, kv, occ in _shapes(call, capability):
         s = sel.launch(t, code, mode=call.mode, sm=capability, dtype_q=call.dtype_q, dtype_kv=call.dtype_kv,
                        dtype_o=call.dtype_o, head_dim_qk=call.head_dim_qk, head_dim_v=call.head_dim_v,

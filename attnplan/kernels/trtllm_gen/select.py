@@ -5,11 +5,14 @@ TllmGenFmhaKernel: loadKernels, hashID, selectKernel and its generation heuristi
 loadKernel, computeCtaAndClusterConfig, run's re-selection loop and CGA fallback), ``fmhaRunner.cuh``
 (TllmGenFmhaRunner's architecture and dtype checks), ``fmhaRunnerParams.h`` (TllmGenSelectKernelParams'
 defaults) and ``csrc/trtllm_fmha_kernel_launcher.cu`` (the runner params trtllm_paged_attention_launcher
-and trtllm_ragged_attention_launcher set, and their "Missing TRTLLM-GEN kernel" check), for two codes:
+and trtllm_ragged_attention_launcher set, and their "Missing TRTLLM-GEN kernel" check), for each release
+family whose selection code differs (``CODES``; ``code_of`` maps a version to one):
 
-* ``"0.6"``: flashinfer-python 0.6.13 (artifact pin 158f6fa1, the table it was built with);
-* ``"0.7"``: flashinfer-python 0.7.2.post1 (its table, pin 2d6a5a02, is not public: run it over a node's
-  table, or over 0.6.13's as evidence of its logic).
+* ``"0.6.13"`` (0.6.12-0.6.17): artifact pin 158f6fa1, the table it was built with;
+* ``"0.6.18"``, ``"0.7.0"``, ``"0.7.1"`` (0.7.1 and 0.7.2: identical headers), ``"0.7.2.post1"``: pin 2d6a5a02,
+  whose table is not public: run them over a node's table, or over 0.6.13's as evidence of their logic.
+  ``Code`` names each difference, with the header and function it comes from; the old names ``"0.6"`` and
+  ``"0.7"`` stay aliases of 0.6.13 and 0.7.2.post1.
 
 Held to FlashInfer's own code by the differential oracle (attnplan/oracle/trtllm_gen.py) (the headers compiled with g++), which
 compares ``oracle_line`` with the harness' answer line for line. Pure: no torch, no CUDA.
@@ -39,6 +42,74 @@ SM100, SM100F, SM103, SM107 = (sm_constant(n) for n in ("kSM_100", "kSM_100f", "
 BF16Q_FULL, BF16Q_KONLY, BF16Q_SEPARATE = 0, 1, 2                      # Bf16QFp8KvTransformMode
 
 SMEM_OPTIN_BYTES = 232448   # cudaDevAttrMaxSharedMemoryPerBlockOptin on SM100/SM103 (227 KiB)
+
+
+@dataclass(frozen=True)
+class Code:
+    """One release family's selection code: the switches by which its headers differ (each names where)."""
+    name: str
+    # 0.6.18+ (fmhaKernels.cuh/fmhaRunner.cuh of 0.6.18 vs 0.6.13): SM 10.7 family, the shared-memory filter in
+    # loadKernels, the 0.7 hashID layout with bf16-query/e4m3-KV transform modes, grouped MLA generation,
+    # getPaddedMlaTileSizeQ, the GQA trait sync, dynamic tokens per page for one head per KV head.
+    v7: bool
+    # 0.7.0+ (fmhaKernels.cuh 0.7.0 vs 0.6.18): the DSv4 fused inverse-RoPE FP8 branch of selectKernel, hashID
+    # bits 57-58 (fusesDsv4InvRopeFp8Quant, usesDsv4Ue8m0ScaleO) and their two fields in the kernel-traits info.
+    dsv4: bool = False
+    # 0.7.0+ computeCtaAndClusterConfig: useMlaH512Cga (CGA reduction for the H576/V512 split-V one-token decode).
+    mla_h512_cga: bool = False
+    # 0.7.0+ selectSparseMlaGenerationKernel: the half tileSizeQ only for maxSeqLenQ <= 16.
+    sparse_half_tile_short_q: bool = False
+    # 0.7.1+ getPaddedMlaTileSizeQ: power-of-two groups below 8 heads are padded too (0.6.18/0.7.0: only
+    # non-power-of-two groups, `if (numHeadsQPerKv >= 128 || (numHeadsQPerKv & (numHeadsQPerKv - 1)) == 0)`).
+    pads_small_mla_groups: bool = False
+    # 0.7.2.post1 computeCtaAndClusterConfig: ">16 splits -> 16" (kMaxCgaSmemReductionCtasPerSeqKv) clamp.
+    cga_clamp: bool = False
+
+
+CODES = {
+    "0.6.13": Code("0.6.13", v7=False),
+    "0.6.18": Code("0.6.18", v7=True),
+    "0.7.0": Code("0.7.0", v7=True, dsv4=True, mla_h512_cga=True, sparse_half_tile_short_q=True),
+    "0.7.1": Code("0.7.1", v7=True, dsv4=True, mla_h512_cga=True, sparse_half_tile_short_q=True,
+                  pads_small_mla_groups=True),
+    "0.7.2.post1": Code("0.7.2.post1", v7=True, dsv4=True, mla_h512_cga=True, sparse_half_tile_short_q=True,
+                        pads_small_mla_groups=True, cga_clamp=True),
+}
+ALIASES = {"0.6": "0.6.13", "0.7": "0.7.2.post1"}
+
+# flashinfer-python releases per code: [lowest, below). Each range's headers (common.h, fmhaKernels.cuh,
+# fmhaRunner.cuh, fmhaRunnerParams.h, csrc/trtllm_fmha_kernel_launcher.cu) are byte-identical to the named
+# release's (compared wheel by wheel: 0.6.18 = 0.6.18.post1, 0.7.0 = 0.7.0.post1, 0.7.1 = 0.7.2); a version
+# outside every range has no known code.
+RELEASES = (("0.6.12", "0.6.18", "0.6.13"), ("0.6.18", "0.6.19", "0.6.18"), ("0.7.0", "0.7.1", "0.7.0"),
+            ("0.7.1", "0.7.2.post1", "0.7.1"), ("0.7.2.post1", "0.7.2.post2", "0.7.2.post1"))
+
+
+def resolve(code: "str | Code") -> Code:
+    """The Code named ``code`` (a CODES key or an alias)."""
+    if isinstance(code, Code):
+        return code
+    name = ALIASES.get(code, code)
+    if name not in CODES:
+        raise ValueError(f"unknown trtllm-gen selection code {code!r}; known: {', '.join(CODES)}")
+    return CODES[name]
+
+
+def code_of(version: str) -> Optional[str]:
+    """The selection code (a CODES key) flashinfer ``version`` runs, or None when no known code is its."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        v = Version(str(version))
+    except InvalidVersion:
+        return None
+    if v.is_prerelease or v.is_devrelease:
+        return None
+    v = Version(v.public.split("+")[0])
+    for lo, hi, name in RELEASES:
+        if Version(lo) <= v < Version(hi):
+            return name
+    return None
 
 
 class FlashInferError(Exception):
@@ -169,10 +240,11 @@ def _f32(x: float) -> float:
 class KernelFamily:
     """TllmGenFmhaKernel for one (SM, dtypeQ, dtypeK, dtypeV, dtypeO): the loaded hash map over a table."""
 
-    def __init__(self, table: KernelTable, sm: int, dq: str, dk: str, dv: str, do: str, code: str):
-        self.table, self.sm, self.code = table, sm, code
+    def __init__(self, table: KernelTable, sm: int, dq: str, dk: str, dv: str, do: str, code: "str | Code"):
+        self.c = resolve(code)
+        self.table, self.sm, self.code = table, sm, self.c.name
         self.dq, self.dk, self.dv, self.do = dq, dk, dv, do
-        self.v7 = code == "0.7"
+        self.v7 = self.c.v7
         self.map: dict[int, int] = {}
         self._load_kernels()
 
@@ -235,7 +307,7 @@ class KernelFamily:
                     | int(skips) << 57 | int(dyn) << 58)
         if not (0 <= bf16q <= 2):
             raise FlashInferError(fn, "The BF16Q FP8KV transform mode must fit in 2 bits.")
-        if not (not ue8m0 or dsv4):
+        if self.c.dsv4 and not (not ue8m0 or dsv4):
             raise FlashInferError(fn, "DSv4 UE8M0 output scales require the fused inverse-RoPE FP8 epilogue.")
         if not (0 <= layout < 4 and 0 <= mask < 8 and 0 <= ktype < 8 and 0 <= sched < 4 and 0 <= mcta < 4
                and page_log2 < 16):
@@ -266,8 +338,10 @@ class KernelFamily:
                           r["mTileSizeQ"], r["mTileSizeKv"], r["mNumTokensPerPage"], dyn, r["mReuseSmemKForV"],
                           r["m2CtaMma"], r["mSparseAttn"], r["mSkipsSoftmaxWhenPossible"],
                           r["mGroupsTokensHeadsQ"], bf16q, two_q, r.get("mFp16Softmax", False),
-                          r.get("mUsesSpcompress", False), r.get("mFusesDsv4InvRopeFp8Quant", False),
-                          r.get("mUsesDsv4Ue8m0ScaleO", False))
+                          r.get("mUsesSpcompress", False),
+                          # 0.6.18's hashID(KernelMeta) does not read the DSv4 fields (bits 57-63 unused)
+                          self.c.dsv4 and r.get("mFusesDsv4InvRopeFp8Quant", False),
+                          self.c.dsv4 and r.get("mUsesDsv4Ue8m0ScaleO", False))
 
     def info(self, p: RunnerParams, s: SelectParams) -> str:
         parts = [("qkvLayout", p.qkv_layout), ("maskType", s.mask_type), ("kernelType", s.kernel_type),
@@ -279,8 +353,9 @@ class KernelFamily:
         if self.v7:
             parts += [("groupsTokensHeadsQ", int(s.groups_tokens_heads_q)), ("sparseMlaType", p.sparse_mla_type),
                       ("skipsSoftmax", int(s.skips_softmax)), ("bf16QFp8KvTransformMode", s.bf16q_mode),
-                      ("fp16Softmax", int(s.fp16_softmax)), ("usesSpcompress", int(s.spcompress)),
-                      ("fusesDsv4InvRopeFp8Quant", int(s.dsv4)), ("usesDsv4Ue8m0ScaleO", int(s.dsv4))]
+                      ("fp16Softmax", int(s.fp16_softmax)), ("usesSpcompress", int(s.spcompress))]
+            if self.c.dsv4:
+                parts += [("fusesDsv4InvRopeFp8Quant", int(s.dsv4)), ("usesDsv4Ue8m0ScaleO", int(s.dsv4))]
         else:
             parts += [("sparseMlaType", p.sparse_mla_type), ("skipsSoftmax", int(s.skips_softmax))]
         return ", ".join(f"{k}={v}" for k, v in parts)
@@ -295,7 +370,7 @@ class KernelFamily:
                           s.head_dim_per_cta_v, p.head_dim_qk, p.head_dim_v, s.tile_q, s.tile_kv, s.tokens_per_page,
                           s.dynamic_tokens_per_page, s.reuse_smem_k_for_v, s.two_cta, p.sparse_mla_type,
                           s.skips_softmax, s.groups_tokens_heads_q, s.bf16q_mode, False, s.fp16_softmax,
-                          s.spcompress, s.dsv4, s.dsv4)
+                          s.spcompress, self.c.dsv4 and s.dsv4, self.c.dsv4 and s.dsv4)
 
     def load(self, p: RunnerParams, s: SelectParams) -> dict[str, Any]:
         idx = self.map.get(self.hash_params(p, s))
@@ -385,8 +460,8 @@ class KernelFamily:
                         if tile <= 1024:
                             tuned = target
             per_kv = min(tuned, max(1, _c_div(p.sm_count, x * y * z)))
-            if (self.v7 and per_kv > 16 and (p.max_seq_len_q == 1 or p.head_dim_v != 256) and p.head_dim_v < 512
-                    and not dsv3 and not s.force_gmem and s.kernel_type == SWAPS_AB
+            if (self.c.cga_clamp and per_kv > 16 and (p.max_seq_len_q == 1 or p.head_dim_v != 256)
+                    and p.head_dim_v < 512 and not dsv3 and not s.force_gmem and s.kernel_type == SWAPS_AB
                     and _ceil_div(win, 16) <= 4096
                     and (s.multi_ctas_kv_mode == CGA or (s.multi_ctas_kv_mode == GMEM and self._has_cga(p, s)))):
                 per_kv = 16
@@ -397,7 +472,7 @@ class KernelFamily:
                 s.tile_scheduler = PERSISTENT
                 s.select_new = True
             # the TRTLLM_GEN_ENABLE_TILE_SIZE_KV64 branch is off unless that environment variable is set
-            if self.v7:
+            if self.c.mla_h512_cga:
                 use_h512_cga = (dsv3 and p.max_seq_len_q == 1 and s.tokens_per_page == 32
                                 and s.head_dim_per_cta_v == 128 and s.tile_q == 16 and self._has_cga(p, s))
                 use_cga = (not dsv3 and p.head_dim_v < 512) or use_h512_cga
@@ -426,10 +501,10 @@ class KernelFamily:
         seq_per_cta = _ceil_div(p.max_seq_len_kv, per_kv)
         return seq_per_cta <= 1024 and n <= p.sm_count
 
-    @staticmethod
-    def _padded_mla_tile_q(h: int) -> int:
+    def _padded_mla_tile_q(self, h: int) -> int:
         _check(h > 0, "getPaddedMlaTileSizeQ", f"The numHeadsQPerKv must be positive, got %d. {h}")
-        if h >= 128 or (h >= 8 and (h & (h - 1)) == 0):
+        floor = 8 if self.c.pads_small_mla_groups else 0   # 0.6.18/0.7.0: every power of two keeps the legacy tile
+        if h >= 128 or (h >= floor and (h & (h - 1)) == 0):
             return 0
         _check(h <= 64, "getPaddedMlaTileSizeQ", f"Non-power-of-two MLA numHeadsQPerKv must be <= 64, got %d. {h}")
         return max(8, _up_pow2(h))
@@ -443,7 +518,7 @@ class KernelFamily:
             eff = min(p.max_seq_len_kv, p.sparse_mla_top_k)
             max_per_kv = _ceil_div(eff, s.tile_kv)
             use_half = half >= 8 and p.batch * max_per_kv <= p.sm_count // 8
-            if self.v7:
+            if self.c.sparse_half_tile_short_q:
                 use_half = use_half and p.max_seq_len_q <= 16
             s.tile_q = half if use_half else full
         else:
@@ -470,7 +545,7 @@ class KernelFamily:
 
     def _select_mla_gen(self, p: RunnerParams, s: SelectParams) -> None:
         if self.v7:
-            if p.fuses_dsv4:
+            if self.c.dsv4 and p.fuses_dsv4:
                 raise NotImplementedError("DSv4 fused RoPE quant is not modelled")
             if self._uses_grouped_mla(p):
                 s.kernel_type = KEEPS_AB
@@ -640,28 +715,22 @@ class KernelFamily:
 _FAMILIES: dict[tuple, KernelFamily] = {}
 
 
-def family(table: KernelTable, sm: int, dq: str, dk: str, dv: str, do: str, code: str) -> KernelFamily:
-    key = (id(table), sm, dq, dk, dv, do, code)
+def family(table: KernelTable, sm: int, dq: str, dk: str, dv: str, do: str, code: "str | Code") -> KernelFamily:
+    key = (id(table), sm, dq, dk, dv, do, resolve(code).name)
     if key not in _FAMILIES:
         _FAMILIES[key] = KernelFamily(table, sm, dq, dk, dv, do, code)
     return _FAMILIES[key]
 
 
-def runner_check(sm: int, dq: str, dk: str, dv: str, do: str, code: str) -> None:
+def runner_check(sm: int, dq: str, dk: str, dv: str, do: str, code: "str | Code") -> None:
     """TllmGenFmhaRunner's constructor (fmhaRunner.cuh)."""
     fn = "TllmGenFmhaRunner"
-    archs = (SM100, SM103, SM107) if code == "0.7" else (SM100, SM103)
+    archs = (SM100, SM103, SM107) if resolve(code).v7 else (SM100, SM103)   # 0.6.18+ accept kSM_107
     _check(sm in archs, fn, "Unsupported architecture")
     _check(dq in (E4M3, FP16, BF16, INT8), fn, f"Unsupported Q data type: {dq}")
     _check(dk in (E4M3, E2M1, FP16, BF16, INT8), fn, f"Unsupported K data type: {dk}")
     _check(dv in (E4M3, E2M1, FP16, BF16), fn, f"Unsupported V data type: {dv}")
     _check(do in (E4M3, FP16, BF16, E2M1), fn, f"Unsupported Output data type: {do}")
-
-
-def code_of(version: str) -> str:
-    """The selection code a flashinfer version runs: "0.6" (0.6.x) or "0.7" (0.7.x)."""
-    parts = version.split(".")
-    return "0.7" if (int(parts[0]), int(parts[1])) >= (0, 7) else "0.6"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -683,7 +752,7 @@ class Selection:
         return f"OK {self.function}" if self.ok else f"{self.kind} {self.detail}"
 
 
-def launch(table: KernelTable, code: str, *, mode: int, sm: int, dtype_q: str, dtype_kv: str, dtype_o: str,
+def launch(table: KernelTable, code: "str | Code", *, mode: int, sm: int, dtype_q: str, dtype_kv: str, dtype_o: str,
            head_dim_qk: int, head_dim_v: int, page_size: int, num_heads_q: int, num_heads_kv: int, batch: int,
            max_q_len: int, max_kv_len: int, sm_count: int, window_left: int = -1, sparse_top_k: int = 0,
            skips_softmax: bool = False, causal: bool = True, max_active_clusters: int = 1 << 20,
@@ -691,7 +760,8 @@ def launch(table: KernelTable, code: str, *, mode: int, sm: int, dtype_q: str, d
     """What trtllm_paged_attention_launcher (mode 0 context, 1 decode) or trtllm_ragged_attention_launcher
     (mode 2) does with these arguments: the kernel TllmGenFmhaKernel::run launches, the launcher's
     "Missing TRTLLM-GEN kernel" (MISS), or the error FlashInfer's code raises (ERR)."""
-    if bf16q_mode is None:   # flashinfer.decode.trtllm_batch_decode_with_kv_cache's default (0.7)
+    c = resolve(code)
+    if bf16q_mode is None:   # flashinfer.decode.trtllm_batch_decode_with_kv_cache's default (0.6.18+)
         bf16q_mode = BF16Q_SEPARATE if (mode == 1 and (dtype_q, dtype_kv, dtype_o) == (BF16, E4M3, BF16)) else 0
     try:
         runner_check(sm, dtype_q, dtype_kv, dtype_kv, dtype_o, code)
@@ -702,7 +772,7 @@ def launch(table: KernelTable, code: str, *, mode: int, sm: int, dtype_q: str, d
                       num_heads_kv=num_heads_kv, batch=batch, max_seq_len_q=max_q_len, max_seq_len_kv=max_kv_len,
                       sm_count=sm_count, window_size=INT_MAX if window_left == -1 else window_left + 1,
                       skips_softmax=skips_softmax)
-        if code == "0.7":
+        if c.v7:   # trtllm_paged_attention_launcher's transform-mode check (0.6.18+)
             if bf16q_mode != 0 and not (mode == 1 and (dtype_q, dtype_kv, dtype_o) == (BF16, E4M3, BF16)):
                 raise FlashInferError("", "bf16q_fp8kv_transform_mode is only supported for BF16 query, FP8 E4M3 "
                                           "KV, BF16 output decode")
@@ -735,8 +805,12 @@ def launch(table: KernelTable, code: str, *, mode: int, sm: int, dtype_q: str, d
 
 
 def oracle_line(q: Any, table: KernelTable, version: str) -> str:
-    """The line the oracle harness prints for query ``q`` (attnplan/oracle/trtllm_gen.py Query)."""
-    return launch(table, code_of(version), mode=q.mode, sm=q.sm, dtype_q=q.dtype_q, dtype_kv=q.dtype_kv,
+    """The line the oracle harness prints for query ``q`` (attnplan/oracle/trtllm_gen.py Query); ``version``:
+    a flashinfer version or a code name."""
+    code = version if version in CODES or version in ALIASES else code_of(version)
+    if code is None:
+        raise ValueError(f"no known trtllm-gen selection code for flashinfer {version}")
+    return launch(table, code, mode=q.mode, sm=q.sm, dtype_q=q.dtype_q, dtype_kv=q.dtype_kv,
                   dtype_o=q.dtype_o, head_dim_qk=q.head_dim_qk, head_dim_v=q.head_dim_v, page_size=q.page_size,
                   num_heads_q=q.num_heads_q, num_heads_kv=q.num_heads_kv, batch=q.batch, max_q_len=q.max_q_len,
                   max_kv_len=q.max_kv_len, sm_count=q.sm_count, window_left=q.window_left,
