@@ -172,7 +172,13 @@ def test_rules_command_lists_every_rule(capsys):
     assert rc == 0
     assert {"device.cuda", "trtllm.family", "trtllm.cubins", "kv.nvfp4-sm100f", "sinks", "head-size"} <= ids
     rules = {r["id"]: r for r in json.loads(out)["rules"]}
-    assert rules["vllm.xqa"]["layer"] == "engine" and rules["vllm.xqa"]["vllm"] == ">=0.33.0,<0.34"
+    from packaging.specifiers import SpecifierSet
+
+    from attnplan.policy import default_ruleset
+
+    # vLLM's XQA decode choice is the same in every modelled release: its range covers each of them
+    assert rules["vllm.xqa"]["layer"] == "engine"
+    assert all(v in SpecifierSet(rules["vllm.xqa"]["vllm"]) for v in default_ruleset().engines["vllm"].versions)
     assert rules["trtllm.sm103-hang"]["flashinfer"] == "<0.6.7.post2"
     assert all(r["verified"] is not None for r in rules.values())
     assert rules["trtllm.family"]["verified"]["source_only"]

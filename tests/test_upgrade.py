@@ -151,9 +151,14 @@ def test_engine_upgrade_is_the_difference_of_two_independent_answers(variant):
     ref = next(r for r in change.rules if r.id == NARROWED)
     assert (ref.applies_before, ref.applies_after) == (rule.applies("vllm", old, None), rule.applies("vllm", new, None))
     assert ref.source == rule.source and ref.range == f"=={new}"
-    # the release notes: every rule whose range covers one release and not the other
+    # the release notes: every rule whose range covers one release and not the other - engine rules by the vLLM
+    # release, kernel rules by the flashinfer each release pins (a declared node gets the pin: release_node)
+    from attnplan.policy.answer import EngineRef
+    from attnplan.policy.engines import flashinfer_pin
+
+    fo, fn = (flashinfer_pin(rs, EngineRef(name="vllm", version=v)) for v in (old, new))
     assert [r.id for r in rep.rules_changed] == [r.id for r in rs.rules
-                                                 if r.applies("vllm", old, None) != r.applies("vllm", new, None)]
+                                                 if r.applies("vllm", old, fo) != r.applies("vllm", new, fn)]
     # per attention layer group, the groups' own answers
     assert [g.group.split(" layers")[0] for g in d.groups] == [g.kind for g in after.attention_groups]
     for g, gb, ga in zip(d.groups, before.attention_groups, after.attention_groups):
@@ -296,7 +301,7 @@ def test_cli_sglang_line_worse_is_exit_1(capsys):
 
 def test_cli_serve_line_matches_attnplan_vllm_serve(capsys):
     from attnplan.vllm.args import parse_serve_line
-    from attnplan.vllm.serve import plan_serve
+    from attnplan.vllm.request import plan_serve
 
     words = ["llama-3.1-8b", "-tp", "2"]
     want = [plan_serve(parse_serve_line(words), simulated_node("GB300", flashinfer_version=v)).verdict

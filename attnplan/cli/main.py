@@ -61,6 +61,13 @@ environment:
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)
   ATTNPLAN_SGLANG_SRC=DIR       SGLang 0.5.23's sglang/srt for its oracle (python -m attnplan.sglang.oracle)
+  ATTNPLAN_SGLANG_RELEASES=DIR  where the older SGLang releases' sglang/srt are unpacked (sglang-X/; default
+                                .venv/releases), for the oracle's --release
+  ATTNPLAN_VLLM_RELEASES=DIR    where scripts/vllm_releases.py unpacks vLLM releases (vllm-X/; default
+                                .venv/releases), for python -m attnplan.oracle.vllm --release X
+  ATTNPLAN_ORACLE_VLLM_RELEASE=X  set by the vLLM oracle in its re-run under release X (the vLLM it must import)
+  ATTNPLAN_ORACLE_RULES=DIR, ATTNPLAN_ORACLE_BACKENDS=FILE
+                                the rule packs / backends.yaml the vLLM oracle judges (default: the shipped ones)
 """
 
 # Subcommand modules, each exposing add_parser(sub) and, through set_defaults(run=...), run(args) -> int.

@@ -23,7 +23,7 @@ from .main import emit_json
 from . import verbosity
 from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
 
-OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules")
+OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules", "--engine")
 OWN_SWITCHES = ("--json", "--no-trace", "--require-flashinfer")
 
 
@@ -38,6 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-trace", action="store_true", help="leave the per-rule trace out of --json")
     s.add_argument("--require-flashinfer", action="store_true",
                    help="exit 1 also when vLLM runs a backend that is not FlashInfer's")
+    s.add_argument("--engine", metavar="vllm==X",
+                   help="the vLLM release the line is for (default: the installed vllm, else the newest modelled); "
+                        "another release than the installed one reads the line with that release's shipped flag table")
     add_rules_arg(s)
     s.add_argument("line", nargs=argparse.REMAINDER, metavar="MODEL [vllm serve flags]")
     s.set_defaults(run=run)
@@ -52,7 +55,7 @@ def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tupl
     """attnplan's own flags out of a ``vllm serve`` line; the rest is vLLM's. ``before``: the
     values given before MODEL (parsed by argparse)."""
     own = argparse.Namespace(**{k: getattr(before, k, None) for k in
-                                ("device", "capability", "flashinfer_version", "cubins", "rules")},
+                                ("device", "capability", "flashinfer_version", "cubins", "rules", "engine")},
                              **{f.lstrip("-").replace("-", "_"): bool(getattr(before, f.lstrip("-").replace("-", "_"), False))
                                 for f in OWN_SWITCHES})
     rest: list[str] = []
@@ -76,16 +79,20 @@ def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tupl
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnplan.policy import parse_engine
     from attnplan.vllm.args import parse_serve_line
-    from attnplan.vllm.serve import plan_serve, render_serve, serve_json
-
-    from attnplan.vllm.request import ModelRequest
+    from attnplan.vllm.request import plan_serve
+    from attnplan.vllm.serve import render_serve, serve_json
 
     own, rest = split_own(list(args.line), args)
-    line = parse_serve_line(rest)
+    rs = ruleset_from_args(own)
+    spec = parse_engine(own.engine or "vllm", rs)   # an unmodelled release: exit 2 naming the modelled ones
+    if spec.name != "vllm":
+        raise InvalidInputError("engine", f"a vllm serve line is vLLM's; got {own.engine!r}")
+    line = parse_serve_line(rest, release=spec.version)
     node = node_from_args(own)
-    sa = plan_serve(line, node if node is not None else local_node(), ruleset_from_args(own))
-    ModelRequest.from_serve_line(line)  # the bounds REST holds a line to (tp <= 4096, ...): one standard, exit 2
+    # one pipeline (vllm/request.py plan_request), held to the bounds REST holds a line to (tp <= 4096, ...)
+    sa = plan_serve(line, node if node is not None else local_node(), rs, engine=str(spec))
     for note in sa.notes:
         verbosity.note(note)
     if own.json:

@@ -202,11 +202,14 @@ def _build_vllm_parser() -> Any:
     parser = Parser(prog="vllm serve")
     try:
         from vllm.entrypoints.common.cli_args import make_arg_parser
-    except ImportError:  # the frontend's optional dependencies are absent: the engine flags only
-        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        try:   # vLLM 0.31 / 0.32 keep it in entrypoints/launchers/cli_args.py
+            from vllm.entrypoints.launchers.cli_args import make_arg_parser  # type: ignore[no-redef]
+        except ImportError:  # the frontend's optional dependencies are absent: the engine flags only
+            from vllm.engine.arg_utils import EngineArgs
 
-        parser.add_argument("model_tag", nargs="?")
-        return EngineArgs.add_cli_args(parser)
+            parser.add_argument("model_tag", nargs="?")
+            return EngineArgs.add_cli_args(parser)
     return make_arg_parser(parser)
 
 
@@ -284,14 +287,27 @@ def _config_file(argv: Sequence[str]) -> Optional[str]:
     return path
 
 
-def parse_serve_line(argv: Sequence[str], *, allow_files: bool = True) -> ServeLine:
+def parse_serve_line(argv: Sequence[str], *, allow_files: bool = True, release: Optional[str] = None) -> ServeLine:
     """A ``vllm serve`` argument list (after ``serve``) -> ServeLine; bad input is one InvalidInputError.
 
     ``allow_files``: whether the line may make this machine read a file (``--config FILE``): the CLI,
-    where the file is the user's own, yes; a line from a REST client, no (``refuse_file_reads``)."""
+    where the file is the user's own, yes; a line from a REST client, no (``refuse_file_reads``).
+    ``release``: the vLLM release the line is for (issue 42); where the installed vLLM is another (or none is),
+    that release's shipped flag table reads it - the flags, choices and defaults of that release."""
     argv = list(argv)
     if not allow_files:
         refuse_file_reads(argv)
+    if release is not None and release != _installed_vllm():
+        table = shipped_table(release)
+        if table is None:
+            raise InvalidInputError("engine", f"no flag table for vLLM {release} is shipped",
+                                    sorted(p.name[5:-11] for p in SHIPPED_TABLES.glob("vllm-*-flags.json")))
+        if _needs_real_parser(argv):
+            used = sorted({_flag_name(a) for a in argv if _REWRITTEN.match(a) or (a.startswith("--") and "_" in _flag_name(a))})
+            raise InvalidInputError("vllm serve", f"{' '.join(used)}: vLLM's own parser rewrites these (a config file, "
+                                                  f"-O levels, dotted or underscored flags); install vllm=={release} to read them")
+        ns = _table_parser(table).parse_args(argv)
+        return replace(line_from_namespace(ns, "table"), ignored=ignored_flags(argv, release))
     if vllm_available():
         ns = None
         config = _config_file(argv) if allow_files else None
@@ -333,10 +349,19 @@ ATTENTION_DESTS = frozenset({
     "hf_overrides", "trust_remote_code", "revision"})
 
 
-def ignored_flags(argv: Sequence[str]) -> tuple[str, ...]:
+def _installed_vllm() -> Optional[str]:
+    import importlib.metadata as md
+
+    try:
+        return md.version("vllm")
+    except md.PackageNotFoundError:
+        return None
+
+
+def ignored_flags(argv: Sequence[str], release: Optional[str] = None) -> tuple[str, ...]:
     """The line's flags that do not change attention, as typed (each once, in order): the shipped table maps
     each spelling to its destination; a flag it does not know is left to the parser that read the line."""
-    table = shipped_table()
+    table = shipped_table(release or SHIPPED_VERSION)
     if table is None:
         return ()
     dest = {o: e["dest"] for e in table["actions"] for o in e["options"]}

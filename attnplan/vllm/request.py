@@ -323,7 +323,11 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
                      f"each rank plans heads/{req.tensor_parallel_size // dp}")
     engine, req = engine_of(req, data, ruleset)
     if errs:
-        return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=notes, engine=engine.name)
+        from attnplan.policy import default_ruleset, resolve_engine
+
+        ref = resolve_engine(engine, node, ruleset if ruleset is not None else default_ruleset())
+        return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=notes, engine=engine.name,
+                           release=ref.version)
     over = req.line_fields()
     if req.sglang is not None and req.sglang.enable_deterministic_inference:
         over["batch_invariant"] = True
@@ -419,3 +423,17 @@ def answer_json(sa: ServeAnswer, req: ModelRequest, node: NodeFacts, *, trace: b
 
 __all__ = ["ModelRequest", "plan_request", "answer_json", "check_request", "parse_serve_text", "bounded_config",
            "read_reference"]
+
+
+def plan_serve(line: ServeLine, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None, *,
+               engine: Optional[str] = None) -> ServeAnswer:
+    """A parsed ``vllm serve`` line, planned by the one pipeline of engine lines (``plan_request``) under ``engine``
+    (``vllm``, or ``vllm==X``: that release's layer); the flags that do not change attention are named."""
+    for k, flag in (("tensor_parallel_size", "--tensor-parallel-size"), ("pipeline_parallel_size", "--pipeline-parallel-size"),
+                    ("decode_context_parallel_size", "--decode-context-parallel-size")):
+        if getattr(line, k) < 1:   # said in the line's own words (vLLM refuses these at startup)
+            raise InvalidInputError(k, f"{flag} must be at least 1, got {getattr(line, k)}")
+    sa = plan_request(ModelRequest.from_serve_line(line, engine=engine or "vllm"), node, ruleset, parser=line.parser)
+    if line.ignored:
+        sa.notes.append(f"flags that do not change attention, accepted and ignored: {' '.join(line.ignored)}")
+    return sa

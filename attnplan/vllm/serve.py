@@ -37,6 +37,7 @@ class ServeAnswer:
     model: Optional[ModelPlanAnswer] = None
     # the engine a request spoke for (a whole-model request may name sglang): who refuses a parallel layout
     engine: str = "vllm"
+    release: Optional[str] = None   # the engine release the line was planned for (None: the newest modelled)
 
     @property
     def ok(self) -> bool:
@@ -52,8 +53,8 @@ class ServeAnswer:
             from attnplan.policy.verdict import layout_refusal
 
             if self.engine == "sglang":
-                return layout_refusal("sglang", "0.5.23", self.startup_error, SGLANG_LAYOUT_SOURCE)
-            return layout_refusal("vllm", VLLM_VERSION, self.startup_error,
+                return layout_refusal("sglang", self.release or "0.5.23", self.startup_error, SGLANG_LAYOUT_SOURCE)
+            return layout_refusal("vllm", self.release or VLLM_VERSION, self.startup_error,
                                   "vllm/config/model.py verify_with_parallel_config")
         if self.model is not None:
             return self.model.verdict
@@ -154,25 +155,6 @@ def _serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str], dict[str,
     return fields, list(info.notes), dict(info.raw)
 
 
-def plan_serve(line: ServeLine, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None) -> ServeAnswer:
-    fields, notes, raw = _serve_fields(line)
-    if line.ignored:
-        notes = [*notes, f"flags that do not change attention, accepted and ignored: {' '.join(line.ignored)}"]
-    tp = line.tensor_parallel_size
-    ranks = tp * line.pipeline_parallel_size
-    heads = fields["num_qo_heads"]
-    errs = startup_errors(heads, fields.get("num_kv_heads") or heads, tp, line.decode_context_parallel_size,
-                          mla=fields.get("kv_lora_rank") is not None)
-    if errs:
-        return ServeAnswer(line, ranks, None, None, startup_error=errs[0], notes=notes)
-    config = make_config(per_rank_fields(fields, tp))
-    if raw and len(read_layers(raw).attention_groups) > 1:
-        over = {k: fields[k] for k in LINE_FIELDS if k in fields and k != "dtype"}
-        model = plan_model(raw, node, overrides=over, ruleset=ruleset, engine=VLLM_ENGINE, tensor_parallel_size=tp)
-        return ServeAnswer(line, ranks, config, model.answer(), notes=notes, model=model)
-    return ServeAnswer(line, ranks, config, plan_with_engine(config, node, ruleset), notes=notes)
-
-
 # When a violated phase would surface in a running vLLM (v1/worker/gpu_model_runner.py: CUDA
 # graphs are captured for decode batches at startup; prefill kernels first run on a request).
 WHEN = {
@@ -187,7 +169,8 @@ def serve_json(sa: ServeAnswer, *, trace: bool = True) -> dict[str, Any]:
     v = sa.verdict
     return {
         "verdict": v.model_dump(mode="json") if v is not None else None,
-        "vllm": {"version": VLLM_VERSION, "parser": line.parser, "model": line.model,
+        "vllm": {"version": (v.engine.partition("==")[2] if v is not None and "==" in v.engine else sa.release or VLLM_VERSION),
+                 "parser": line.parser, "model": line.model,
                  "tensor_parallel_size": line.tensor_parallel_size,
                  "pipeline_parallel_size": line.pipeline_parallel_size,
                  "decode_context_parallel_size": line.decode_context_parallel_size,

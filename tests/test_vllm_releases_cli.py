@@ -1,0 +1,56 @@
+"""vLLM 0.31.0 / 0.32.0 / 0.33.0 on the command line (issue 42): `attnplan vllm serve --engine vllm==X` reads the line
+with release X's own flag table (shipped: attnplan/vllm/tables) where the installed vLLM is another release, plans it
+with X's engine layer and the FlashInfer X pins, and an unmodelled release is exit 2 naming the modelled ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attnplan.cli.main import main
+from attnplan.policy import InvalidInputError, default_ruleset
+from attnplan.vllm.args import parse_serve_line, shipped_table
+
+LLAMA = "llama-3.1-8b"
+
+
+def _run(capsys, *argv):
+    rc = main(["vllm", "serve", *argv])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_every_modelled_release_ships_its_flag_table():
+    for v in default_ruleset().engines["vllm"].versions:
+        assert shipped_table(v) is not None, v
+
+
+def test_a_release_reads_the_line_with_its_own_flags():
+    # 0.33 added --enable-X/--disable-X negatives for every boolean flag; 0.32's parser refuses them
+    line = parse_serve_line([LLAMA, "--disable-prefix-caching"], release="0.33.0")
+    assert "--disable-prefix-caching" in line.ignored
+    with pytest.raises(InvalidInputError, match="--disable-prefix-caching"):
+        parse_serve_line([LLAMA, "--disable-prefix-caching"], release="0.32.0")
+    assert parse_serve_line([LLAMA, "-tp", "2"], release="0.31.0").tensor_parallel_size == 2
+
+
+def test_release_plans_with_its_layer_and_pin(capsys):
+    rc, out, _ = _run(capsys, LLAMA, "--device", "H100", "--kv-cache-dtype", "nvfp4", "--engine", "vllm==0.31.0", "--json")
+    old = json.loads(out)
+    rc2, out2, _ = _run(capsys, LLAMA, "--device", "H100", "--kv-cache-dtype", "nvfp4", "--engine", "vllm==0.32.0", "--json")
+    new = json.loads(out2)
+    assert old["vllm"]["version"] == "0.31.0" and new["vllm"]["version"] == "0.32.0"
+    # vLLM 0.32.0 added NVFP4 on fa2 outside 10.x (_nvfp4_kv_on_fa2); 0.31.0 has none there
+    assert new["verdict"]["outcome"] == "runs" and rc2 == 0
+    assert old["verdict"]["outcome"] != "runs" and rc == 1
+    assert "vllm.nvfp4-trtllm-only" in old["verdict"]["rules"] or old["verdict"]["selected"]["decode"] != "FLASHINFER"
+    node = old["per_rank"]["node"]
+    assert node["flashinfer_version"]["value"] == "0.7.0.post1"   # vLLM 0.31.0's pin, on a declared node
+
+
+def test_unmodelled_release_is_bad_input(capsys):
+    rc, _, err = _run(capsys, LLAMA, "--device", "H100", "--engine", "vllm==0.30.0")
+    assert rc == 2 and "vllm==0.31.0" in err and "Traceback" not in err
+    rc, _, err = _run(capsys, LLAMA, "--device", "H100", "--engine", "sglang==0.5.23")
+    assert rc == 2 and "vLLM's" in err
