@@ -54,3 +54,24 @@ def test_unmodelled_release_is_bad_input(capsys):
     assert rc == 2 and "vllm==0.31.0" in err and "Traceback" not in err
     rc, _, err = _run(capsys, LLAMA, "--device", "H100", "--engine", "sglang==0.5.23")
     assert rc == 2 and "vLLM's" in err
+
+
+def test_upgrade_reports_what_loads_not_who_decided_it():
+    """0.32 -> 0.33 on a B200: the selection code that decides the trtllm-gen kernels changes (FlashInfer 0.7.0.post1
+    -> 0.7.2.post1), the cubins loaded do not: no kernel change is reported; on an H100 nvfp4 0.31 -> 0.32 is."""
+    from attnplan.policy import plan_for, simulated_node
+    from attnplan.policy.upgrade import Target, model_planner, parse_sides, upgrade
+    from attnplan.presets import PRESETS_DIR
+
+    rs = default_ruleset()
+    cfg = dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16", kv_cache_dtype="nvfp4")
+    b200 = simulated_node("B200")
+    a32, a33 = (plan_for(cfg, b200, engine=f"vllm=={v}") for v in ("0.32.0", "0.33.0"))
+    assert a32.plan.decode.kernel_table != a33.plan.decode.kernel_table
+    same = [c.file for c in a32.plan.decode.cubins] == [c.file for c in a33.plan.decode.cubins]
+    rep = upgrade(rs, *parse_sides("vllm==0.32.0", "vllm==0.33.0", rs), {"llama": model_planner(
+        str(PRESETS_DIR / "llama-3.1-8b.json"), rs, overrides={"kv_cache_dtype": "nvfp4"})},
+                  [Target("B200", b200)])
+    kernel_changes = [c for d in rep.deployments for g in d.groups for c in g.changes if c.what == "kernel"] + \
+                     [c for d in rep.deployments for c in d.changes if c.what == "kernel"]
+    assert (kernel_changes == []) == same

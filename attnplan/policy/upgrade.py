@@ -398,6 +398,10 @@ def _phase_facts(a: Optional[PlanAnswer], phase: str) -> dict[str, Any]:
             "query-dtype": pp.query_dtype if pp is not None else None}
 
 
+def _loads(k: Any) -> Any:
+    return (k.get("kernel"), tuple(k.get("cubins") or ())) if isinstance(k, dict) else k
+
+
 def _coercions(a: Optional[PlanAnswer]) -> dict[str, tuple[Any, Any, str]]:
     return {c.field: (c.given, c.runs, c.rule) for c in (a.coercions if a is not None else ())}
 
@@ -424,7 +428,9 @@ def diff_group(rs: RuleSet, a: Side, b: Side, before: GroupView, after: GroupVie
     for phase in ("prefill", "decode"):
         fb, fa = _phase_facts(before.answer, phase), _phase_facts(after.answer, phase)
         for what in ("selected", "flashinfer-backend", "kernel", "query-dtype"):
-            if fb[what] != fa[what] and (planned or what == "selected"):
+            # a kernel changes when what loads changes (function, cubins), not the provenance that decided it
+            same = _loads(fb[what]) == _loads(fa[what]) if what == "kernel" else fb[what] == fa[what]
+            if not same and (planned or what == "selected"):
                 out.append(Change(what=what, phase=phase, before=fb[what], after=fa[what],  # type: ignore[arg-type]
                                   rules=causes(phase)))
     pb = before.answer.plan.kv_cache.page_size if before.answer is not None and before.answer.plan is not None else None
