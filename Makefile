@@ -42,6 +42,10 @@ $(STAMP): pyproject.toml Makefile
 	  z.extractall(f'$(VENV)/releases/sglang-{v}', [n for n in z.namelist() if n.startswith('sglang/srt/')])" $$v && \
 	  rm -rf $(VENV)/sglang-whl-$$v || echo "note: SGLang $$v's source not fetched; its oracle tests will be skipped"; \
 	done
+	# vLLM 0.31.0 and 0.32.0's Python code for the oracle's per-release runs (tests/test_oracle_releases.py): the
+	# wheels without dependencies, unpacked under .venv/releases (no .so), never installed.
+	$(BIN)/python scripts/vllm_releases.py 0.31.0 0.32.0 || \
+	  echo "note: vLLM 0.31.0/0.32.0's code not fetched; their oracle tests will be skipped"
 	# FlashInfer's trtllm-gen selection headers per release (issue 42: tests/test_trtllm_select_releases.py):
 	# only the files attnplan/oracle/trtllm_gen.py compiles, the wheels are deleted after extraction
 	for v in 0.6.13 0.6.18 0.7.0.post1 0.7.1 0.7.2; do \

@@ -64,7 +64,7 @@ environment:
   ATTNPLAN_SGLANG_RELEASES=DIR  where the older SGLang releases' sglang/srt are unpacked (sglang-X/; default
                                 .venv/releases), for the oracle's --release
   ATTNPLAN_VLLM_RELEASES=DIR    where scripts/vllm_releases.py unpacks vLLM releases (vllm-X/; default
-                                .venv/releases), for python -m attnplan.oracle.vllm --release X
+                                .venv/releases), for the vLLM oracle's --release X
   ATTNPLAN_ORACLE_VLLM_RELEASE=X  set by the vLLM oracle in its re-run under release X (the vLLM it must import)
   ATTNPLAN_ORACLE_RULES=DIR, ATTNPLAN_ORACLE_BACKENDS=FILE
                                 the rule packs / backends.yaml the vLLM oracle judges (default: the shipped ones)

@@ -9,6 +9,7 @@ serve it: ``prefill`` / ``decode`` kernel, ``q_prefill`` / ``q_decode`` (query d
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -26,16 +27,75 @@ MLA_PREFILL = {"TRTLLM_RAGGED": "trtllm-ragged", "FLASHINFER": "fa2"}
 
 
 def node_for(case: Any) -> Any:
+    """The node a case is planned on: its capability, cubins and batch invariance, and the FlashInfer the oracle's
+    vLLM side runs (the installed flashinfer, 0.7.2.post1) declared - so a release that pins another FlashInfer
+    (0.31.0 / 0.32.0 pin 0.7.0.post1; policy/engines.py release_node) is judged on its engine layer over the same
+    kernel layer as vLLM's code ran with, not on a kernel layer the oracle did not run."""
     from attnplan.policy import simulated_node
 
     return simulated_node(capability=f"{case.capability // 10}.{case.capability % 10}", cubins=case.artifactory,
-                          batch_invariant=case.batch_invariant)
+                          batch_invariant=case.batch_invariant, flashinfer_version=_flashinfer_version())
 
 
-def attnplan_fields(case: Any) -> dict[str, Any]:
+@functools.lru_cache(maxsize=1)
+def _flashinfer_version() -> Optional[str]:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("flashinfer-python")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+# Candidate rules to judge instead of the shipped ones (python -m attnplan.oracle.vllm --rules/--backends): a
+# rules change for a vLLM release is run through the oracle before it ships. Environment variables, so that the
+# process running a release's code (vllm.py --release) judges the same rules.
+RULES_ENV, BACKENDS_ENV = "ATTNPLAN_ORACLE_RULES", "ATTNPLAN_ORACLE_BACKENDS"
+
+
+def ruleset() -> Any:
+    """The rules attnplan's side is judged with: the shipped ones, or $ATTNPLAN_ORACLE_RULES (a packs directory)
+    and $ATTNPLAN_ORACLE_BACKENDS (a backends.yaml), each defaulting to the shipped one."""
+    import os
+
+    from attnplan.policy import default_ruleset
+    from attnplan.rules import BACKENDS_FILE, PACKS_DIR
+
+    packs, backends = os.environ.get(RULES_ENV), os.environ.get(BACKENDS_ENV)
+    if not packs and not backends:
+        return default_ruleset()
+    return _candidate_rules(str(Path(packs or PACKS_DIR).resolve()), str(Path(backends or BACKENDS_FILE).resolve()))
+
+
+@functools.lru_cache(maxsize=4)
+def _candidate_rules(packs: str, backends: str) -> Any:
+    from attnplan.policy import load_rules
+
+    return load_rules(packs, backends)   # read once per run: every case is judged with the same rules
+
+
+def attnplan_engine(release: Optional[str] = None) -> tuple[str, Optional[str]]:
+    """The ``--engine`` attnplan is asked for against vLLM ``release`` (None: the newest modelled one), and a
+    note when attnplan does not model that release: then the newest modelled release's answer is compared
+    (issue 42: the differences a release's layer must model show before its data lands), never a crash."""
+    if release is None:
+        return "vllm", None
+    from attnplan.errors import InvalidInputError
+    from attnplan.policy import parse_engine
+
+    rs = ruleset()
+    try:
+        return str(parse_engine(f"vllm=={release}", rs)), None
+    except InvalidInputError as exc:
+        newest = rs.engines["vllm"].versions[-1]
+        return f"vllm=={newest}", (f"attnplan does not model vLLM {release} ({exc}): vLLM {release}'s code is "
+                                   f"compared with attnplan's vllm=={newest} layer")
+
+
+def attnplan_fields(case: Any, engine: str = "vllm") -> dict[str, Any]:
     from attnplan.policy import plan_for
 
-    answer = plan_for(case.attnplan_config(), node_for(case), engine="vllm")
+    answer = plan_for(case.attnplan_config(), node_for(case), ruleset=ruleset(), engine=engine)
     eb = getattr(answer, "engine_backend", None)
     out: dict[str, Any] = {"default_backend": eb.name if eb is not None else None,
                            "accept": "ok" if answer.ok else "refused",

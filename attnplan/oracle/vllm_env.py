@@ -1,4 +1,5 @@
-"""vLLM 0.33.0's own selection code, run on a CPU for any CUDA capability.
+"""vLLM's own selection code, run on a CPU for any CUDA capability: the installed vLLM (0.33.0), or a
+release's code put first on PYTHONPATH (0.31.0, 0.32.0: ``python -m attnplan.oracle.vllm --release``).
 
 What is patched, and nothing else:
 - ``vllm._C_stable_libtorch``, ``vllm._flashmla_C``, ``vllm._flashmla_extension_C`` and
@@ -83,6 +84,14 @@ def _install() -> dict[str, Any]:
     finally:
         torch.empty = real_empty
     state["platform"] = OraclePlatform
+    import vllm
+
+    # python -m attnplan.oracle.vllm --release X runs this process with X's code first on PYTHONPATH: a path
+    # that does not hold X (a stale or mis-unpacked release) would silently judge another release's code.
+    want = os.environ.get("ATTNPLAN_ORACLE_VLLM_RELEASE")
+    state["version"] = getattr(vllm, "__version__", "unknown")
+    if want and state["version"] != want:
+        raise SetupError(f"asked for vLLM {want}'s code, but {vllm.__file__} is vLLM {state['version']}")
     return state
 
 
@@ -99,6 +108,8 @@ from vllm.v1.attention.selector import AttentionSelectorConfig  # noqa: E402
 
 import flashinfer.utils as fiu  # noqa: E402
 
+VLLM_VERSION: str = _STATE["version"]
+
 
 def _worker_utils_functions(*names: str) -> dict[str, Any]:
     """vLLM's own ``select_common_block_size`` and its helper, compiled from the installed
@@ -112,8 +123,10 @@ def _worker_utils_functions(*names: str) -> dict[str, Any]:
     path = importlib.util.find_spec("vllm").submodule_search_locations[0] + "/v1/worker/utils.py"
     tree = ast.parse(open(path, encoding="utf-8").read(), path)
     defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
-    if {d.name for d in defs} != set(names):
-        raise SetupError(f"{path} no longer defines {names}: point the oracle at the new vLLM's code")
+    if names[-1] not in {d.name for d in defs}:
+        # the last name is the one called; the others are helpers a release may inline (0.31.0 nests
+        # _block_size_is_supported inside select_common_block_size; 0.32.0 lifts it to module level)
+        raise SetupError(f"{path} no longer defines {names[-1]}: point the oracle at the new vLLM's code")
     ns: dict[str, Any] = {"AttentionBackend": AttentionBackend, "MultipleOf": MultipleOf, "Sequence": Sequence,
                           "KVCacheSpec": Any, "__name__": "vllm.v1.worker.utils"}
     module = ast.fix_missing_locations(ast.Module(body=[ast.ImportFrom("__future__", [ast.alias("annotations")], 0), *defs],

@@ -1,8 +1,11 @@
-"""What vLLM 0.33.0 does for one case, from its own functions (vllm_env patches the platform).
+"""What vLLM does for one case, from its own functions (vllm_env patches the platform): the release
+imported (0.33.0 installed, or 0.31.0 / 0.32.0 from .venv/releases: ``python -m attnplan.oracle.vllm --release``).
 
 Every decision below is a call into vLLM or FlashInfer; where vLLM's decision is inline code in
 ``FlashInferMetadataBuilder.__init__`` / ``build`` (which need a GPU to construct), the few lines are
-repeated here with the line they come from, around the real functions they call.
+repeated here with the line they come from, around the real functions they call. Where a release's inline
+code differs, the branch is taken on what the imported release defines (``RELEASE_FEATURES``), never on a
+version number: the function that a release added is the evidence that it behaves so.
 """
 
 from __future__ import annotations
@@ -16,6 +19,19 @@ from .vllm_env import FP8, TORCH, TORCH_NAME, torch, vfi, vfib, vfim
 # FlashInfer 0.7.2.post1 jit/attention/modules.py gen_batch_prefill_module / gen_customize_batch_prefill_module:
 # "fp8 tensor core is not supported in fa2 backend" (raised at plan time, i.e. on the first request).
 FA2_FP8_QUERY = "fp8 tensor core is not supported in fa2 backend (FlashInfer jit/attention/modules.py)"
+
+# What the imported release's flashinfer.py defines, where its builder's inline code differs by release:
+# - nvfp4_fa2: _nvfp4_kv_on_fa2 (0.32.0+): an NVFP4 cache on SM8x/SM90/SM12x is read by fa2; before it
+#   (0.31.0) NVFP4 is the SM100 trtllm-gen path only (FlashInferBackend.supports_kv_cache_dtype).
+# - fa2_native_decode: _use_fa2_native_decode (0.33.0+): below SM90 native decode plans backend="fa2"; before
+#   it the decode wrapper plans backend="auto" (FlashInferMetadataBuilder._get_decode_wrapper).
+# - trtllm_dcp_prefill: TrtllmDCPContextWrapper (0.33.0+): the DCP context pass runs trtllm-gen where it can;
+#   before it BatchDCPPrefillWrapper always runs FlashInfer's native paged prefill.
+RELEASE_FEATURES = {
+    "nvfp4_fa2": hasattr(vfib, "_nvfp4_kv_on_fa2"),
+    "fa2_native_decode": hasattr(vfib, "_use_fa2_native_decode"),
+    "trtllm_dcp_prefill": hasattr(vfib, "TrtllmDCPContextWrapper"),
+}
 
 NO_PLAN = {"prefill": None, "decode": None, "q_prefill": None, "q_decode": None, "kernel_page": None}
 
@@ -55,7 +71,7 @@ def _standard(case: Any, vc: Any) -> dict[str, Any]:
     quantized = case.kv_cache_dtype not in ("auto", "fp16", "bf16")
     cache_dtype = env.VLLM_KV[case.kv_cache_dtype] if quantized else "auto"
     is_nvfp4 = cache_dtype.startswith("nvfp4")
-    nvfp4_fa2 = is_nvfp4 and vfib._nvfp4_kv_on_fa2()
+    nvfp4_fa2 = is_nvfp4 and RELEASE_FEATURES["nvfp4_fa2"] and vfib._nvfp4_kv_on_fa2()
     nvfp4_trtllm = is_nvfp4 and not nvfp4_fa2
     use_dcp = case.dcp > 1
     # flashinfer.py FlashInferMetadataBuilder.__init__ (the startup refusals, in its order)
@@ -85,7 +101,7 @@ def _standard(case: Any, vc: Any) -> dict[str, Any]:
     if use_dcp and dec_kernel == vfib.FlashInferDecodeKernel.XQA:
         dec_kernel = None
     window_left = case.sliding_window - 1 if case.sliding_window else -1
-    trtllm_dcp_prefill = (use_dcp and vfi.can_use_trtllm_attention(qo, kv, is_prefill=True) and not quantized
+    trtllm_dcp_prefill = (RELEASE_FEATURES["trtllm_dcp_prefill"] and use_dcp and vfi.can_use_trtllm_attention(qo, kv, is_prefill=True) and not quantized
                           and window_left == -1 and not case.logits_soft_cap)
     if case.sinks and (nvfp4_fa2 or not B.supports_sink()):
         return _refused("startup", "FlashInfer backend currently does not support attention sinks")
@@ -106,16 +122,18 @@ def _standard(case: Any, vc: Any) -> dict[str, Any]:
         decode = dec_kernel.value
     elif nvfp4_trtllm:
         decode = "trtllm-gen"
-    elif vfib._use_fa2_native_decode():
+    elif RELEASE_FEATURES["fa2_native_decode"] and vfib._use_fa2_native_decode():
         decode = "fa2"
     else:
         # flashinfer/decode.py BatchDecodeWithPagedKVCacheWrapper.plan, use_tensor_cores, backend="auto"
         decode = env.determine_backend(q_dec, kv_t, hd, hd) if {q_dec, kv_t} & set(FP8) else "fa2"
     res = {"accept": "ok", "refused_at": None, "reason": None, "prefill": prefill, "decode": decode,
            "q_prefill": TORCH_NAME[q_pre], "q_decode": TORCH_NAME[q_dec], "kernel_page": page}
-    # build(): "FlashInfer BatchDCPPrefillWrapper does not support attention sinks" (raised on a batch that
-    # does not run trtllm-gen in both phases, i.e. the first prefill).
-    if case.sinks and use_dcp and not (prefill == "trtllm-gen" and decode == "trtllm-gen"):
+    # build(): "FlashInfer BatchDCPPrefillWrapper does not support attention sinks", raised unless all_uses_trtllm:
+    # (no prefill or prefill_use_trtllm) and (no decode or decode_with_flashinfer_trtllm_api). prefill_use_trtllm is
+    # use_trtllm_attention(..., dcp_world_size) - pre_trtllm here - which is False whenever DCP is on, even where
+    # 0.33's DCP context pass runs trtllm-gen (TrtllmDCPContextWrapper): so the first prefill raises, in 0.31-0.33.
+    if case.sinks and use_dcp and not (pre_trtllm and dec_kernel is not None):
         return {**res, "accept": "refused", "refused_at": "first_request", "softcap_dropped": False,
                 "reason": "FlashInfer BatchDCPPrefillWrapper does not support attention sinks"}
     for phase, backend, q in (("prefill", prefill, q_pre), ("decode", decode, q_dec)):
@@ -137,9 +155,15 @@ def _mla(case: Any) -> dict[str, Any]:
     block = case.block_size if case.block_size is not None else B.get_preferred_block_size(16)
     page = env.common_block_size("FLASHINFER_MLA", block)
     decode = "cute-dsl" if vfim._select_mla_decode_backend(case.num_qo_heads) == "cute-dsl" else "trtllm-gen-mla"
+    sel = MLAPrefillSelectorConfig(dtype=TORCH[case.dtype], mla_dimensions=MLADimensions(
+        qk_nope_head_dim=case.qk_nope_head_dim, qk_rope_head_dim=64, v_head_dim=case.v_head_dim))
     try:
-        pcls = type(cp).get_mla_prefill_backend_cls(MLAPrefillSelectorConfig(
-            dtype=TORCH[case.dtype], mla_dimensions=MLADimensions(qk_nope_head_dim=case.qk_nope_head_dim, qk_rope_head_dim=64, v_head_dim=case.v_head_dim)))
+        if hasattr(type(cp), "get_mla_prefill_backend_cls"):   # 0.32.0+: the platform's (interface.py)
+            pcls = type(cp).get_mla_prefill_backend_cls(sel)
+        else:   # 0.31.0: mla/prefill/selector.py _auto_select_mla_prefill_backend (the same priorities)
+            from vllm.v1.attention.backends.mla.prefill import selector as mla_sel
+
+            pcls = mla_sel._auto_select_mla_prefill_backend(cp.get_device_capability(), sel)
         prefill = pcls.get_name() if hasattr(pcls, "get_name") else pcls.__name__
     except ValueError as exc:
         return _refused("startup", f"MLA prefill: {exc}")
