@@ -758,8 +758,12 @@ def test_kv_dtype_fa2_reads_nvfp4_kernel_truth():
     for phase in ("prefill", "decode"):
         v = the_violation(a, "vllm.nvfp4", phase, "fa2")
         assert obs(v) == "fa2" and "trtllm-gen" in v.required
+    # XQA over fp8_e5m2 builds and runs, computing garbage (measured): refused by xqa.e5m2 as wrong output
     e5 = run(cfg(kv_cache_dtype="fp8_e5m2", attention_backend="xqa"), simulated_node("H100"), FI)
-    assert the_violation(e5, "kv.dtype", "decode", "xqa")
+    assert the_violation(e5, "xqa.e5m2", "decode", "xqa")
+    assert not any(v.rule == "kv.dtype" for v in e5.violations)
+    vllm = run(cfg(kv_cache_dtype="fp8_e5m2", attention_backend="flashinfer"), simulated_node("H100"))
+    assert vllm.verdict.outcome == "wrong-output" and "xqa.e5m2" in vllm.verdict.rules
 
 
 def test_kv_dtype_fa3_rejects_nvfp4():
