@@ -13,7 +13,9 @@ from typing import Any, Mapping, Optional
 
 from attnplan.policy import InvalidInputError, NodeFacts, RuleSet
 from attnplan.sglang.launch import LaunchAnswer, LaunchLine, parse_launch_text
-from attnplan.vllm.request import ModelRequest, SglangLineFields, plan_request
+from pydantic import ValidationError
+
+from attnplan.vllm.request import ModelRequest, SglangLineFields, plan_request, request_error
 
 
 def is_launch_line(text: Any) -> bool:
@@ -30,11 +32,14 @@ def request_from_launch_line(line: LaunchLine, *, engine: Optional[str] = None, 
     f = line.flags
     if engine is not None and not str(engine).strip().lower().startswith("sglang"):
         raise InvalidInputError("engine", f"a launch_server line is SGLang's; got engine {engine!r}")
-    extra = SglangLineFields(
-        prefill_attention_backend=f.prefill_attention_backend, decode_attention_backend=f.decode_attention_backend,
-        speculative_algorithm=f.speculative_algorithm, speculative_eagle_topk=f.speculative_eagle_topk,
-        speculative_num_draft_tokens=f.speculative_num_draft_tokens, speculative_num_steps=f.speculative_num_steps,
-        enable_deterministic_inference=f.enable_deterministic_inference, attn_dp_size=line.attn_dp_size)
+    try:   # bounds as a REST body's (a negative --speculative-num-draft-tokens is bad input naming the field)
+        extra = SglangLineFields(
+            prefill_attention_backend=f.prefill_attention_backend, decode_attention_backend=f.decode_attention_backend,
+            speculative_algorithm=f.speculative_algorithm, speculative_eagle_topk=f.speculative_eagle_topk,
+            speculative_num_draft_tokens=f.speculative_num_draft_tokens, speculative_num_steps=f.speculative_num_steps,
+            enable_deterministic_inference=f.enable_deterministic_inference, attn_dp_size=line.attn_dp_size)
+    except ValidationError as exc:
+        raise request_error(exc) from None
     return ModelRequest.build(model=line.model if model is None else dict(model), engine=engine or "sglang",
                               tensor_parallel_size=f.tp_size, dtype=line.dtype, kv_cache_dtype=f.kv_cache_dtype,
                               block_size=f.page_size, attention_backend=f.attention_backend,

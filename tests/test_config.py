@@ -28,7 +28,9 @@ def test_config_fields_are_the_spec_names():
             "sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size",
             "num_speculative_tokens", "kv_lora_rank",
             "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "dcp_world_size", "cascade",
-            "attention_backend", "engine_attention_backend", "batch_invariant"]
+            "attention_backend", "engine_attention_backend", "batch_invariant",
+            # vLLM's --attention-config keys that steer its FlashInfer backend (issue 36)
+            "use_trtllm_attention", "disable_flashinfer_q_quantization"]
     assert set(spec) == set(policy.CONFIG_FIELDS)
 
 

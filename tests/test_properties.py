@@ -185,6 +185,8 @@ def spec_pair(cfg: AttentionConfig, node: NodeFacts, engine: str) -> set[str]:
             out.add("vllm.nvfp4")
         if cfg.sinks and not (cap == 90 or major in (10, 12)):
             out.add("vllm.sinks")
+        if cfg.sinks and cfg.dcp_world_size > 1:
+            out.add("vllm.dcp-sinks")    # vLLM's DCP prefill wrapper takes no sinks (issue 42's oracle)
         # vLLM's XQA / trtllm-gen paths pass no soft cap (issue 21)
         if cfg.logits_soft_cap is not None and not batch_invariant(cfg, node) and vllm_gate(node):
             if major == 10 or ((cap == 90 or major == 12) and 16 <= qk <= 256 and qk % 16 == 0
@@ -216,8 +218,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     if backend == "trtllm-gen":
         if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv in ("fp8_e4m3", "nvfp4"))):
             v.add("dtype.query")
-    elif backend == "fa3":
-        if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv == "fp8_e4m3" and qk == vo)):
+    elif backend == "fa3":   # an fp8 query over a cache of the same fp8 type (e5m2 measured: issue 39)
+        if not (q in ("fp16", "bf16") or (q in ("fp8_e4m3", "fp8_e5m2") and kv == q and qk == vo)):
             v.add("dtype.query")
     elif q not in ("fp16", "bf16"):
         v.add("dtype.query")
@@ -230,6 +232,10 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             v.add("kv.dtype")
         if backend == "fa3" and kv not in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2"):
             v.add("kv.dtype")
+    fi = node.flashinfer_version.value
+    if backend == "fa2" and kv in ("fp8_e4m3", "fp8_e5m2") and major is not None and major <= 9 \
+            and (qk > 256 or vo > 256) and fi is not None and Version(str(fi)) < Version("0.7.1"):
+        v.add("fa2.fp8-large-head")     # before 0.7.1 such fa2 modules build for 10.x+ only (issue 42)
     if backend == "fa3" and kv != q:                       # MLA prefill too (issue 22, H100 sweep)
         v.add("fa3.dtype")
     if backend == "fa3" and q in ("fp8_e4m3", "fp8_e5m2") and cfg.logits_soft_cap is not None:
@@ -240,8 +246,13 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             v.add("head-size")
         if major == 9 and kv in ("fp16", "bf16") and qk in (144, 160, 176):
             v.add("head-size")          # the H100 sweep, third session: 16-bit XQA does not build these
-        if not (kv in ("fp16", "bf16", "fp8_e4m3") or (kv == "nvfp4" and major == 12)):
+        if not (kv in ("fp16", "bf16", "fp8_e4m3", "fp8_e5m2") or (kv == "nvfp4" and major == 12)):
             v.add("kv.dtype")
+        if kv == "fp8_e5m2":
+            v.add("xqa.e5m2")            # builds, runs, reads it as 16-bit: wrong (measured, issue 39)
+        spec = cfg.num_speculative_tokens
+        if cfg.sinks and kv == "fp8_e4m3" and g is not None and ((spec == 2 and g >= 11) or (spec >= 3 and g >= 9)):
+            v.add("xqa.spec-sinks")      # sinks + fp8 at q_len 3 from group 11 computed wrong (issue 38 tier 3)
         if major not in (9, 10, 12):
             v.add("xqa.arch")
         if cfg.dcp_world_size != 1 or cfg.cascade:
@@ -254,8 +265,10 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     # wrapper runs head <= 256 with qk == vo, and 16-bit queries on fa3.
     if backend in ("fa2", "fa3", "fa2-mla", "fa3-mla", "xqa") and kv in ("fp16", "bf16") and kv != q:
         v.add("kv.query-dtype")
+    # vLLM always decodes on tensor cores (use_tensor_cores=True), which read nvfp4 at every group (measured,
+    # issue 39); attnplan's own plan (the flashinfer layer) uses CUDA cores below group 4
     if backend == "fa2" and phase == "decode" and kv == "nvfp4" and major is not None and major <= 9 \
-            and (g is None or g < 4):
+            and (g is None or g < 4) and engine != "vllm":
         v.add("kv.nvfp4-decode")
     # the H100 sweep, second session: fa2 prefill over nvfp4 at head 64 computed wrong on 9.x, and the
     # sink wrapper's attention variant has no logits transform (a soft cap would be dropped)
@@ -482,8 +495,12 @@ def fact_context(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], ba
         ctx[f"config.{f}"] = getattr(cfg, f)
     for f in ("gpu_count", "flashinfer_version", "flashinfer_cubin_version", "cubin_dir_has_cubins",
               "artifactory_reachable", "torch_version", "torch_cuda_version", "driver_version", "mig_enabled",
-              "jit_toolchain", "vllm_version"):
+              "jit_toolchain", "vllm_version", "sglang_version", "flashinfer_jit_cache_version", "flashinfer_import_error",
+              "trtllm_kernel_table"):
         ctx[f"node.{f}"] = getattr(node, f).value
+    # vLLM's --attention-config (issue 36): use_trtllm_attention false, disable_flashinfer_q_quantization
+    ctx["config.trtllm_off"] = cfg.use_trtllm_attention is False
+    ctx["config.disable_q_quantization"] = cfg.disable_flashinfer_q_quantization
     # the spec: trtllm-gen writes fp8 over an nvfp4 cache (every NVFP4 kernel of the table), else the model dtype
     ctx["phase.output_dtype"] = ("fp8_e4m3" if backend == "trtllm-gen" and kv_of(cfg) == "nvfp4" else cfg.dtype) \
         if phase is not None else None

@@ -1223,3 +1223,21 @@ def test_fa3_sink_wrapper_reads_the_phase_query_not_the_model_dtype():
     assert v.fact == "phase.query_dtype" and v.observed == "fp8_e4m3"
     ok = run(c, simulated_node("H100"), engine="flashinfer")
     assert not viols(ok, "sinks", "prefill", "fa3")
+
+
+# -- xqa.spec-sinks (measured: issue 38's exhaustive tier 3) ----------------------------------------
+@pytest.mark.parametrize("group, spec, kv, sinks, refused", [
+    (11, 2, "fp8", True, True), (12, 2, "fp8", True, True),      # measured wrong
+    (10, 2, "fp8", True, False), (32, 1, "fp8", True, False),     # measured correct
+    (11, 2, "fp8", False, False),                                 # the sink-less twins: correct
+    (9, 3, "fp8", True, True),                                    # q_len 4: not reached, refused by the bound
+    (11, 2, "auto", True, False),                                 # 16-bit caches: not measured, not claimed
+])
+def test_xqa_spec_sinks_boundary(group, spec, kv, sinks, refused):
+    c = cfg(head_dim=64, num_qo_heads=2 * group, num_kv_heads=2, kv_cache_dtype=kv, sinks=sinks,
+            num_speculative_tokens=spec, attention_backend="xqa")
+    a = run(c, simulated_node("H100"), FI)
+    hit = [v for v in a.violations if v.rule == "xqa.spec-sinks"]
+    assert bool(hit) == refused, a.violations
+    if refused:
+        assert hit[0].phase == "decode" and policy.default_ruleset().rule("xqa.spec-sinks").outcome == "silent-wrong"

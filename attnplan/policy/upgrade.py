@@ -545,8 +545,9 @@ def upgrade(rs: RuleSet, a: Side, b: Side, deployments: Mapping[str, Planner], t
                 except InvalidInputError as exc:
                     answers.append(None)
                     errors.append(exc)
-            if errors[0] is not None and errors[1] is not None:
-                raise errors[0]
+            first = errors[0]
+            if first is not None and errors[1] is not None:
+                raise first
             if any(errors):
                 which = a if errors[0] is not None else b
                 err = errors[0] or errors[1]

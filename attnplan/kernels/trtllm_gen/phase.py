@@ -31,7 +31,7 @@ from typing import Optional
 
 from . import select as sel
 from .wrappers import wrapper_error
-from .table import KernelTable, PIN_0_6, shipped
+from .table import KernelTable, PIN_0_6, TableError, shipped
 
 # config vocabulary -> FlashInfer Data_type names
 DTYPE = {"fp16": "FP16", "bf16": "BF16", "fp8_e4m3": "E4M3", "fp8_e5m2": "E5M2", "nvfp4": "E2M1",
@@ -88,8 +88,8 @@ def node_table(cubin_dir: str, pin: str, checksums_sha256: Optional[str]) -> Ker
     from . import node as tgnode
 
     nt = tgnode.load(tgnode.Location(cubin_dir, "the node's", pin, checksums_sha256))
-    if nt.table is None:
-        raise FileNotFoundError(nt.why)
+    if nt.table is None:   # gone since the probe read it: as a table that is not FlashInfer's (candidates.py)
+        raise TableError(str(cubin_dir), nt.why)
     return nt.table
 
 

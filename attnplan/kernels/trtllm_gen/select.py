@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Optional
 
+from attnplan.errors import InvalidInputError
+
 from .table import KernelTable, sm_constant
 
 INT_MAX = 2**31 - 1
@@ -91,7 +93,7 @@ def resolve(code: "str | Code") -> Code:
         return code
     name = ALIASES.get(code, code)
     if name not in CODES:
-        raise ValueError(f"unknown trtllm-gen selection code {code!r}; known: {', '.join(CODES)}")
+        raise InvalidInputError("flashinfer_version", f"unknown trtllm-gen selection code {code!r}", list(CODES))
     return CODES[name]
 
 
@@ -809,7 +811,8 @@ def oracle_line(q: Any, table: KernelTable, version: str) -> str:
     a flashinfer version or a code name."""
     code = version if version in CODES or version in ALIASES else code_of(version)
     if code is None:
-        raise ValueError(f"no known trtllm-gen selection code for flashinfer {version}")
+        raise InvalidInputError("flashinfer_version", f"no known trtllm-gen selection code for flashinfer {version}",
+                                list(CODES))
     return launch(table, code, mode=q.mode, sm=q.sm, dtype_q=q.dtype_q, dtype_kv=q.dtype_kv,
                   dtype_o=q.dtype_o, head_dim_qk=q.head_dim_qk, head_dim_v=q.head_dim_v, page_size=q.page_size,
                   num_heads_q=q.num_heads_q, num_heads_kv=q.num_heads_kv, batch=q.batch, max_q_len=q.max_q_len,
