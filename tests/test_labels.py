@@ -300,3 +300,15 @@ def test_flashinfer_imports_label():
     bad = ok.with_fact(flashinfer_import_error=Fact.measured("flashinfer-cubin version (0.7.2) does not match ..."))
     assert node_labels(ok)["attnplan.io/flashinfer-imports"] == "true"
     assert node_labels(bad)["attnplan.io/flashinfer-imports"] == "false"
+
+
+@pytest.mark.parametrize("cubins, state", [("available", "on-disk"), ("missing", "missing")])
+def test_preflight_groups_carry_cubins_ready(cubins, state, capsys):
+    """Issue 37: preflight's JSON report says, per group of 10.x nodes, where trtllm-gen's cubins would come from
+    (the same function as the label); other GPUs carry none."""
+    rc = cli_main(["preflight", "--simulate", "B200=2,H100=1", "--head-dim", "128", "--num-heads", "32",
+                   "--num-kv-heads", "8", "--cubins", cubins, "--json"])
+    data = json.loads(capsys.readouterr().out)
+    got = {g["device"]: g.get("trtllm_cubins") for g in data["groups"]}
+    assert got == {"B200": state, "H100": None}
+    assert rc in (0, 1)

@@ -259,6 +259,9 @@ class Group(Model):
     capability: Optional[str] = None
     fingerprint: Optional[str] = None
     facts: Optional[dict[str, Any]] = Field(None, description="the group's node facts: value and source")
+    # "cubins ready" (issue 37), on 10.x nodes: on-disk, download (the artifactory answers) or missing
+    # (preflight/labels.py trtllm_cubins_state, from the node's facts)
+    trtllm_cubins: Optional[Literal["on-disk", "download", "missing"]] = None
     results: list[GroupCell] = Field(default_factory=list)
 
 
