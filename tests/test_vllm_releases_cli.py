@@ -75,3 +75,19 @@ def test_upgrade_reports_what_loads_not_who_decided_it():
     kernel_changes = [c for d in rep.deployments for g in d.groups for c in g.changes if c.what == "kernel"] + \
                      [c for d in rep.deployments for c in d.changes if c.what == "kernel"]
     assert (kernel_changes == []) == same
+
+
+@pytest.mark.parametrize("kv, release, ok", [("octave_k3v4", "0.32.0", False), ("ultraquant_4bit", "0.31.0", False),
+                                             ("ultraquant_4bit", "0.32.0", True), ("fp8", "0.31.0", True)])
+def test_cache_dtype_spellings_per_release(kv, release, ok):
+    """config/cache.py CacheDType grew between releases: a spelling the release lacks is refused as it refuses it
+    (a spelling it has but no FlashInfer kernel attnplan models reads is the other bad input, naming those)."""
+    from attnplan.vllm.request import ModelRequest
+
+    req = ModelRequest.build(model="llama-3.1-8b", engine=f"vllm=={release}", kv_cache_dtype=kv)
+    try:
+        req.line_fields()
+        refused = None
+    except InvalidInputError as exc:
+        refused = str(exc)
+    assert (refused is None or f"vLLM {release} has no" not in refused) == ok

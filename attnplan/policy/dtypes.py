@@ -97,6 +97,12 @@ VLLM_CACHE_DTYPES: dict[str, str | None] = {
     "octave_k3v3": None, "octave_k3v3_compact": None, "ultraquant_4bit": None, "int4_per_token_head": None,
     "int8_per_token_head": None, "fp8_per_token_head": None,
 }
+# CacheDType values a modelled vLLM release does not have yet (its config/cache.py; 0.31/0.32's --kv-cache-dtype
+# choices): a line for that release naming one is refused as that release refuses it.
+VLLM_CACHE_DTYPES_ABSENT: dict[str, frozenset[str]] = {
+    "0.31.0": frozenset({"ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact"}),
+    "0.32.0": frozenset({"octave_k3v4", "octave_k3v3", "octave_k3v3_compact"}),
+}
 # The config's KV dtype -> the spelling each engine's command line takes (a fix is a flag the same command accepts).
 ENGINE_KV_SPELLING: dict[str, dict[str, str]] = {
     "vllm": {"fp16": "float16", "bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2",

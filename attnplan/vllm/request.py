@@ -134,7 +134,8 @@ class ModelRequest(BaseModel):
         """What ``parse_serve_line`` read, as a request (``engine``: the line is vLLM's)."""
         from .serve import vllm_kv_cache_dtype
 
-        vllm_kv_cache_dtype(line.kv_cache_dtype)  # exactly vLLM's spelling, before the request model strips it
+        release = str(engine).partition("==")[2].strip() or None if engine else None
+        vllm_kv_cache_dtype(line.kv_cache_dtype, release)  # exactly that vLLM's spelling, before the model strips it
         return cls.build(
             model=line.model, engine=engine, tensor_parallel_size=line.tensor_parallel_size,
             pipeline_parallel_size=line.pipeline_parallel_size,
@@ -159,7 +160,8 @@ class ModelRequest(BaseModel):
         return {**self.overrides, **flag_fields(
             dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
             attention_backend=self.attention_backend, num_speculative_tokens=self.num_speculative_tokens,
-            decode_context_parallel_size=self.decode_context_parallel_size, attention_config=self.attention_config)}
+            decode_context_parallel_size=self.decode_context_parallel_size, attention_config=self.attention_config,
+            release=(self.engine or "").partition("==")[2].strip() or None)}
 
     def model_label(self) -> str:
         """The model as a reader sees it: the reference, or ``config.json <model_type> sha256:<12>``."""

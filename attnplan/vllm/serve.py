@@ -73,13 +73,13 @@ LINE_FIELDS = ("dtype", "kv_cache_dtype", "page_size", "attention_backend", "num
 
 def flag_fields(*, dtype: str, kv_cache_dtype: str, block_size: Optional[int], attention_backend: Optional[str],
                 num_speculative_tokens: int, decode_context_parallel_size: int,
-                attention_config: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+                attention_config: Optional[dict[str, Any]] = None, release: Optional[str] = None) -> dict[str, Any]:
     """The attention fields (LINE_FIELDS) that a serve line's flags set on every layer group; one mapping
     for a pasted line (``ServeLine``) and a whole-model request (``vllm/request.py ModelRequest``)."""
     out: dict[str, Any] = {}
     if dtype.lower() != "auto":
         out["dtype"] = dtype
-    out["kv_cache_dtype"] = vllm_kv_cache_dtype(kv_cache_dtype)
+    out["kv_cache_dtype"] = vllm_kv_cache_dtype(kv_cache_dtype, release)
     if block_size is not None:
         out["page_size"] = block_size
     # None: the platform picks the block size at startup; attnplan picks the smallest valid one.
@@ -117,14 +117,20 @@ def attention_config_fields(ac: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def vllm_kv_cache_dtype(raw: str) -> str:
+def vllm_kv_cache_dtype(raw: str, release: Optional[str] = None) -> str:
     """vLLM 0.33's ``--kv-cache-dtype``, exactly as vLLM takes it (policy/dtypes.py VLLM_CACHE_DTYPES, from
     vllm/config/cache.py CacheDType), in the config's vocabulary. A spelling vLLM refuses (fp4, bf16, half,
     fp8_e4m3fn) is bad input in vLLM's terms; one vLLM takes for a cache layout no FlashInfer kernel attnplan
     models reads (fp8_ds_mla, nvfp4_4over6, turboquant_*) is bad input naming what attnplan models."""
     from attnplan.policy.dtypes import VLLM_CACHE_DTYPES
 
+    from attnplan.policy.dtypes import VLLM_CACHE_DTYPES_ABSENT
+
     name = str(raw)   # exactly: CacheDType is a Literal (no case folding, no stripping)
+    absent = VLLM_CACHE_DTYPES_ABSENT.get(release or "", frozenset())
+    if name in absent:
+        raise InvalidInputError("kv_cache_dtype", f"vLLM {release} has no --kv-cache-dtype {name} (config/cache.py "
+                                "CacheDType of that release)", [k for k in VLLM_CACHE_DTYPES if k not in absent])
     if name not in VLLM_CACHE_DTYPES:
         raise InvalidInputError("kv_cache_dtype", "vLLM 0.33 refuses this --kv-cache-dtype at startup (config/cache.py "
                                 "CacheDType)", list(VLLM_CACHE_DTYPES))
