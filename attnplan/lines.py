@@ -26,12 +26,32 @@ def is_launch_line(text: Any) -> bool:
     return any(w.rsplit("/", 1)[-1] in ("sglang.launch_server", "launch_server") for w in words)
 
 
+# launch_server flags and backend names that arrived in a later release than the oldest modelled (the release's
+# arg_groups/fields/*.py and choices.py; issue 42): a line for an older release naming one is refused as its parser
+# refuses it.
+SINCE = {"--attn-dp-size": "0.5.22", "--attention-data-parallel-size": "0.5.22", "llada2_cfg_flashinfer": "0.5.22"}
+
+
+def _release_refuses(line: LaunchLine, release: Optional[str]) -> None:
+    from packaging.version import Version
+
+    if release is None:
+        return
+    f = line.flags
+    used = [*line.given, *(b for b in (f.attention_backend, f.prefill_attention_backend, f.decode_attention_backend) if b)]
+    for name in used:
+        since = SINCE.get(name)
+        if since is not None and Version(release) < Version(since):
+            raise InvalidInputError("sglang launch_server", f"SGLang {release} has no {name} (from {since})")
+
+
 def request_from_launch_line(line: LaunchLine, *, engine: Optional[str] = None, model: Any = None) -> ModelRequest:
     """A parsed launch line as a request; ``engine``: an SGLang release (default: sglang); ``model``: the
     config.json already read (a REST client's preset), else the line's model reference."""
     f = line.flags
     if engine is not None and not str(engine).strip().lower().startswith("sglang"):
         raise InvalidInputError("engine", f"a launch_server line is SGLang's; got engine {engine!r}")
+    _release_refuses(line, str(engine).partition("==")[2].strip() or None if engine else None)
     try:   # bounds as a REST body's (a negative --speculative-num-draft-tokens is bad input naming the field)
         extra = SglangLineFields(
             prefill_attention_backend=f.prefill_attention_backend, decode_attention_backend=f.decode_attention_backend,

@@ -91,3 +91,15 @@ def test_rest_plan_body_with_sglang_fields():
     assert r.json()["verdict"] == want
     bad = c.post("/v1/plan", json={**req.wire(), "sglang": {"attn_dp_size": "8"}})
     assert bad.status_code == 422
+
+
+def test_a_release_refuses_the_flags_it_does_not_have():
+    """--attn-dp-size (and its long alias) and the llada2_cfg_flashinfer backend arrived in SGLang 0.5.22: a line
+    for 0.5.21 naming one is refused as 0.5.21's parser refuses it; the --dp N --enable-dp-attention spelling of
+    the same split works in every release."""
+    new = parse_launch_text("python -m sglang.launch_server --model-path deepseek-v3 --tp 8 --attention-data-parallel-size 8")
+    assert request_from_launch_line(new, engine="sglang==0.5.22").sglang.attn_dp_size == 8
+    with pytest.raises(InvalidInputError, match="0.5.21 has no --attention-data-parallel-size"):
+        request_from_launch_line(new, engine="sglang==0.5.21")
+    old = parse_launch_text("python -m sglang.launch_server --model-path deepseek-v3 --tp 8 --dp 8 --enable-dp-attention")
+    assert request_from_launch_line(old, engine="sglang==0.5.21").sglang.attn_dp_size == 8

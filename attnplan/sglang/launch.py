@@ -47,7 +47,7 @@ SUBSET: list[tuple[tuple[str, ...], str, Any, Any]] = [
     # (runtime_context.py derive_attn_tp_size; parallel_hook.py _handle_deprecated_dp_attention turns
     # `--dp-size N --enable-dp-attention` into `--attn-dp-size N`)
     (("--dp-size", "--dp"), "dp_size", int, 1),
-    (("--attn-dp-size",), "attn_dp_size", int, 1),
+    (("--attn-dp-size", "--attention-data-parallel-size"), "attn_dp_size", int, 1),
 ]
 BOOL_FLAGS = ("--enable-deterministic-inference", "--trust-remote-code", "--enable-dp-attention")
 SUBSET_FLAGS = tuple(f for flags, *_ in SUBSET for f in flags) + BOOL_FLAGS
@@ -62,6 +62,7 @@ class LaunchLine:
     speculative_tokens: int = 0
     parser: str = "subset"
     attn_dp_size: int = 1   # attention data parallelism: the heads split over tp_size / attn_dp_size ranks
+    given: tuple[str, ...] = ()   # the flags as typed (a release that lacks one refuses the line: lines.py)
 
 
 class _OneLine(argparse.ArgumentParser):
@@ -137,7 +138,8 @@ def parse_launch_line(argv: Sequence[str], architecture: Optional[str] = None) -
         speculative_algorithm=algo, speculative_eagle_topk=ns.speculative_eagle_topk,
         speculative_num_draft_tokens=draft, speculative_num_steps=ns.speculative_num_steps, tp_size=ns.tp_size, architecture=architecture)
     kv_dtype(flags.kv_cache_dtype)  # refuses a dtype attnplan does not model, by name
-    return LaunchLine(model=ns.model_path, flags=flags, dtype=ns.dtype,
+    given = tuple(dict.fromkeys(a.split("=", 1)[0] for a in argv if a.startswith("--")))
+    return LaunchLine(model=ns.model_path, flags=flags, dtype=ns.dtype, given=given,
                       speculative_tokens=max(0, (draft or 1) - 1) if algo else 0, parser="subset", attn_dp_size=attn_dp)
 
 
