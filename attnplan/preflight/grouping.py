@@ -113,11 +113,10 @@ def groups(rows: list[NodeRow], outcomes: Sequence[Outcome], configs: Sequence[N
                 gc.notes = list(a.notes)
             cells.append(gc)
         node = o.answers[0].node if o.answers else None
-        cap = node.capability.value if node is not None else None
         groups.append(Group(
             id=gid, count=len(ix), members=[rows[k].name for k in ix], status=first.status, verdict=first.verdict,
             reason=first.reason, device=first.device, capability=first.capability, fingerprint=first.fingerprint,
             facts=node_json(node) if node is not None else None,
-            trtllm_cubins=trtllm_cubins_state(node) if isinstance(cap, int) and cap // 10 == 10 else None,
+            trtllm_cubins=trtllm_cubins_state(node) if node is not None else None,
             results=cells))
     return groups

@@ -108,8 +108,8 @@ def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: E
     # whether `import flashinfer` works beside the installed kernel wheels (policy/flashinfer_packages.py)
     imp = node.flashinfer_import_error
     labels["flashinfer-imports"] = None if imp.source.value == "unknown" else imp.value is None
-    if isinstance(cap, int) and cap // 10 == 10:
-        labels["trtllm-cubins"] = trtllm_cubins_state(node)
+    labels["trtllm-cubins"] = trtllm_cubins_state(node)
+    if labels["trtllm-cubins"] is not None:
         own = node.trtllm_kernel_table.value
         labels["trtllm-kernel-table"] = str(own.get("pin"))[:8] if isinstance(own, dict) else "none"
     labels["driver-version"] = node.driver_version.value
@@ -134,6 +134,12 @@ def trtllm_cubins_state(node: NodeFacts) -> Optional[str]:
     (FLASHINFER_CUBIN_DIR holds them, or a flashinfer-cubin wheel at flashinfer's version: FlashInfer ignores
     another - flashinfer/jit/env.py _get_cubin_dir), ``download`` (not on disk, the artifactory answers: the
     first request downloads them), ``missing`` (neither), None when not probed."""
+    from attnplan.kernels.trtllm_gen.phase import FAMILY_MAJORS
+    from attnplan.policy.capability import capability_major
+
+    cap = node.capability.value
+    if not isinstance(cap, int) or capability_major(cap) not in FAMILY_MAJORS:
+        return None   # no GPU trtllm-gen's kernels are built for: nothing to be ready
     fi, wheel = node.flashinfer_version.value, node.flashinfer_cubin_version.value
     if node.cubin_dir_has_cubins.value is True or (wheel is not None and wheel == fi):
         return "on-disk"
