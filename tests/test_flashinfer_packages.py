@@ -156,15 +156,21 @@ def _installed_flashinfer_version(root: Path) -> str | None:
     return None
 
 
-def test_messages_equal_the_installed_flashinfer_s_own():
-    """Run the installed FlashInfer's check functions (their source, not an import of flashinfer: that needs CUDA
-    libraries) and compare what they raise with this module's message for that release."""
+def _installed_claimed_flashinfer():
+    """(the installed flashinfer's jit/env.py, its version), or a skip naming why there is none to compare."""
     env_py = _flashinfer_env_source()
     if env_py is None:
         pytest.skip("flashinfer is not installed")
     fv = _installed_flashinfer_version(env_py.parent.parent)
     if release_check(fv) is None:
         pytest.skip(f"installed flashinfer {fv} is not a release this module claims")
+    return env_py, fv
+
+
+def test_messages_equal_the_installed_flashinfer_s_own():
+    """Run the installed FlashInfer's check functions (their source, not an import of flashinfer: that needs CUDA
+    libraries) and compare what they raise with this module's message for that release."""
+    env_py, fv = _installed_claimed_flashinfer()
     tree = ast.parse(env_py.read_text())
     wanted = {"_check_cubin_version", "_check_jit_cache_version", "_check_jit_cache_provider_version"}
     keep = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in wanted) or
@@ -242,12 +248,7 @@ def test_the_installed_flashinfer_s_import_says_what_package_mismatches_says(tmp
     import subprocess
     import sys
 
-    env_py = _flashinfer_env_source()
-    if env_py is None:
-        pytest.skip("flashinfer is not installed")
-    fv = _installed_flashinfer_version(env_py.parent.parent)
-    if release_check(fv) is None:
-        pytest.skip(f"installed flashinfer {fv} is not a release this module claims")
+    env_py, fv = _installed_claimed_flashinfer()
     cases = [("0.6.13", "0.6.13+cu129", {}),
              (fv, f"{fv}+cu130", {"flashinfer-jit-cache-sm100a": f"{fv}+cu129"})]
     for i, (cubin, jit, providers) in enumerate(cases):

@@ -188,3 +188,28 @@ def ruleset_from_args(args: argparse.Namespace) -> RuleSet:
     a ``RulePackError``: exit 2 with the file and rule named)."""
     d = rules_dir_from_args(args)
     return load_rules(d) if d is not None else default_ruleset()
+
+
+def pull_own_flags(words: list[str], into: argparse.Namespace, values: dict[str, str],
+                   switches: dict[str, str]) -> list[str]:
+    """attnplan's own flags taken out of a pasted engine line wherever they stand (``values``: flag -> the
+    attribute its value goes to, ``--flag V`` or ``--flag=V``; ``switches``: flag -> attribute set True), set on
+    ``into``; the rest of the line, in order, is the engine's (cli/vllm.py, cli/upgrade.py)."""
+    rest: list[str] = []
+    i = 0
+    while i < len(words):
+        w = words[i]
+        name, eq, val = w.partition("=")
+        if name in values:
+            if not eq:
+                if i + 1 >= len(words):
+                    raise InvalidInputError(name.lstrip("-"), f"{name} needs a value")
+                val = words[i + 1]
+                i += 1
+            setattr(into, values[name], val)
+        elif w in switches:
+            setattr(into, switches[w], True)
+        else:
+            rest.append(w)
+        i += 1
+    return rest

@@ -31,7 +31,7 @@ from typing import Any, Optional
 from attnplan.policy import InvalidInputError, NodeFacts, RuleSet
 
 from .main import emit_json
-from .options import add_rules_arg, ruleset_from_args
+from .options import add_rules_arg, pull_own_flags, ruleset_from_args
 
 EXAMPLES = """\
 examples:
@@ -186,23 +186,7 @@ OWN_SWITCHES = {"--json": "json"}
 
 
 def split_own(words: list[str], args: argparse.Namespace) -> list[str]:
-    rest: list[str] = []
-    i = 0
-    while i < len(words):
-        w = words[i]
-        name, eq, val = w.partition("=")
-        if name in OWN_VALUES:
-            if not eq:
-                if i + 1 >= len(words):
-                    raise InvalidInputError(name.lstrip("-"), f"{name} needs a value")
-                val = words[i + 1]
-                i += 1
-            setattr(args, OWN_VALUES[name], val)
-        elif w in OWN_SWITCHES:
-            setattr(args, OWN_SWITCHES[w], True)
-        else:
-            rest.append(w)
-        i += 1
+    rest = pull_own_flags(words, args, OWN_VALUES, OWN_SWITCHES)
     if args.device is not None and args.preflight is not None:
         raise InvalidInputError("device", "--device and --preflight are two answers to where: give one")
     return rest

@@ -21,7 +21,7 @@ from attnplan.policy import InvalidInputError, local_node
 
 from .main import emit_json
 from . import verbosity
-from .options import add_node_args, add_rules_arg, node_from_args, ruleset_from_args
+from .options import add_node_args, add_rules_arg, node_from_args, pull_own_flags, ruleset_from_args
 
 OWN_FLAGS = ("--device", "--capability", "--flashinfer-version", "--cubins", "--rules", "--engine")
 OWN_SWITCHES = ("--json", "--no-trace", "--require-flashinfer")
@@ -58,23 +58,8 @@ def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tupl
                                 ("device", "capability", "flashinfer_version", "cubins", "rules", "engine")},
                              **{f.lstrip("-").replace("-", "_"): bool(getattr(before, f.lstrip("-").replace("-", "_"), False))
                                 for f in OWN_SWITCHES})
-    rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        name, eq, val = a.partition("=")
-        if name in OWN_FLAGS:
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise InvalidInputError(name.lstrip("-"), f"{name} needs a value")
-                val = argv[i + 1]
-                i += 1
-            setattr(own, name.lstrip("-").replace("-", "_"), val)
-        elif a in OWN_SWITCHES:
-            setattr(own, a.lstrip("-").replace("-", "_"), True)
-        else:
-            rest.append(a)
-        i += 1
+    dest = lambda f: f.lstrip("-").replace("-", "_")  # noqa: E731
+    rest = pull_own_flags(argv, own, {f: dest(f) for f in OWN_FLAGS}, {f: dest(f) for f in OWN_SWITCHES})
     return own, rest
 
 

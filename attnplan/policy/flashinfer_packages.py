@@ -92,6 +92,15 @@ _RAISE_0_7 = ReleaseCheck(
     jit_cache_warning=None, jit_cache_match="local", providers=True,
 )
 
+# 0.6.18: 0.7.0's messages, without provider wheels and with the jit-cache matched by prefix
+_RAISE_0_6_18 = ReleaseCheck(
+    releases=">=0.6.18,<0.6.19", read_in=("0.6.18",),
+    source="flashinfer/jit/env.py _get_cubin_dir, _get_aot_dir (0.6.18)",
+    effect="raises",
+    cubin_message=_RAISE_0_7.cubin_message, cubin_warning=None, cubin_dir_env_skips_check=True,
+    jit_cache_message=_RAISE_0_7.jit_cache_message, jit_cache_warning=None,
+    jit_cache_match="prefix", providers=False,
+)
 # Newest first; a version in none of them is not claimed.
 CHECKS: tuple[ReleaseCheck, ...] = (
     ReleaseCheck(
@@ -110,23 +119,11 @@ CHECKS: tuple[ReleaseCheck, ...] = (
         jit_cache_match="local", providers=True,
     ),
     _RAISE_0_7,
-    ReleaseCheck(
-        releases=">=0.6.18,<0.6.19", read_in=("0.6.18",),
-        source="flashinfer/jit/env.py _get_cubin_dir, _get_aot_dir (0.6.18)",
-        effect="raises",
-        cubin_message=_RAISE_0_7.cubin_message, cubin_warning=None, cubin_dir_env_skips_check=True,
-        jit_cache_message=_RAISE_0_7.jit_cache_message, jit_cache_warning=None,
-        jit_cache_match="prefix", providers=False,
-    ),
+    _RAISE_0_6_18,
     # 0.6.13 looks at flashinfer-cubin before FLASHINFER_CUBIN_DIR, so setting the variable does not avoid the check.
-    ReleaseCheck(
-        releases=">=0.6.13,<0.6.14", read_in=("0.6.13",),
-        source="flashinfer/jit/env.py _get_cubin_dir, _get_aot_dir (0.6.13)",
-        effect="raises",
-        cubin_message=_RAISE_0_7.cubin_message, cubin_warning=None, cubin_dir_env_skips_check=False,
-        jit_cache_message=_RAISE_0_7.jit_cache_message, jit_cache_warning=None,
-        jit_cache_match="prefix", providers=False,
-    ),
+    _RAISE_0_6_18.model_copy(update={"releases": ">=0.6.13,<0.6.14", "read_in": ("0.6.13",),
+                                     "source": "flashinfer/jit/env.py _get_cubin_dir, _get_aot_dir (0.6.13)",
+                                     "cubin_dir_env_skips_check": False}),
 )
 
 
