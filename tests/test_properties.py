@@ -157,6 +157,10 @@ def spec_query(cfg: AttentionConfig, node: NodeFacts, phase: Optional[str], back
     flashinfer layer keeps the model dtype (fp8_e4m3 for trtllm-gen over nvfp4)."""
     cap, major, kv = node.capability.value, major_of(node), kv_of(cfg)
     if engine == "vllm":
+        # MLA decode over an fp8 cache: mla_attention.py forward_impl quantizes the MQA query to fp8
+        # (MLACommonImpl.supports_quant_query_input, which FlashInferMLAImpl keeps).
+        if cfg.kv_lora_rank is not None and kv == "fp8_e4m3" and phase == "decode":
+            return kv
         if cfg.kv_lora_rank is None and kv in ("fp8_e4m3", "fp8_e5m2"):
             if phase == "decode" and (cap == 90 or major == 12):
                 return cfg.dtype
@@ -217,6 +221,9 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         v.add("device.capability")
     if backend == "trtllm-gen":
         if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv in ("fp8_e4m3", "nvfp4"))):
+            v.add("dtype.query")
+    elif backend in ("trtllm-gen-mla", "trtllm-ragged"):   # fp8_e4m3 over fp8_e4m3 (SGLang's trtllm_mla, vLLM's decode)
+        if not (q in ("fp16", "bf16") or (q == "fp8_e4m3" and kv == "fp8_e4m3")):
             v.add("dtype.query")
     elif backend == "fa3":   # an fp8 query over a cache of the same fp8 type (e5m2 measured: issue 39)
         if not (q in ("fp16", "bf16") or (q in ("fp8_e4m3", "fp8_e5m2") and kv == q and qk == vo)):
@@ -300,7 +307,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         v.add("mla.window")
     if backend in ("fa2-mla", "fa3-mla") and cfg.logits_soft_cap is not None:
         v.add("mla.softcap")
-    if backend == "trtllm-gen-mla" and q != "bf16":
+    if backend == "trtllm-gen-mla" and cfg.dtype != "bf16":      # the model dtype (the output), not the query
         v.add("mla.trtllm-dtype")
     if backend in ("fa3", "fa3-mla"):
         if major != 9:
