@@ -70,29 +70,41 @@ environment:
                                 the rule packs / backends.yaml the vLLM oracle judges (default: the shipped ones)
 """
 
-# Subcommand modules, each exposing add_parser(sub) and, through set_defaults(run=...), run(args) -> int.
-# One line per command: a new command module is added here.
-COMMANDS = [
-    "attnplan.cli.plan",
-    "attnplan.cli.vllm",
-    "attnplan.cli.sglang",
-    "attnplan.cli.compare",
-    "attnplan.cli.upgrade",
-    "attnplan.cli.serve",
-    "attnplan.cli.preflight",
-    "attnplan.cli.labels",
-    "attnplan.cli.verify",
-    "attnplan.cli.cubins",
-    "attnplan.cli.completion",
+# Subcommand modules, each exposing add_parser(sub) and, through set_defaults(run=...), run(args) -> int,
+# with the commands each registers. One line per module: a new command module is added here.
+COMMANDS: list[tuple[str, tuple[str, ...]]] = [
+    ("attnplan.cli.plan", ("plan", "explain", "node", "rules", "matrix")),
+    ("attnplan.cli.vllm", ("vllm",)),
+    ("attnplan.cli.sglang", ("sglang",)),
+    ("attnplan.cli.compare", ("compare",)),
+    ("attnplan.cli.upgrade", ("upgrade",)),
+    ("attnplan.cli.serve", ("serve",)),
+    ("attnplan.cli.preflight", ("preflight",)),
+    ("attnplan.cli.labels", ("labels",)),
+    ("attnplan.cli.verify", ("verify",)),
+    ("attnplan.cli.cubins", ("cubins",)),
+    ("attnplan.cli.completion", ("completion",)),
 ]
 
+
+def _chosen_command(argv: Optional[list[str]]) -> Optional[str]:
+    """The subcommand ``argv`` names (its first word that is not a global option), if it is one of ours."""
+    for word in argv or ():
+        if word in ("-q", "--quiet") or (word.startswith("-v") and set(word[1:]) <= {"v"}) or word == "--verbose":
+            continue
+        return word if any(word in names for _, names in COMMANDS) else None
+    return None
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line and exit 2, like every other bad input
         self.exit(2, f"attnplan: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Optional[list[str]] = None) -> argparse.ArgumentParser:
+    """The whole parser; given the command line, only the module of the subcommand it names is imported
+    (one command's path stays short: ``attnplan plan`` does not import the REST, preflight or verify
+    modules). ``--help``, no command or an unknown one build every subcommand."""
+    chosen = _chosen_command(argv)
     parser = _Parser(
         prog="attnplan", description=__doc__.split("\n")[0],
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -102,7 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="more on stderr (-v: notes and timings; -vv: also library warnings)")
     parser.add_argument("-q", "--quiet", action="store_true", help="nothing on stderr but errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for mod in COMMANDS:
+    for mod, names in COMMANDS:
+        if chosen is not None and chosen not in names:
+            continue
         try:
             module = importlib.import_module(mod)
         except ModuleNotFoundError as exc:
@@ -174,7 +188,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 def _main(argv: list[str]) -> int:
     from attnplan.policy import AttnplanError
 
-    parser = build_parser()
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     run: Optional[Callable[[argparse.Namespace], int]] = getattr(args, "run", None)
     if run is None:
