@@ -1,7 +1,7 @@
 """Replay every fault of issues 16 and 24 against a fresh ``serve``, the CLI and the preflight.
 
     python bench/replay_faults.py            # every case, full size (5,000 idle connections)
-    python bench/replay_faults.py --quick    # reduced sizes (tests/test_hardening_replay.py)
+    python bench/replay_faults.py --quick    # reduced sizes (tests/test_fault_replay.py)
     python bench/replay_faults.py --skip-owner h1,h3
     python bench/replay_faults.py --only i40r4-labels --details   # issue 40's fourth round, every input not held
 
@@ -857,7 +857,7 @@ def _(ctx: Ctx) -> tuple[bool, str]:
              "mamba_expand": h1, "mamba_expand ": {**h1, "mamba_expand": 1e308}}
     wrong = []
     # Each CLI run loads transformers (seconds on a loaded machine): --quick replays two of the five
-    # here (tests/test_hardening_inputs2.py checks all of them in process).
+    # here (tests/test_hostile_inputs.py checks all of them in process).
     for i, (field, over) in enumerate(cases.items()):
         if ctx.quick and i not in (0, 4):
             continue

@@ -1,7 +1,7 @@
 """The torch NVFP4 quantizer the adapter appends with on 8.x/9.x (FlashInfer's own needs SM100+):
 each value against an independent per-element round-to-nearest-even reference, the packing
 order, the block scales, and the round trip. The GPU check against FlashInfer's dequantizer is
-tests/gpu/test_new_paths_gpu.py::test_nvfp4_quantizer_matches_flashinfer_dequantizer."""
+tests/gpu/test_adapter_kernel_paths_gpu.py::test_nvfp4_quantizer_matches_flashinfer_dequantizer."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ TOL = 1e-2
 
 def answer(engine: str = "flashinfer", **cfg: Any):
     """The plan on this machine's probed facts; kernel truth by default (these tests exercise the
-    native kernels: ``--engine vllm`` decodes with XQA on 9.0, tested in test_new_paths_gpu.py)."""
+    native kernels: ``--engine vllm`` decodes with XQA on 9.0, tested in test_adapter_kernel_paths_gpu.py)."""
     a = plan_for(AttentionConfig(**cfg), engine=engine)
     assert a.ok, a.violations
     return a

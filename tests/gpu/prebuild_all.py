@@ -22,7 +22,7 @@ def modules(which: list[str]) -> dict:
         mods.update({m.name: m for m in plan_modules(a.plan) if phases is None or m.phase in phases})
 
     if "new_paths" in which:
-        import test_new_paths_gpu as t
+        import test_adapter_kernel_paths_gpu as t
 
         for c in t.XQA_CASES:
             add(t._xqa_from_case(c), ("decode",))
