@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from attnplan.policy import InvalidInputError, NodeFacts, RuleSet
+from attnplan.render.verdict import finish
 from attnplan.sglang.launch import LaunchAnswer, LaunchLine, parse_launch_text
 from pydantic import ValidationError
 
@@ -83,4 +84,6 @@ def plan_launch(line: LaunchLine, node: NodeFacts, ruleset: Optional[RuleSet] = 
     client's line: a preset or a cached repo id, never a path); ``engine``: an SGLang release."""
     req = request_from_launch_line(line, model=data, engine=engine)
     sa = plan_request(req, node, ruleset, allow_paths=data is None, parser=line.parser)
-    return LaunchAnswer(line, sa.ranks, sa.answer, model=sa.model, startup_error=sa.startup_error, notes=list(sa.notes))
+    # the answer leaves the pipeline here: its sentences are written by render/ from the planner's data
+    return LaunchAnswer(line, sa.ranks, finish(sa.answer), model=finish(sa.model), startup_error=sa.startup_error,
+                        notes=list(sa.notes))

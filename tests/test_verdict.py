@@ -11,6 +11,7 @@ import pytest
 from attnplan.cli.main import main
 from attnplan.policy import default_ruleset, plan_for, plan_model, simulated_node
 from attnplan.policy.answer import Violation
+from attnplan.render.verdict import verdict_message
 from attnplan.policy.verdict import OUTCOMES, violation_outcome, worst
 
 PRESETS = Path(__file__).resolve().parents[1] / "attnplan" / "presets"
@@ -65,8 +66,8 @@ def test_a_typed_engine_backend_is_judged_by_the_engines_own_validation():
     assert (ok.outcome, ok.selected.decode, ok.modelled) == ("runs", "FLASH_ATTN", False)
     # FLASH_ATTN has no fp8_e5m2 cache (backends.yaml engines.vllm.engine_backend): vLLM refuses at startup
     bad = plan_for({**LLAMA, "attention_backend": "FLASH_ATTN", "kv_cache_dtype": "fp8_e5m2"}, simulated_node("H100")).verdict
-    assert bad.outcome == "fails-at-startup" and "kv_cache_dtype not supported" in bad.message
-    assert "Selected backend FLASH_ATTN is not valid" in bad.message
+    assert bad.outcome == "fails-at-startup" and "kv_cache_dtype not supported" in verdict_message(bad)
+    assert "Selected backend FLASH_ATTN is not valid" in verdict_message(bad)
 
 
 def test_a_kernel_refusal_fails_where_its_phase_first_runs():

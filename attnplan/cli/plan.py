@@ -8,7 +8,7 @@ from attnplan.policy import (EngineSpec, Explanation, ModelPlanAnswer, RuleSet, 
                              explain_groups, local_node, matrix_markdown, parse_engine, plan_for, plan_model,
                              resolve_engine)
 from attnplan.policy.answer import node_json
-from attnplan.render import (render_answer, render_explain, render_groups, render_groups_explain, render_node,
+from attnplan.render import (plan_json, render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, render_verdict, rules_json)
 
 from attnplan.engine_request import with_backend
@@ -119,7 +119,7 @@ def run_plan(args: argparse.Namespace) -> int:
         model = _model(args, rs, _engine(args, rs))
         one = model.answer()
         if args.json:
-            emit_json(model.to_json(trace=not args.no_trace))
+            emit_json(plan_json(model, trace=not args.no_trace))
         else:
             print(render_answer(one.model_copy(update={"verdict": model.verdict})) if one is not None
                   else render_groups(model))
@@ -130,7 +130,7 @@ def run_plan(args: argparse.Namespace) -> int:
     node = _node(args)
     answer = plan_for(config, node, ruleset=rs, engine=engine)
     if args.json:
-        emit_json(answer.to_json(trace=not args.no_trace))
+        emit_json(plan_json(answer, trace=not args.no_trace))
     else:
         print(render_answer(answer))
     return verdict_exit(answer, args)

@@ -140,6 +140,52 @@ class Fix(BaseModel):
     selected: str = Field("", description="the engine's backend with this change")
 
 
+SaysKind = Literal[
+    "no-valid-backend",     # the engine finds no backend its own validation accepts (``refusals``)
+    "backend-refused",      # the engine's own validation refuses the backend it selected (``backend``, ``reasons``)
+    "engine-backend-runs",  # the engine runs a backend of its own, not FlashInfer's (``backend``, ``validated``)
+    "runs",                 # the command runs (``prefill``/``decode``; ``unmodelled``: phases on the engine's kernels)
+    "runs-unjudged",        # it runs; the violations are all on phases that do not run FlashInfer
+    "fails",                # the first violation decides (``rule``, ``detail``)
+    "model-fails",          # a model-level violation decides (``rule``, ``detail``)
+    "layout-refused",       # the engine refuses the parallel layout before selecting anything (``detail``: its error)
+]
+
+
+class BackendRefusal(BaseModel):
+    """One backend the engine's own validation refuses, with its reasons in the engine's words."""
+
+    model_config = ConfigDict(frozen=True)
+
+    backend: str
+    reasons: tuple[str, ...]
+
+
+class VerdictSays(BaseModel):
+    """What a verdict's message says, as data: the kind of message and what it names. The sentence is
+    written by render/verdict.py ``verdict_message`` (issue 36 item 6: answers carry data, ``render/`` writes
+    the sentences); ``Verdict.message`` keeps the contract's text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: SaysKind
+    engine: Literal["vllm", "sglang", "flashinfer"]
+    version: Optional[str] = None
+    outcome: Outcome
+    backend: Optional[str] = Field(None, description="the engine's backend the message is about")
+    prefill: Optional[str] = None
+    decode: Optional[str] = None
+    validated: Optional[bool] = Field(
+        None, description="engine-backend-runs: the engine's own validation is modelled (and passes)")
+    reasons: tuple[str, ...] = Field((), description="backend-refused: the engine's own validation reasons")
+    refusals: tuple[BackendRefusal, ...] = Field((), description="no-valid-backend: each backend's reasons")
+    unmodelled: tuple[str, ...] = Field((), description="runs: the phases on the engine's own kernels")
+    rule: Optional[str] = Field(None, description="the rule that decides (fails, model-fails)")
+    detail: Optional[str] = Field(
+        None, description="the deciding violation's message (rule data, formatted) or the engine's own error")
+    group: Optional[str] = Field(None, description="a failing layer group's layers, on a model of several")
+
+
 class Verdict(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -149,6 +195,9 @@ class Verdict(BaseModel):
     modelled: bool = Field(description="attnplan plans and checks the kernels that run (FlashInfer's)")
     rules: tuple[str, ...] = Field((), description="the rules that decide a non-runs outcome")
     message: str = ""
+    # The data ``message`` is written from (render/verdict.py), in the JSON too: an answer read back from JSON
+    # (a preflight HTTP node) is the local one, and a client can word it itself. None: ``message`` is all there is.
+    says: Optional[VerdictSays] = Field(None, repr=False, description="what the message says, as data (render/verdict.py)")
     fixes: tuple[Fix, ...] = ()
     flashinfer_plan: Literal["command", "if-forced"] = Field(
         "command", description="the FlashInfer plan beneath is what the command runs, or what it would run if forced")

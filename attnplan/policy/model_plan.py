@@ -36,7 +36,7 @@ from .layers import LayerGroup, ModelLayers, compact_layers, read_layers, text_c
 from .engines import engine_request_for_model, parse_engine
 from .rulepack import RuleSet
 from .shipped import default_ruleset
-from .verdict import combine, violation_outcome
+from .verdict import combine, violation_outcome, with_group
 
 # The model decides these per group; an override would silently re-shape one group as another.
 PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
@@ -94,6 +94,9 @@ class KVCacheGroupsPlan(BaseModel):
     layers_per_group: int
     groups: tuple[KVCacheGroup, ...]
     recurrent_state_bytes: Optional[int] = Field(None, description="one request's recurrent state (MambaSpec page)")
+    raised_attention_page_bytes: Optional[int] = Field(
+        None, description="hybrid models: the attention page once its block was raised to hold one request's "
+                          "recurrent state (None: not raised); render/notes.py words its note from it")
     notes: tuple[str, ...] = ()
 
 
@@ -320,6 +323,8 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         notes.extend(kv.notes)
 
     out: list[GroupPlan] = []
+    # TRANSITIONAL (issue 36 item 6): the notes below (and the hybrid one in _kv_cache_groups) are worded by
+    # render/notes.py from this answer's data; they stay here until the JSON is finished above the planner.
     for i, g in enumerate(model.groups):
         if not g.is_attention:
             what = g.recurrent.mixer if g.recurrent is not None else g.kind
@@ -394,6 +399,7 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
     specs = {i: (model.groups[i], _token_bytes(a.config)) for i, a in answers.items()}
     block = page
     state_bytes = None
+    raised: Optional[int] = None
     recurrent = [g for g in model.groups if g.recurrent is not None]
     if recurrent and specs:
         # platforms/interface.py _align_hybrid_block_size: the attention block grows until its page
@@ -411,8 +417,9 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
         need = align * _cdiv(state_bytes, int(align * tok))
         need = blocks.kernel_block_min * _cdiv(need, blocks.kernel_block_min)
         if need > block:
+            raised = int(need * tok)
             notes.append(f"hybrid KV cache: attention block raised to {need} tokens so that its page "
-                         f"({int(need * tok)} bytes) holds one request's recurrent state ({state_bytes} bytes); "
+                         f"({raised} bytes) holds one request's recurrent state ({state_bytes} bytes); "
                          f"kernels still see {page}-token pages")
             block = need
     # kv_cache_planning.py unify_kv_cache_spec_page_size: smaller pages grow their block size by
@@ -450,7 +457,8 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
                                         page_bytes=top, padded=padded))
         groups = tuple(out)
     return KVCacheGroupsPlan(kernel_page_size=page, block_size=block, page_bytes=top, layers_per_group=per,
-                             groups=groups, recurrent_state_bytes=state_bytes, notes=tuple(notes))
+                             groups=groups, recurrent_state_bytes=state_bytes, raised_attention_page_bytes=raised,
+                             notes=tuple(notes))
 
 
 def model_verdict(answers: list[PlanAnswer], extra: list[Violation], rs: RuleSet,
@@ -462,7 +470,7 @@ def model_verdict(answers: list[PlanAnswer], extra: list[Violation], rs: RuleSet
     if not vs:
         return None
     if labels and len(vs) > 1:
-        vs = [v if v.runs else v.model_copy(update={"message": f"{label}: {v.message}"}) for v, label in zip(vs, labels)]
+        vs = [v if v.runs else with_group(v, label) for v, label in zip(vs, labels)]
     eng = answers[0].engine.name
     counted = [(v, violation_outcome(v, rs, eng)) for v in extra] if all(v.flashinfer_plan == "command" for v in vs) \
         else [(v, violation_outcome(v, rs, eng)) for v in extra if v.rule.startswith("chunked-local")]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from .answer import Fix, Outcome, PlanAnswer, Selected, Verdict, Violation
+from .answer import BackendRefusal, Outcome, PlanAnswer, Selected, Verdict, VerdictSays, Violation
 from .rulepack import RuleSet
 
 OUTCOMES: tuple[str, ...] = ("runs", "wrong-output", "fails-at-first-request", "fails-at-graph-capture",
@@ -32,12 +32,6 @@ RULE_OUTCOME = {"startup": "fails-at-startup", "backend-build": "fails-at-startu
 # into CUDA graphs at startup (vLLM v1/worker/gpu_model_runner.py capture_model, SGLang cuda_graph_runner.py),
 # a prefill kernel first runs on a request; a config no phase can take fails when the backend is built.
 PHASE_OUTCOME = {"prefill": "fails-at-first-request", "decode": "fails-at-graph-capture", "both": "fails-at-startup"}
-
-_WORDS = {"fails-at-startup": "fails at startup", "fails-at-graph-capture": "fails at CUDA-graph capture (startup)",
-          "fails-at-first-request": "fails at the first request", "wrong-output": "runs but computes wrong output",
-          "runs": "runs"}
-_WHO = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "attnplan's FlashInfer adapter"}
-
 
 def worst(outcomes: Iterable[str]) -> Outcome:
     return max(outcomes, key=_RANK.__getitem__, default="runs")  # type: ignore[return-value]
@@ -128,10 +122,11 @@ def _selected(a: PlanAnswer, rs: RuleSet) -> tuple[Selected, dict[str, bool], Op
 
 def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None) -> Verdict:
     """The verdict of ``a``'s command (no fixes: ``with_fixes`` adds them). ``ctx``: the facts the engine's own
-    validation reads (facts_catalog.base_context of the answer's config and node), computed when not given."""
+    validation reads (facts_catalog.base_context of the answer's config and node), computed when not given.
+    What its message says is data (``Verdict.says``); render/verdict.py writes the sentence."""
     eng = a.engine.name
     engine = f"{eng}=={a.engine.version}" if a.engine.version else eng
-    who = " ".join(x for x in (_WHO.get(eng, eng), a.engine.version if eng != "flashinfer" else None) if x)
+    says = {"engine": eng, "version": a.engine.version}
     sel, runs_fi, _ = _selected(a, rs)
     typed = a.config.engine_attention_backend if eng == "vllm" else None
     forced = None
@@ -140,6 +135,12 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
             or ("FLASHINFER_MLA" if a.config.is_mla else "FLASHINFER") if eng == "vllm" else "flashinfer"
         forced = f"--attention-backend {fi}"
 
+    def verdict(outcome: Outcome, modelled: bool, kind: str, rules: tuple[str, ...] = (), **what: Any) -> Verdict:
+        s = VerdictSays(kind=kind, outcome=outcome, **says, **what)
+        return Verdict(engine=engine, selected=sel, outcome=outcome, modelled=modelled, rules=rules,
+                       message=_interim_message(s), says=s,
+                       flashinfer_plan="command" if modelled else "if-forced", forced_with=forced)
+
     # The engine's own refusal of its selection (vLLM's validate_configuration of its pick, or no backend at all).
     if eng == "vllm" and not any(runs_fi.values()):
         if ctx is None:
@@ -147,24 +148,18 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
             ctx = base_context(a.config, a.node)
         name = typed or sel.decode
         if name == "none":
-            why = "; ".join(f"{b}: {', '.join(r)}" for b in engine_backend_names(rs, eng, a.config.is_mla, a.engine.version)
-                            if (r := engine_validation(rs, eng, b, ctx, a.config.is_mla, a.engine.version)))
-            msg = f"{who} refuses at startup: No valid attention backend found ({why})"
+            refusals = tuple(BackendRefusal(backend=b, reasons=tuple(r))
+                             for b in engine_backend_names(rs, eng, a.config.is_mla, a.engine.version)
+                             if (r := engine_validation(rs, eng, b, ctx, a.config.is_mla, a.engine.version)))
             # FlashInfer's own refusal here is an engine rule of the plan beneath: it decides too
             own = tuple(dict.fromkeys(v.rule for v in a.violations if v.layer == "engine"))
-            return Verdict(engine=engine, selected=sel, outcome="fails-at-startup", modelled=False,
-                           rules=("vllm.engine-backend", *own), message=msg, flashinfer_plan="if-forced",
-                           forced_with=forced)
+            return verdict("fails-at-startup", False, "no-valid-backend", ("vllm.engine-backend", *own),
+                           refusals=refusals)
         reasons = engine_validation(rs, eng, name, ctx, a.config.is_mla, a.engine.version)
         if reasons:
-            msg = (f"{who} refuses at startup: Selected backend {name} is not valid for this configuration. "
-                   f"Reason: {reasons}")
-            return Verdict(engine=engine, selected=sel, outcome="fails-at-startup", modelled=False,
-                           rules=("vllm.engine-backend",), message=msg, flashinfer_plan="if-forced", forced_with=forced)
-        checked = "its own validation passes" if reasons is not None else "its validation is not modelled"
-        msg = f"{who} runs {name} here ({checked}; attnplan does not model its kernels)"
-        return Verdict(engine=engine, selected=sel, outcome="runs", modelled=False, message=msg,
-                       flashinfer_plan="if-forced", forced_with=forced)
+            return verdict("fails-at-startup", False, "backend-refused", ("vllm.engine-backend",),
+                           backend=name, reasons=tuple(reasons))
+        return verdict("runs", False, "engine-backend-runs", backend=name, validated=reasons is not None)
 
     counted: list[tuple[Violation, str]] = []
     for v in a.violations:
@@ -187,25 +182,14 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
     modelled = any(runs_fi.values())
     if not counted:
         if a.ok or not a.violations:
-            where = "" if modelled else (" (" + " and ".join(p for p, r in runs_fi.items() if not r)
-                                         + " on the engine's own kernels, not modelled)")
-            msg = (f"{who} runs {sel.prefill if sel.prefill == sel.decode else sel.prefill + ' / ' + sel.decode}"
-                   f" here{where}")
-            return Verdict(engine=engine, selected=sel, outcome="runs", modelled=modelled, message=msg,
-                           flashinfer_plan="command" if modelled else "if-forced", forced_with=forced)
+            unmodelled = () if modelled else tuple(p for p, r in runs_fi.items() if not r)
+            return verdict("runs", modelled, "runs", prefill=sel.prefill, decode=sel.decode, unmodelled=unmodelled)
         # every violation is on a phase the engine does not run on FlashInfer
-        msg = (f"{who} runs {sel.prefill} / {sel.decode} here; the FlashInfer phases it runs are valid; the others run "
-               f"on the engine's own kernels (not modelled)")
-        return Verdict(engine=engine, selected=sel, outcome="runs", modelled=False, message=msg,
-                       flashinfer_plan="if-forced", forced_with=forced)
+        return verdict("runs", False, "runs-unjudged", prefill=sel.prefill, decode=sel.decode)
     outcome = worst(o for _, o in counted)
     rules = tuple(dict.fromkeys(v.rule for v, o in counted if o == outcome))
     first = next(v for v, o in counted if o == outcome)
-    # an engine's own refusal already says who refuses and when ("SGLang 0.5.23 refuses at startup: ...")
-    msg = (f"[{first.rule}] {first.message}" if first.message.startswith(who)
-           else f"{who} {_WORDS[outcome]}: [{first.rule}] {first.message}")
-    return Verdict(engine=engine, selected=sel, outcome=outcome, modelled=modelled, rules=rules, message=msg,
-                   flashinfer_plan="command" if modelled else "if-forced", forced_with=forced)
+    return verdict(outcome, modelled, "fails", rules, rule=first.rule, detail=first.message)
 
 
 def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] = ()) -> Optional[Verdict]:
@@ -220,16 +204,66 @@ def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] 
         rules = tuple(dict.fromkeys(r for v in verdicts if v.outcome == outcome for r in v.rules))
         return base.model_copy(update={"rules": rules, "modelled": all(v.modelled for v in verdicts)})
     v0, _ = next((v, o) for v, o in extra if o == outcome)
+    name, _, version = base.engine.partition("==")
+    says = VerdictSays(kind="model-fails", engine=name, version=version or None, outcome=outcome, rule=v0.rule,
+                       detail=v0.message)
     return base.model_copy(update={
         "outcome": outcome, "rules": tuple(dict.fromkeys(v.rule for v, o in extra if o == outcome)),
-        "message": f"{base.engine}: the model {_WORDS[outcome]}: [{v0.rule}] {v0.message}",
-        "modelled": all(v.modelled for v in verdicts)})
+        "message": _interim_message(says), "says": says, "modelled": all(v.modelled for v in verdicts)})
 
 
 def layout_refusal(engine: str, version: str, error: str, source: str) -> Verdict:
     """The verdict of a parallel layout the engine refuses before it selects anything (heads vs tensor
     parallelism, DCP limits: rule vllm.startup), quoting the engine's own error."""
-    who = {"sglang": "SGLang"}.get(engine, "vLLM")
+    says = VerdictSays(kind="layout-refused", engine="sglang" if engine == "sglang" else "vllm", version=version,
+                       outcome="fails-at-startup", detail=error)
     return Verdict(engine=f"{engine}=={version}", outcome="fails-at-startup", modelled=False,
                    selected=Selected(prefill="none", decode="none", runs_flashinfer=False, source=source),
-                   rules=("vllm.startup",), message=f"{who} {version} refuses at startup: {error}")
+                   rules=("vllm.startup",), message=_interim_message(says), says=says)
+
+
+def with_group(v: Verdict, group: str) -> Verdict:
+    """A failing layer group's verdict, naming its layers (a model of several groups)."""
+    if v.says is None:  # a verdict read back from JSON: its text is all there is
+        return v.model_copy(update={"message": f"{group}: {v.message}"})
+    says = v.says.model_copy(update={"group": group})
+    return v.model_copy(update={"says": says, "message": _interim_message(says)})
+
+
+# -- interim ---------------------------------------------------------------------------------------
+# TRANSITIONAL (issue 36 item 6): the wording of ``Verdict.says`` lives in render/verdict.py (says_message).
+# Until every surface finishes its answers above the planner (render.verdict.finish at the edges), the
+# planner still fills ``Verdict.message`` with the same text so that the contract's field never goes empty;
+# tests/test_verdict_render.py holds the two equal. Delete from here down once the edges finish answers.
+_WORDS = {"fails-at-startup": "fails at startup", "fails-at-graph-capture": "fails at CUDA-graph capture (startup)",
+          "fails-at-first-request": "fails at the first request", "wrong-output": "runs but computes wrong output",
+          "runs": "runs"}
+_WHO = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "attnplan's FlashInfer adapter"}
+
+
+def _interim_message(s: VerdictSays) -> str:
+    who = " ".join(x for x in (_WHO[s.engine], s.version if s.engine != "flashinfer" else None) if x)
+    if s.kind == "no-valid-backend":
+        why = "; ".join(f"{r.backend}: {', '.join(r.reasons)}" for r in s.refusals)
+        text = f"{who} refuses at startup: No valid attention backend found ({why})"
+    elif s.kind == "backend-refused":
+        text = (f"{who} refuses at startup: Selected backend {s.backend} is not valid for this configuration. "
+                f"Reason: {list(s.reasons)}")
+    elif s.kind == "engine-backend-runs":
+        checked = "its own validation passes" if s.validated else "its validation is not modelled"
+        text = f"{who} runs {s.backend} here ({checked}; attnplan does not model its kernels)"
+    elif s.kind == "runs":
+        where = (" (" + " and ".join(s.unmodelled) + " on the engine's own kernels, not modelled)") if s.unmodelled else ""
+        text = f"{who} runs {s.prefill if s.prefill == s.decode else f'{s.prefill} / {s.decode}'} here{where}"
+    elif s.kind == "runs-unjudged":
+        text = (f"{who} runs {s.prefill} / {s.decode} here; the FlashInfer phases it runs are valid; the others run "
+                f"on the engine's own kernels (not modelled)")
+    elif s.kind == "fails":
+        detail = s.detail or ""
+        text = f"[{s.rule}] {detail}" if detail.startswith(who) else f"{who} {_WORDS[s.outcome]}: [{s.rule}] {detail}"
+    elif s.kind == "model-fails":
+        engine = f"{s.engine}=={s.version}" if s.version else s.engine
+        text = f"{engine}: the model {_WORDS[s.outcome]}: [{s.rule}] {s.detail}"
+    else:  # layout-refused
+        text = f"{_WHO[s.engine]} {s.version} refuses at startup: {s.detail}"
+    return f"{s.group}: {text}" if s.group else text

@@ -16,6 +16,8 @@ from typing import Any, Optional
 from attnplan.policy import (EngineRef, Fallback, GroupPlan, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
                              Violation, compact_layers)
 
+from attnplan.render.verdict import verdict_message
+
 from .answers import BadAnswer, incoherence
 from .model import STARTUP, Cell, CommandVerdict, GroupAnswer, LayerGroupCell, ModelAnswer, NamedConfig
 
@@ -222,7 +224,7 @@ def verdict_cell(i: int, v: Any, plan: Any, rules: list[str], **extra: Any) -> C
         return Cell(verdict="pass", status="ok", prefill=sel.prefill, decode=sel.decode, violations=[],
                     reason=None if v.modelled else f"{sel.decode}: not FlashInfer (not modelled)", **common)
     return Cell(verdict="fail", status="rejected", violations=list(v.rules) or rules,
-                reason=f"{v.outcome}: {v.message}", **common)
+                reason=f"{v.outcome}: {verdict_message(v)}", **common)
 
 
 def model_cell(i: int, a: ModelAnswer) -> Cell:

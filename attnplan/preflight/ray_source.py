@@ -51,7 +51,9 @@ def plan_item(item: dict[str, Any], node: NodeFacts, engine: Optional[EngineSpec
         rs = default_ruleset()
         return answer_json(plan_request(req, node, rs, allow_paths=False), req, node, trace=False,
                            rules_revision=rs.revision)
-    return plan_for(item["config"], node, engine=engine).to_json(trace=False)
+    from attnplan.render import plan_json
+
+    return plan_json(plan_for(item["config"], node, engine=engine), trace=False)
 
 
 def node_task(target: str, configs: list[dict[str, Any]], declare_label: Optional[str],

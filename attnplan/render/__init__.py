@@ -15,6 +15,8 @@ from .tables import (
     rules_json,
     table,
 )
+from .answer import plan_json
+from .verdict import finish, verdict_message
 
 __all__ = ["engine_line", "render_groups", "render_groups_explain", "compact_layers", "node_label", "paint", "render_answer", "render_explain", "render_node", "render_rules",
-           "render_verdict", "plan_heading", "rules_json", "table"]
+           "render_verdict", "plan_heading", "rules_json", "table", "finish", "verdict_message", "plan_json"]

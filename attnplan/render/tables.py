@@ -56,7 +56,9 @@ _OUTCOME_COLOR = {"runs": "32;1", "wrong-output": "35;1"}
 def render_verdict(v: Any) -> list[str]:
     """The verdict block that leads every rendered answer (policy/answer.py Verdict): the outcome of the command
     as typed, the engine's own pick, the rules that decide it and the fixes, each re-evaluated."""
-    out = [f"{paint(v.outcome.upper(), _OUTCOME_COLOR.get(v.outcome, '31;1'))}  {v.message}"]
+    from .verdict import verdict_message
+
+    out = [f"{paint(v.outcome.upper(), _OUTCOME_COLOR.get(v.outcome, '31;1'))}  {verdict_message(v)}"]
     sel = v.selected
     picked = sel.prefill if sel.prefill == sel.decode else f"prefill {sel.prefill}, decode {sel.decode}"
     kind = "FlashInfer, planned below" if v.modelled else "not FlashInfer's kernels"

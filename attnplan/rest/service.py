@@ -24,6 +24,7 @@ from attnplan.policy import ANSWER_SCHEMA_VERSION
 from attnplan.policy import (AttentionConfig, EngineSpec, NodeFacts, RuleSet, catalog, parse_engine, plan_for,
                              resolve_engine, simulated_node)
 from attnplan.policy.answer import node_json
+from attnplan.render import plan_json
 
 from .metrics import Metrics
 from .models import NodeSpec
@@ -53,7 +54,7 @@ def render_answer(config: AttentionConfig, node: NodeFacts, trace: bool, ruleset
     # Every argument is part of the answer cache's key: the engine layer changes the answer.
     answer = plan_for(config, node, ruleset=ruleset, engine=engine)
     prefill, decode = answer.backends()
-    body = {"schema_version": ANSWER_SCHEMA_VERSION, **answer.to_json(trace=trace)}
+    body = {"schema_version": ANSWER_SCHEMA_VERSION, **plan_json(answer, trace=trace)}
     return Rendered(dumps(body), answer.status, prefill or "none", decode or "none")
 
 

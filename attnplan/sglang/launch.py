@@ -175,12 +175,14 @@ class LaunchAnswer:
 
 
 def launch_json(la: LaunchAnswer, *, trace: bool = True) -> dict[str, Any]:
+    from attnplan.render import finish, plan_json
+
     f = la.line.flags
-    per_rank = (la.model.to_json(trace=trace) if la.model is not None
-                else la.answer.to_json(trace=trace) if la.answer is not None else None)
+    per_rank = (plan_json(la.model, trace=trace) if la.model is not None
+                else plan_json(la.answer, trace=trace) if la.answer is not None else None)
     v = la.verdict
     return {
-        "verdict": v.model_dump(mode="json") if v is not None else None,
+        "verdict": finish(v).model_dump(mode="json") if v is not None else None,
         "sglang": {"version": "0.5.23", "parser": la.line.parser, "model_path": la.line.model, "tp_size": f.tp_size,
                    "attention_backend": f.attention_backend, "prefill_attention_backend": f.prefill_attention_backend,
                    "decode_attention_backend": f.decode_attention_backend, "kv_cache_dtype": f.kv_cache_dtype,

@@ -28,6 +28,8 @@ goes on - a refusal there is vLLM's own, in its own words, never attnplan's.
 from __future__ import annotations
 
 import functools
+
+from attnplan.render.verdict import verdict_message
 import logging
 import os
 from typing import Any, Callable, Optional
@@ -68,7 +70,7 @@ def check_vllm_config(vllm_config: Any, node: Any = None) -> Optional[PlanAnswer
     if v is not None and not v.modelled:
         # Not FlashInfer: vLLM validates its own pick (and refuses it itself, in its own words).
         log.info("attnplan: vLLM selects %s here (not FlashInfer); attnplan does not model its kernels: %s",
-                 v.selected.decode, v.message)
+                 v.selected.decode, verdict_message(v))
         return answer
     if (v is not None and not v.runs) or (v is None and answer.status != "ok"):
         raise UnsupportedConfigurationError(answer)

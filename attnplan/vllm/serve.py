@@ -171,10 +171,12 @@ WHEN = {
 
 
 def serve_json(sa: ServeAnswer, *, trace: bool = True) -> dict[str, Any]:
+    from attnplan.render import finish, plan_json
+
     line = sa.line
     v = sa.verdict
     return {
-        "verdict": v.model_dump(mode="json") if v is not None else None,
+        "verdict": finish(v).model_dump(mode="json") if v is not None else None,
         "vllm": {"version": (v.engine.partition("==")[2] if v is not None and "==" in v.engine else sa.release or VLLM_VERSION),
                  "parser": line.parser, "model": line.model,
                  "tensor_parallel_size": line.tensor_parallel_size,
@@ -187,8 +189,8 @@ def serve_json(sa: ServeAnswer, *, trace: bool = True) -> dict[str, Any]:
         "status": "startup_error" if sa.startup_error else (
             sa.model.status if sa.model is not None else (sa.answer.status if sa.answer else None)),
         "startup_error": sa.startup_error,
-        "per_rank": (sa.model.to_json(trace=trace) if sa.model is not None
-                     else sa.answer.to_json(trace=trace) if sa.answer is not None else None),
+        "per_rank": (plan_json(sa.model, trace=trace) if sa.model is not None
+                     else plan_json(sa.answer, trace=trace) if sa.answer is not None else None),
         "notes": sa.notes,
     }
 

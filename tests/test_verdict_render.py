@@ -1,0 +1,110 @@
+"""The verdict's sentence is written by render/verdict.py from the data the planner leaves in ``Verdict.says``
+(issue 36 item 6): for every kind of verdict, the rendered sentence is the contract's ``message``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import typing
+from pathlib import Path
+
+import pytest
+
+from attnplan.policy import plan_for, plan_model, simulated_node
+from attnplan.policy.answer import SaysKind, VerdictSays, Violation
+from attnplan.policy.verdict import _interim_message, combine, layout_refusal, with_group
+from attnplan.render.notes import group_notes, model_notes
+from attnplan.render.verdict import finish, says_message, verdict_message
+
+LLAMA = {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}
+GEMMA2 = {**LLAMA, "head_dim": 256, "num_qo_heads": 16, "logits_soft_cap": 50.0}
+
+# One of each kind the planner says (found by sweeping head dims, KV dtypes, devices, engines and backends).
+CASES = [
+    (LLAMA, "B200", None),                                                  # runs
+    (GEMMA2, "B200", None),                                                 # fails: wrong-output (dropped soft cap)
+    ({**LLAMA, "attention_backend": "FLASH_ATTN"}, "H100", None),           # engine-backend-runs
+    ({**LLAMA, "attention_backend": "FLASH_ATTN", "kv_cache_dtype": "fp8_e5m2"}, "H100", None),  # backend-refused
+    ({**LLAMA, "head_dim": 64, "kv_cache_dtype": "nvfp4"}, "A100", None),   # no-valid-backend
+    ({**LLAMA, "head_dim": 64, "kv_cache_dtype": "nvfp4"}, "A100", "sglang"),  # fails, quoting SGLang's own refusal
+    ({**LLAMA, "head_dim": 512, "sinks": True}, "A100", "sglang"),         # runs-unjudged
+    (LLAMA, "H100", "sglang"),                                              # runs, on the engine's own kernels
+    ({**LLAMA, "head_dim": 512}, "A100", "flashinfer"),                     # attnplan's own adapter
+]
+
+
+def _verdicts():
+    return [plan_for(f, simulated_node(d), engine=e).verdict for f, d, e in CASES]
+
+
+def test_every_kind_renders_the_contracts_message():
+    vs = _verdicts()
+    assert {v.says.kind for v in vs} >= set(typing.get_args(SaysKind)) - {"model-fails", "layout-refused"}
+    for v in vs:
+        assert v.says.outcome == v.outcome
+        assert verdict_message(v) == v.message
+        # the data alone writes it: a verdict with its message emptied is finished back to the same text
+        assert finish(v.model_copy(update={"message": ""})).message == v.message
+
+
+def test_an_engines_own_refusal_is_quoted_not_prefixed_twice():
+    v = plan_for({**LLAMA, "head_dim": 64, "kv_cache_dtype": "nvfp4"}, simulated_node("A100"), engine="sglang").verdict
+    assert v.says.kind == "fails" and v.message.startswith(f"[{v.says.rule}] SGLang ")
+
+
+def test_the_data_travels_in_the_json():
+    a = plan_for(GEMMA2, simulated_node("B200"))
+    data = a.to_json()
+    assert data["verdict"]["says"]["kind"] == "fails" and data["verdict"]["message"] == verdict_message(a.verdict)
+    # an answer read back from JSON (a preflight HTTP node) is the local one, data included
+    back = type(a.verdict).model_validate(data["verdict"])
+    assert back == a.verdict and verdict_message(back) == a.verdict.message
+    # one without data (an older node's JSON): its message is all there is, and it is kept
+    old = type(a.verdict).model_validate({k: v for k, v in data["verdict"].items() if k != "says"})
+    assert old.says is None and verdict_message(old) == a.verdict.message and finish(old) is old
+
+
+def test_layout_refusal_group_and_model_verdicts_render_from_data():
+    v = layout_refusal("sglang", "0.5.23", "num_attention_heads (32) must be divisible by tp_size (3)", "src")
+    assert (v.says.kind, verdict_message(v)) == ("layout-refused", v.message)
+    assert v.message == "SGLang 0.5.23 refuses at startup: num_attention_heads (32) must be divisible by tp_size (3)"
+    bad = with_group(_verdicts()[1], "sliding layers 0-40:2")
+    assert bad.message.startswith("sliding layers 0-40:2: vLLM 0.33.0 runs but computes wrong output")
+    assert verdict_message(bad) == bad.message
+    extra = [(Violation(rule="model.block-size", phase="both", message="no page size suits every layer group"),
+              "fails-at-startup")]
+    m = combine([_verdicts()[0], bad], extra)
+    assert m.says.kind == "model-fails" and m.outcome == "fails-at-startup"
+    assert m.message == ("vllm==0.33.0: the model fails at startup: [model.block-size] no page size suits every "
+                         "layer group") == verdict_message(m)
+
+
+@pytest.mark.parametrize("kind", typing.get_args(SaysKind))
+def test_the_planners_interim_text_is_renders(kind):
+    # TRANSITIONAL: policy/verdict.py still fills ``message`` until every surface finishes answers above it;
+    # its text must be render/verdict.py's, word for word, for every kind and every field the kind reads.
+    for engine, version, group, validated in itertools.product(("vllm", "sglang", "flashinfer"), ("0.33.0", None),
+                                                                (None, "global layers 1-9"), (True, False, None)):
+        s = VerdictSays(kind=kind, engine=engine, version=version, outcome="wrong-output", backend="FLASH_ATTN",
+                        prefill="fa3", decode="trtllm_mha", validated=validated, reasons=("a", "b"),
+                        refusals=({"backend": "FLASH_ATTN", "reasons": ("x", "y")},), unmodelled=("prefill",),
+                        rule="r.one", detail="the detail", group=group)
+        assert _interim_message(s) == says_message(s)
+
+
+# -- notes ------------------------------------------------------------------------------------------
+MODELS = Path(__file__).parent / "models"
+
+
+@pytest.mark.parametrize("name", ["qwen3-next-80b-a3b-instruct", "falcon-h1-7b-instruct", "gemma-3-27b-it"])
+def test_model_notes_are_written_from_the_answers_data(name):
+    m = plan_model(json.loads((MODELS / f"{name}.json").read_text()), simulated_node("H100"))
+    written = model_notes(m)
+    # in the planner's order, each once, and nothing the planner did not write
+    assert [n for n in m.notes if n in written] == written
+    for g in m.layer_groups:
+        assert all(n in g.notes for n in group_notes(g))
+    hybrid = m.kv_cache_groups.raised_attention_page_bytes is not None
+    assert hybrid == any(n.startswith("hybrid KV cache") for n in written)
+    assert hybrid == (name != "gemma-3-27b-it")
+    assert m.to_json()["kv_cache_groups"]["raised_attention_page_bytes"] == m.kv_cache_groups.raised_attention_page_bytes
