@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from packaging.version import Version
 
-from attnplan.sglang import oracle as o
+from attnplan.oracle import sglang as o
 
 SAMPLE, SEED = 3000, 42
 
