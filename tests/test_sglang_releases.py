@@ -1,5 +1,5 @@
 """Issue 42: the SGLang layer per release, held by each release's own code through the oracle
-(attnplan/sglang/oracle.py ``--release X``): SGLang 0.5.21, 0.5.22 and 0.5.23's selection functions, taken out of
+(attnplan/oracle/sglang.py ``--release X``): SGLang 0.5.21, 0.5.22 and 0.5.23's selection functions, taken out of
 each release's sglang/srt (``make setup`` unpacks them: .venv/sglang-src for 0.5.23, .venv/releases/sglang-X for
 the older ones), run on a seeded sample against attnplan asked for ``sglang==X``.
 

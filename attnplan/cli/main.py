@@ -60,7 +60,7 @@ environment:
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)
-  ATTNPLAN_SGLANG_SRC=DIR       SGLang 0.5.23's sglang/srt for its oracle (python -m attnplan.sglang.oracle)
+  ATTNPLAN_SGLANG_SRC=DIR       SGLang 0.5.23's sglang/srt for its oracle (python -m attnplan.oracle.sglang)
   ATTNPLAN_SGLANG_RELEASES=DIR  where the older SGLang releases' sglang/srt are unpacked (sglang-X/; default
                                 .venv/releases), for the oracle's --release
   ATTNPLAN_VLLM_RELEASES=DIR    where scripts/vllm_releases.py unpacks vLLM releases (vllm-X/; default
