@@ -33,6 +33,7 @@ CONTROL_FLOW = {
     "NotReady": "rest: the node's facts are not known yet (503)",
     "_Refused": "sglang resolve: SGLang's own startup refusal, made a violation",
     "FlashInferError": "kernels/trtllm_gen/select.py: FlashInfer's FLASHINFER_CHECK in the ported selection, made a miss",
+    "Reached": "oracle/trtllm_wrappers.py: the stubbed kernel launch was reached (FlashInfer's wrapper took the call)",
     "Unreachable": "cli/upgrade.py --preflight: a node that does not answer with node facts (exit 3, as preflight)",
 }
 

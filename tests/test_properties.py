@@ -241,7 +241,7 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
             v.add("kv.dtype")
     fi = node.flashinfer_version.value
     if backend == "fa2" and kv in ("fp8_e4m3", "fp8_e5m2") and major is not None and major <= 9 \
-            and (qk > 256 or vo > 256) and fi is not None and Version(str(fi)) < Version("0.7.1"):
+            and (qk > 256 or vo > 256) and fi is not None and Version("0.6.18") <= Version(str(fi)) < Version("0.7.1"):
         v.add("fa2.fp8-large-head")     # before 0.7.1 such fa2 modules build for 10.x+ only (issue 42)
     if backend == "fa3" and kv != q:                       # MLA prefill too (issue 22, H100 sweep)
         v.add("fa3.dtype")
@@ -249,7 +249,8 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         v.add("fa3.fp8-softcap")                           # its fp8 variant has no cap (issue 22, H100 sweep)
     if backend == "xqa":
         if not (qk == vo and qk % 16 == 0 and (16 <= qk <= 256 or (qk == 512 and cfg.num_speculative_tokens == 0
-                                                                      and g is not None and g <= 16))):
+                                                                      and g is not None and g <= 16
+                                                                      and (fi is None or Version(str(fi)) >= Version("0.6.18"))))):
             v.add("head-size")
         if major == 9 and kv in ("fp16", "bf16") and qk in (144, 160, 176):
             v.add("head-size")          # the H100 sweep, third session: 16-bit XQA does not build these

@@ -944,7 +944,7 @@ def test_mla_dims_kv_lora_rank():
     assert "256" in v.required and "512" in v.required
     # (256, 64) at 128 heads: the table lacks the 2-CTA kernel some serving shapes need (kernel table 158f6fa1):
     # vLLM's FLASHINFER_MLA, which decodes on trtllm-gen-mla, fails there; FlashInfer alone decodes on fa2-mla
-    b = run(mla(kv_lora_rank=256), simulated_node("B200"))
+    b = run(mla(kv_lora_rank=256, page_size=32), simulated_node("B200"))   # page 16: 0.6.18+'s wrapper refuses it first
     v = the_violation(b, "trtllm.kernel-missing", "decode", "trtllm-gen-mla")
     assert not b.ok and "uses2CtaMma=1" in v.message and b.verdict.outcome != "runs"
     c = run(mla(kv_lora_rank=256), simulated_node("B200"), FI)

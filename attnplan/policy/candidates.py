@@ -217,10 +217,17 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
     ok_pages = []
     # the kernel facts are computed where a rule reads them (trtllm.kernel-missing names its backends)
     trtllm = any(reads_kernel(c) for c in page_checks)
+    plain = [c for c in page_checks if not reads_kernel(c)]
+    kernel_checks = [c for c in page_checks if reads_kernel(c)]
     for p in pages:
         ctx[PAGE_SIZE] = p
+        # FlashInfer's selection (the costly part of a 10.x plan) runs only for a page every other page
+        # check passes: a page one of them refuses is refused whatever its kernel (checks are pure, the
+        # page passes when all pass), and the kernel facts are set again for the fixed page below
+        if not all(c.require.test(ctx) for c in plain if c.when is None or c.when.test(ctx)):
+            continue
         d = _set_kernel_facts(ctx, phase, backend) if trtllm else None
-        if all(c.require.test(ctx) for c in page_checks if c.when is None or c.when.test(ctx)):
+        if all(c.require.test(ctx) for c in kernel_checks if c.when is None or c.when.test(ctx)):
             ok_pages.append(p)
             if d is not None and d.ok:
                 res.kernels[p] = d

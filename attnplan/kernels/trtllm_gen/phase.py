@@ -78,6 +78,10 @@ class Decision:
         return tuple(f + ".cubin" for f in self.functions)
 
     def provenance(self) -> str:
+        return self._provenance
+
+    @functools.cached_property   # asked for every page of every trtllm-gen candidate (candidates.py)
+    def _provenance(self) -> str:
         extra = f"; assumed from {self.code}'s source: {'; '.join(self.assumed)}" if self.assumed else ""
         return f"table {self.table}, selection code {self.code}{extra}"
 
@@ -146,6 +150,7 @@ class PhaseCall:
     entry: str = DECODE  # the FlashInfer function the phase calls
 
 
+@functools.lru_cache(maxsize=4096)   # pure; a plan asks it again for every page of a candidate
 def phase_call(entry_point: str, *, query_dtype: str, kv_dtype: str, out_dtype: str, head_dim_qk: int,
                head_dim_vo: int, num_qo_heads: int, num_kv_heads: int, num_speculative_tokens: int = 0,
                sliding_window: Optional[int] = None, kv_lora_rank: Optional[int] = None,
@@ -175,6 +180,7 @@ def _info_fields(detail: str) -> dict[str, str]:
     return dict(p.partition("=")[::2] for p in detail[i:].split(", ")) if i >= 0 else {}
 
 
+@functools.lru_cache(maxsize=4096)   # pure; asked for every missing shape of a plan
 def added_in_0_7(detail: str) -> Optional[str]:
     """Whether a kernel 0.6.18+'s code looks up and the 0.6 table lacks is one its source selects on
     purpose (a family added after pin 158f6fa1): then its own table (pin 2d6a5a02, not public) has it.
@@ -228,6 +234,7 @@ _ENUMS = {
 }
 
 
+@functools.lru_cache(maxsize=4096)   # pure; one per missing shape of a plan
 def compact_info(info: str) -> str:
     """FlashInfer's kernel-traits info ("qkvLayout=2, maskType=1, ...") with enum names and without the
     flags that are off: the missing kernel's parameters, readable."""
@@ -245,6 +252,72 @@ def compact_info(info: str) -> str:
     return prefix + ", ".join(out)
 
 
+def _selection_page(call: PhaseCall, page_size: int, v7: bool) -> int:
+    """The page size as the selection sees it: pages that select the same kernel at every shape share one
+    value, so ``_outcomes`` is computed once for them. Exact, from select.py (= fmhaKernels.cuh):
+    * ragged (mode 2): the launcher passes no page (RunnerParams.tokens_per_page = 0);
+    * paged, the same head dim for QK and V, a power-of-two page >= 128 and (0.6.18+ or a GQA group > 1):
+      selectNumTokensPerPage turns it into the dynamic 128-token page (SelectParams.tokens_per_page = 128,
+      dynamicNumTokensPerPage); the runner's page is read nowhere else but usesGroupedMlaGeneration
+      (== 32: false for them all) and the non-power-of-two error (not raised for them)."""
+    if call.mode == 2:
+        return 0
+    if (page_size >= 128 and page_size & (page_size - 1) == 0 and call.head_dim_qk == call.head_dim_v
+            and call.num_heads_kv > 0 and (v7 or call.num_heads_q // call.num_heads_kv > 1)):
+        return 128
+    return page_size
+
+
+def _shape_independent_context(call: PhaseCall) -> bool:
+    """A context / ragged call whose kernel depends on the serving shape only through whether the KV length
+    passes the window (select.py, = fmhaKernels.cuh): kernelType Context with multiCtasKvMode Disabled never
+    takes selectKernel's generation heuristics nor computeCtaAndClusterConfig's multi-CTA branch (so run()
+    converges in one pass and never takes the CGA fallback); batch, query length and SM count are then read
+    only by the MLA-generation head-dim split (head dims 576/512 or 320/256, excluded here); the KV length
+    only by the sliding-window mask switch (maxSeqLenKv > mAttentionWindowSize)."""
+    return call.mode in (0, 2) and (call.head_dim_qk, call.head_dim_v) not in ((576, 512), (320, 256))
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_groups(call_mode: int, q_len: int, window_left: int, capability: int, ctx_only: bool
+                  ) -> tuple[tuple[tuple[int, int, int, int, int], ...], tuple[tuple[int, int, object], ...]]:
+    """``_shapes`` and its groups: (i, j, key) for the shapes [i, j) that differ only by occupancy (one
+    selection, KernelFamily.run_occupancies); ``key``: the selection they share (a context call that
+    reads the shape only through the window test: its side of the window, ``_shape_independent_context``)."""
+    call = PhaseCall(call_mode, "", "", "", 0, 0, 1, 1, q_len, window_left)
+    window_size = sel.INT_MAX if window_left == -1 else window_left + 1
+    shapes = tuple(_shapes(call, capability))
+    groups = []
+    i = 0
+    while i < len(shapes):
+        j = i + 1
+        while j < len(shapes) and shapes[j][:4] == shapes[i][:4]:
+            j += 1
+        occs = tuple(sh[4] for sh in shapes[i:j])
+        groups.append((i, j, (shapes[i][3] > window_size, occs) if ctx_only else i))
+        i = j
+    return shapes, tuple(groups)
+
+
+def _selections(call: PhaseCall, capability: int, sel_page: int, code: str, table: KernelTable):
+    """(shapes, groups, the launcher's answers per group key): each distinct selection computed once (the
+    occupancies of one shape together; a shape-independent context call once per side of the window;
+    select.launch_grid's memo of what selectKernel answers without reading the shape)."""
+    shapes, groups = _shape_groups(call.mode, call.q_len, call.window_left, capability,
+                                   _shape_independent_context(call))
+    todo: dict[object, tuple[int, int, int, int, tuple[int, ...]]] = {}
+    for i, j, key in groups:
+        if key not in todo:
+            sms, b, q, kv, _ = shapes[i]
+            todo[key] = (b, max(1, q), kv, sms, tuple(sh[4] for sh in shapes[i:j]))
+    got = dict(zip(todo, sel.launch_grid(
+        table, code, mode=call.mode, sm=capability, dtype_q=call.dtype_q, dtype_kv=call.dtype_kv,
+        dtype_o=call.dtype_o, head_dim_qk=call.head_dim_qk, head_dim_v=call.head_dim_v, page_size=sel_page,
+        num_heads_q=call.num_heads_q, num_heads_kv=call.num_heads_kv, shapes=list(todo.values()),
+        window_left=call.window_left, bf16q_mode=_bf16q_mode(call), memo={})))
+    return shapes, groups, got
+
+
 @functools.lru_cache(maxsize=4096)
 def decide(call: PhaseCall, capability: int, page_size: int, flashinfer_version: str,
            table: Optional[KernelTable] = None) -> Optional[Decision]:
@@ -255,20 +328,52 @@ def decide(call: PhaseCall, capability: int, page_size: int, flashinfer_version:
         return None
     code, label, pin = known
     t = table if table is not None else shipped(pin)
-    werr = wrapper_error(call.entry, call.dtype_q, call.dtype_o, call.head_dim_qk, call.head_dim_v)
+    werr = wrapper_error(call.entry, call.dtype_q, call.dtype_o, call.head_dim_qk, call.head_dim_v,
+                         dtype_kv=call.dtype_kv, page_size=page_size, num_heads_q=call.num_heads_q, code=code)
     if werr is not None:
         return Decision(None, None, (), f"the wrapper refuses the call: {werr}", _table_label(t), label)
+    c = sel.resolve(code)
+    funcs, sha, misses, assumed = _aggregate(call, capability, _selection_page(call, page_size, c.v7), code, t)
+    missing = None
+    if misses:
+        detail, (_, first) = max(misses.items(), key=lambda kv_: kv_[1][0])
+        where = ("every serving shape" if not funcs and not assumed
+                 else f"{sum(n for n, _ in misses.values())} serving shapes (e.g. {first})")
+        missing = (f"no kernel for Q {call.dtype_q} / KV {call.dtype_kv} / O {call.dtype_o}, head {call.head_dim_qk}/"
+                   f"{call.head_dim_v}, page {page_size}, {call.num_heads_q}/{call.num_heads_kv} heads on SM {capability} "
+                   f"at {where}: {detail}")
+    top = max(funcs, key=funcs.get) if funcs else None   # type: ignore[arg-type]
+    return Decision(top, sha.get(top) if top else None, tuple(sorted(funcs)), missing, _table_label(t), label,
+                    tuple(sorted(assumed)), tuple(sha[f] for f in sorted(funcs)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _aggregate(call: PhaseCall, capability: int, sel_page: int, code: str, table: KernelTable
+               ) -> tuple[dict[str, int], dict[str, str], dict[str, list], frozenset[str]]:
+    """Over the serving shapes (``_outcomes``): how many load each kernel, their sha256, what is missing
+    and at which shapes, the families assumed from the source. Shared by the pages ``_selection_page``
+    does not tell apart (read only by ``decide``)."""
+    t = table
     funcs: dict[str, int] = {}
     sha: dict[str, str] = {}
-    misses: dict[str, list[str]] = {}
+    misses: dict[str, list] = {}   # detail -> [shapes missing it, the first of them]
     assumed: set[str] = set()
-    foreign = sel.resolve(code).v7 and t.pin == PIN_0_6   # 0.6.18+'s code over the 0.6.13 table
-    for sms, b, q, kv, occ in _shapes(call, capability):
-        s = sel.launch(t, code, mode=call.mode, sm=capability, dtype_q=call.dtype_q, dtype_kv=call.dtype_kv,
-                       dtype_o=call.dtype_o, head_dim_qk=call.head_dim_qk, head_dim_v=call.head_dim_v,
-                       page_size=page_size, num_heads_q=call.num_heads_q, num_heads_kv=call.num_heads_kv, batch=b,
-                       max_q_len=max(1, q), max_kv_len=kv, sm_count=sms, window_left=call.window_left,
-                       max_active_clusters=occ, bf16q_mode=_bf16q_mode(call))
+    c = sel.resolve(code)
+    foreign = c.v7 and t.pin == PIN_0_6   # 0.6.18+'s code over the 0.6.13 table
+    shapes, groups, got = _selections(call, capability, sel_page, code, t)
+    if all(s.ok for sels in got.values() for s in sels):
+        # a kernel at every shape: count each key's answers once per group that shares it (keys in the
+        # order they first occur, so the counts' order is the shapes')
+        mult: dict[object, int] = {}
+        for _, _, key in groups:
+            mult[key] = mult.get(key, 0) + 1
+        for key, sels in got.items():
+            for s in sels:
+                funcs[s.function] = funcs.get(s.function, 0) + mult[key]   # type: ignore[index]
+                sha[s.function] = s.sha256   # type: ignore[index]
+        return funcs, sha, misses, frozenset(assumed)
+    outcomes = [(shapes[k], s) for i, j, key in groups for k, s in zip(range(i, j), got[key])]
+    for (sms, b, q, kv, occ), s in outcomes:
         if s.ok:
             funcs[s.function] = funcs.get(s.function, 0) + 1   # type: ignore[index]
             sha[s.function] = s.sha256   # type: ignore[index]
@@ -276,20 +381,14 @@ def decide(call: PhaseCall, capability: int, page_size: int, flashinfer_version:
             if foreign and (why := added_in_0_7(s.detail)) is not None:
                 assumed.add(why)
                 continue
-            shape = f"batch {b}, q_len {max(1, q)}, kv_len {kv}, {sms} SMs" + ("" if occ else ", CGA occupancy fallback")
-            misses.setdefault(compact_info(s.detail) if s.kind == "MISS" or "not found: " in s.detail
-                              else s.detail, []).append(shape)
-    missing = None
-    if misses:
-        detail, shapes = max(misses.items(), key=lambda kv_: len(kv_[1]))
-        where = ("every serving shape" if not funcs and not assumed
-                 else f"{sum(map(len, misses.values()))} serving shapes (e.g. {shapes[0]})")
-        missing = (f"no kernel for Q {call.dtype_q} / KV {call.dtype_kv} / O {call.dtype_o}, head {call.head_dim_qk}/"
-                   f"{call.head_dim_v}, page {page_size}, {call.num_heads_q}/{call.num_heads_kv} heads on SM {capability} "
-                   f"at {where}: {detail}")
-    top = max(funcs, key=funcs.get) if funcs else None   # type: ignore[arg-type]
-    return Decision(top, sha.get(top) if top else None, tuple(sorted(funcs)), missing, _table_label(t), label,
-                    tuple(sorted(assumed)), tuple(sha[f] for f in sorted(funcs)))
+            detail = compact_info(s.detail) if s.kind == "MISS" or "not found: " in s.detail else s.detail
+            seen = misses.get(detail)
+            if seen is None:   # the message names the first shape of the most frequent miss
+                misses[detail] = [1, f"batch {b}, q_len {max(1, q)}, kv_len {kv}, {sms} SMs"
+                                     + ("" if occ else ", CGA occupancy fallback")]
+            else:
+                seen[0] += 1
+    return funcs, sha, misses, frozenset(assumed)
 
 
 def for_config(entry_point: str, config: object, *, query_dtype: str, output_dtype: str, capability: int,

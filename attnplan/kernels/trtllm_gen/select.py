@@ -20,9 +20,10 @@ compares ``oracle_line`` with the harness' answer line for line. Pure: no torch,
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from attnplan.errors import InvalidInputError
 
@@ -97,6 +98,7 @@ def resolve(code: "str | Code") -> Code:
     return CODES[name]
 
 
+@functools.lru_cache(maxsize=256)   # read for every candidate of every plan: parse each version once
 def code_of(version: str) -> Optional[str]:
     """The selection code (a CODES key) flashinfer ``version`` runs, or None when no known code is its."""
     from packaging.version import InvalidVersion, Version
@@ -198,6 +200,16 @@ class SelectParams:
                    spcompress=p.uses_spcompress, dsv4=p.fuses_dsv4)
 
 
+_SELECT_FIELDS = tuple(SelectParams.__dataclass_fields__)
+
+
+def _copy(obj: Any) -> Any:
+    """A field-for-field copy of a plain dataclass instance (dataclasses.replace without __init__)."""
+    new = object.__new__(type(obj))
+    new.__dict__.update(obj.__dict__)
+    return new
+
+
 @dataclass
 class Cta:
     max_ctas_q: int = 0
@@ -218,6 +230,8 @@ def _ceil_div(a: int, b: int) -> int:
 
 def _c_div(a: int, b: int) -> int:
     """C++ integer division (truncation toward zero)."""
+    if a >= 0 and b > 0:   # floor and truncation agree
+        return a // b
     q = abs(a) // abs(b)
     return q if (a >= 0) == (b >= 0) else -q
 
@@ -266,7 +280,10 @@ class KernelFamily:
 
     def _load_kernels(self) -> None:
         rows = self.table.rows
-        for i, r in enumerate(rows):
+        # the rows of this family's dtypes (an index built once per table): loadKernels' other rows fail its
+        # dtype test, so skipping them changes nothing but the time
+        for i in _dtype_index(self.table).get((self.dq, self.dk, self.dv, self.do), ()):
+            r = rows[i]
             if self.v7 and r["mSharedMemBytes"] + 1024 > SMEM_OPTIN_BYTES:
                 continue
             if not (self._sm_compatible(self.sm, r["mSM"]) and r["mDataTypeQ"] == self.dq
@@ -374,8 +391,9 @@ class KernelFamily:
                           s.skips_softmax, s.groups_tokens_heads_q, s.bf16q_mode, False, s.fp16_softmax,
                           s.spcompress, self.c.dsv4 and s.dsv4, self.c.dsv4 and s.dsv4)
 
-    def load(self, p: RunnerParams, s: SelectParams) -> dict[str, Any]:
-        idx = self.map.get(self.hash_params(p, s))
+    def load(self, p: RunnerParams, s: SelectParams, h: Optional[int] = None) -> dict[str, Any]:
+        """loadKernel; ``h``: hash_params(p, s) when already known (select_memo's)."""
+        idx = self.map.get(self.hash_params(p, s) if h is None else h)
         if idx is None:
             raise FlashInferError("loadKernel", "Trtllm-gen kernels not found: " + self.info(p, s))
         return self.table.rows[idx]
@@ -384,6 +402,62 @@ class KernelFamily:
         s = SelectParams.of(p)
         self.select(p, s)
         return self.hash_params(p, s) in self.map, self.info(p, s)
+
+    def exists_selected(self, p: RunnerParams, memo: Optional[dict] = None,
+                        fresh: Optional[SelectParams] = None) -> tuple[bool, SelectParams, int]:
+        """checkIfKernelExist without its message: whether the kernel exists and the selected params
+        (``info(p, s)`` is the message, built only for a miss) and their hash. ``memo``: see ``select_memo``;
+        ``fresh``: SelectParams.of(p) (it reads no shape field: one per grid, copied here)."""
+        if fresh is not None and memo is not None:   # the fresh params' selection, kept per query length and window side
+            key = ("fresh", id(fresh), p.max_seq_len_q, p.max_seq_len_kv > p.window_size)
+            got = memo.get(key)
+            if got is None or got[0] is not fresh:
+                s = _copy(fresh)
+                h = self.select_memo(p, s, memo)
+                if h is not None:   # selectKernel read no shape: its answer holds for every shape of the grid
+                    memo[key] = (fresh, _copy(s), h)
+            else:
+                s, h = _copy(got[1]), got[2]
+            if h is None:
+                h = self.hash_params(p, s)
+            return h in self.map, s, h
+        s = SelectParams.of(p) if fresh is None else _copy(fresh)
+        h = self.select_memo(p, s, memo)
+        if h is None:
+            h = self.hash_params(p, s)
+        return h in self.map, s, h
+
+    def select_reads_no_shape(self, p: RunnerParams) -> bool:
+        """Whether selectKernel reads the runtime shape (batch, KV length, SM count) only through the
+        window test (maxSeqLenKv > mAttentionWindowSize): a context kernel (none of the generation
+        heuristics), or a one-token generation that is not MLA (selectGqGenerationKernel reads only
+        numHeadsQPerKv * maxSeqLenQ, and selectTileSizeQForGqaGeneration runs only for maxSeqLenQ > 1)."""
+        return ((p.kernel_type == CONTEXT or (p.kernel_type == GENERATION and p.max_seq_len_q == 1))
+                and not self._is_mla_gen(p) and p.sparse_mla_type == 0 and p.chunked_size == INT_MAX)
+
+    def select_memo(self, p: RunnerParams, s: SelectParams, memo: Optional[dict]) -> Optional[int]:
+        """``select(p, s)``, its answer kept in ``memo`` (one dict per call, page and code: the runner params
+        but the shape fixed) where ``select_reads_no_shape``: keyed by the params it starts from, the query
+        length and the window test. Returns hash_params(p, s) of the selected params where kept (hashID
+        reads of p only what the memo's call fixes), else None."""
+        if memo is None or not self.select_reads_no_shape(p):
+            self.select(p, s)
+            return None
+        key = (p.max_seq_len_q, p.max_seq_len_kv > p.window_size, tuple(s.__dict__.values()))
+        got = memo.get(key)
+        if got is None:
+            try:
+                self.select(p, s)
+                h = self.hash_params(p, s)
+            except FlashInferError as e:
+                memo[key] = e
+                raise
+            memo[key] = (tuple(s.__dict__.values()), h)
+            return h
+        if isinstance(got, FlashInferError):
+            raise got
+        s.__dict__.update(zip(_SELECT_FIELDS, got[0]))
+        return got[1]
 
     # -- heuristics -------------------------------------------------------------------------------------
     @staticmethod
@@ -690,31 +764,93 @@ class KernelFamily:
                    "Sliding window attention and chunked attention should not be used together")
             s.mask_type = SLIDING
 
+    def _converge_disabled(self, p: RunnerParams, s: SelectParams, first_pass: int, memo: dict) -> dict[str, Any]:
+        """run()'s passes from ``first_pass`` on, multi-CTA off: the kernel it launches."""
+        cta = Cta()
+        meta: dict[str, Any] = {}
+        for pass_ in range(first_pass, 4):
+            meta = self.load(p, s, self.select_memo(p, s, memo))
+            self.compute_cta(cta, p, meta, s)
+            if not s.select_new:
+                return meta
+            _check(pass_ + 1 < 4, "run", "trtllm-gen kernel selection did not converge in %d passes. 4")
+        return meta
+
     def run(self, p: RunnerParams, max_active_clusters: int = 1 << 20) -> dict[str, Any]:
         """TllmGenFmhaKernel::run up to the launch: the kernel it launches."""
-        s = SelectParams.of(p)
+        r = self.run_occupancies(p, (max_active_clusters,))[0]
+        if isinstance(r, FlashInferError):
+            raise r
+        return r
+
+    def run_occupancies(self, p: RunnerParams, occupancies: tuple[int, ...],
+                        selected: Optional[SelectParams] = None, memo: Optional[dict] = None,
+                        selected_hash: Optional[int] = None) -> list[Any]:
+        """``run`` for each of ``occupancies`` (cuOccupancyMaxActiveClusters): the selection loop does not
+        read the occupancy, only the CGA fallback after it does, so the loop runs once and the fallback once
+        per occupancy that takes it. ``selected``: SelectParams.of(p) after select(p, .) (checkIfKernelExist's
+        own, equal to the loop's first select: select reads only p and the fresh params). Each answer is the
+        kernel's row, or the FlashInferError the fallback of that occupancy throws; a throw before the
+        fallback raises (it is every occupancy's). ``memo``: see ``select_memo``; ``selected_hash``:
+        hash_params(p, selected) where known."""
+        s = selected if selected is not None else SelectParams.of(p)
         cta = Cta()
         meta: dict[str, Any] = {}
         for pass_ in range(4):
-            self.select(p, s)
-            meta = self.load(p, s)
+            if pass_ or selected is None:
+                meta = self.load(p, s, self.select_memo(p, s, memo))
+            else:
+                meta = self.load(p, s, selected_hash)
             self.compute_cta(cta, p, meta, s)
             if not s.select_new:
                 break
             _check(pass_ + 1 < 4, "run", "trtllm-gen kernel selection did not converge in %d passes. 4")
-        if s.multi_ctas_kv_mode == CGA:
-            if max_active_clusters * cta.cluster_x < cta.x * cta.y * cta.z:
-                s.force_gmem = True
-                s.multi_ctas_kv_mode = GMEM
-                self.select(p, s)
-                meta = self.load(p, s)
-                self.compute_cta(cta, p, meta, s)
-                _check(not s.select_new, "run", "trtllm-gen kernel selection did not converge after "
-                       "CgaSmemReduction fallback to GmemReduction.")
-        return meta
+            if memo is not None and s.multi_ctas_kv_mode == DISABLED and self.select_reads_no_shape(p):
+                # multi-CTA off and selectKernel shape-free: the next pass reads the shape nowhere that
+                # changes the kernel (computeCtaAndClusterConfig's multi-CTA branch is skipped, its
+                # MLA split does not apply) and converges; no CGA fallback follows. Kept per params.
+                key = ("rest", pass_, p.max_seq_len_q, p.max_seq_len_kv > p.window_size, tuple(s.__dict__.values()))
+                got = memo.get(key)
+                if got is None:
+                    try:
+                        got = self._converge_disabled(p, s, pass_ + 1, memo)
+                    except FlashInferError as e:
+                        got = e
+                    memo[key] = got
+                if isinstance(got, FlashInferError):
+                    raise got
+                return [got] * len(occupancies)
+        out = []
+        for occ in occupancies:
+            if s.multi_ctas_kv_mode == CGA and occ * cta.cluster_x < cta.x * cta.y * cta.z:
+                s2, cta2 = _copy(s), _copy(cta)
+                s2.force_gmem = True
+                s2.multi_ctas_kv_mode = GMEM
+                m2 = self.load(p, s2, self.select_memo(p, s2, memo))
+                self.compute_cta(cta2, p, m2, s2)
+                if s2.select_new:   # FLASHINFER_CHECK in run(): this occupancy's launch throws
+                    out.append(FlashInferError("run", "trtllm-gen kernel selection did not converge after "
+                                                      "CgaSmemReduction fallback to GmemReduction."))
+                else:
+                    out.append(m2)
+            else:
+                out.append(meta)
+        return out
 
 
 _FAMILIES: dict[tuple, KernelFamily] = {}
+_DTYPE_INDEX: dict[int, tuple[KernelTable, dict[tuple[str, str, str, str], tuple[int, ...]]]] = {}
+
+
+def _dtype_index(table: KernelTable) -> dict[tuple[str, str, str, str], tuple[int, ...]]:
+    """(dtype Q, K, V, O) -> the table's row numbers of those dtypes, ascending (loadKernels' order)."""
+    got = _DTYPE_INDEX.get(id(table))
+    if got is None or got[0] is not table:
+        idx: dict[tuple[str, str, str, str], list[int]] = {}
+        for i, r in enumerate(table.rows):
+            idx.setdefault((r["mDataTypeQ"], r["mDataTypeK"], r["mDataTypeV"], r["mDataTypeO"]), []).append(i)
+        got = _DTYPE_INDEX[id(table)] = (table, {k: tuple(v) for k, v in idx.items()})
+    return got[1]
 
 
 def family(table: KernelTable, sm: int, dq: str, dk: str, dv: str, do: str, code: "str | Code") -> KernelFamily:
@@ -754,14 +890,28 @@ class Selection:
         return f"OK {self.function}" if self.ok else f"{self.kind} {self.detail}"
 
 
-def launch(table: KernelTable, code: "str | Code", *, mode: int, sm: int, dtype_q: str, dtype_kv: str, dtype_o: str,
-           head_dim_qk: int, head_dim_v: int, page_size: int, num_heads_q: int, num_heads_kv: int, batch: int,
-           max_q_len: int, max_kv_len: int, sm_count: int, window_left: int = -1, sparse_top_k: int = 0,
-           skips_softmax: bool = False, causal: bool = True, max_active_clusters: int = 1 << 20,
-           bf16q_mode: Optional[int] = None) -> Selection:
+def launch(table: KernelTable, code: "str | Code", *, max_active_clusters: int = 1 << 20, **kw: Any) -> Selection:
     """What trtllm_paged_attention_launcher (mode 0 context, 1 decode) or trtllm_ragged_attention_launcher
-    (mode 2) does with these arguments: the kernel TllmGenFmhaKernel::run launches, the launcher's
-    "Missing TRTLLM-GEN kernel" (MISS), or the error FlashInfer's code raises (ERR)."""
+    (mode 2) does with these arguments (``launch_occupancies``' keywords): the kernel TllmGenFmhaKernel::run
+    launches, the launcher's "Missing TRTLLM-GEN kernel" (MISS), or the error FlashInfer's code raises (ERR)."""
+    return launch_occupancies(table, code, occupancies=(max_active_clusters,), **kw)[0]
+
+
+def launch_occupancies(table: KernelTable, code: "str | Code", *, batch: int, max_q_len: int, max_kv_len: int,
+                       sm_count: int, occupancies: tuple[int, ...] = (1 << 20,), **kw: Any) -> list[Selection]:
+    """``launch`` at each of ``occupancies`` (max_active_clusters), one selection for all of them: only
+    run()'s CGA fallback reads the occupancy (KernelFamily.run_occupancies). Keywords: ``launch_grid``'s."""
+    return launch_grid(table, code, shapes=((batch, max_q_len, max_kv_len, sm_count, occupancies),), **kw)[0]
+
+
+def launch_grid(table: KernelTable, code: "str | Code", *, mode: int, sm: int, dtype_q: str, dtype_kv: str,
+                dtype_o: str, head_dim_qk: int, head_dim_v: int, page_size: int, num_heads_q: int,
+                num_heads_kv: int, shapes: Sequence[tuple[int, int, int, int, tuple[int, ...]]],
+                window_left: int = -1, sparse_top_k: int = 0, skips_softmax: bool = False, causal: bool = True,
+                bf16q_mode: Optional[int] = None, memo: Optional[dict] = None) -> list[list[Selection]]:
+    """``launch_occupancies`` at each of ``shapes`` (batch, max query length, max KV length, SM count,
+    occupancies): the launcher's checks that read no shape run once for all of them. ``memo``: a dict kept
+    across the shapes of one call (KernelFamily.select_memo); None: none kept."""
     c = resolve(code)
     if bf16q_mode is None:   # flashinfer.decode.trtllm_batch_decode_with_kv_cache's default (0.6.18+)
         bf16q_mode = BF16Q_SEPARATE if (mode == 1 and (dtype_q, dtype_kv, dtype_o) == (BF16, E4M3, BF16)) else 0
@@ -771,8 +921,7 @@ def launch(table: KernelTable, code: "str | Code", *, mode: int, sm: int, dtype_
         if num_heads_q % num_heads_kv != 0:
             raise FlashInferError("", "num_qo_heads must be a multiple of num_kv_heads")
         common = dict(head_dim_qk=head_dim_qk, head_dim_v=head_dim_v, num_heads_q=num_heads_q,
-                      num_heads_kv=num_heads_kv, batch=batch, max_seq_len_q=max_q_len, max_seq_len_kv=max_kv_len,
-                      sm_count=sm_count, window_size=INT_MAX if window_left == -1 else window_left + 1,
+                      num_heads_kv=num_heads_kv, window_size=INT_MAX if window_left == -1 else window_left + 1,
                       skips_softmax=skips_softmax)
         if c.v7:   # trtllm_paged_attention_launcher's transform-mode check (0.6.18+)
             if bf16q_mode != 0 and not (mode == 1 and (dtype_q, dtype_kv, dtype_o) == (BF16, E4M3, BF16)):
@@ -780,30 +929,59 @@ def launch(table: KernelTable, code: "str | Code", *, mode: int, sm: int, dtype_
                                           "KV, BF16 output decode")
             common["bf16q_fp8kv_mode"] = bf16q_mode if mode != 2 else 0
         if mode == 2:
-            p = RunnerParams(kernel_type=CONTEXT, mask_type=CAUSAL if causal else DENSE, qkv_layout=SEPARATE_QKV,
-                             tile_scheduler=PERSISTENT, multi_ctas_kv=False, tokens_per_page=0, **common)
+            common.update(kernel_type=CONTEXT, mask_type=CAUSAL if causal else DENSE, qkv_layout=SEPARATE_QKV,
+                          tile_scheduler=PERSISTENT, multi_ctas_kv=False, tokens_per_page=0)
         else:
             mla = ((head_dim_qk == 576 and head_dim_v == 512) or (head_dim_qk == 320 and head_dim_v == 256)
                    or (sparse_top_k > 0 and head_dim_qk == 512 and head_dim_v == 512))
             if not (mla or sparse_top_k <= 0):
                 raise FlashInferError("", "Only decode MLA supports sparse MLA")
             if mode == 0:
-                p = RunnerParams(kernel_type=CONTEXT, mask_type=CAUSAL if causal else DENSE, qkv_layout=PAGED_KV,
-                                 tile_scheduler=PERSISTENT, multi_ctas_kv=False, tokens_per_page=page_size,
-                                 sparse_mla_type=1 if sparse_top_k > 0 else 0, sparse_mla_top_k=sparse_top_k,
-                                 **common)
+                common.update(kernel_type=CONTEXT, mask_type=CAUSAL if causal else DENSE, qkv_layout=PAGED_KV,
+                              tile_scheduler=PERSISTENT, multi_ctas_kv=False, tokens_per_page=page_size,
+                              sparse_mla_type=1 if sparse_top_k > 0 else 0, sparse_mla_top_k=sparse_top_k)
             else:
-                p = RunnerParams(kernel_type=GENERATION, mask_type=DENSE if mla else CAUSAL, qkv_layout=PAGED_KV,
-                                 tile_scheduler=STATIC, multi_ctas_kv=True, tokens_per_page=page_size,
-                                 sparse_mla_type=1 if sparse_top_k > 0 else 0, sparse_mla_top_k=sparse_top_k,
-                                 **common)
-        found, info = fam.exists(p)
-        if not found:
-            return Selection(False, "MISS", None, None, info)
-        meta = fam.run(p, max_active_clusters)
-        return Selection(True, "OK", meta["mFuncName"], meta["sha256"], "")
+                common.update(kernel_type=GENERATION, mask_type=DENSE if mla else CAUSAL, qkv_layout=PAGED_KV,
+                              tile_scheduler=STATIC, multi_ctas_kv=True, tokens_per_page=page_size,
+                              sparse_mla_type=1 if sparse_top_k > 0 else 0, sparse_mla_top_k=sparse_top_k)
     except FlashInferError as e:
-        return Selection(False, "ERR", None, None, f"{e.function}: {e.message}" if e.function else e.message)
+        return [[_err(e)] * len(sh[4]) for sh in shapes]
+    out: list[list[Selection]] = []
+    p0: Optional[RunnerParams] = None
+    fresh: Optional[SelectParams] = None
+    oks: dict[Any, Selection] = {}   # answers by kernel name, misses by selected params
+    for batch, max_q_len, max_kv_len, sm_count, occupancies in shapes:
+        try:
+            if p0 is None:
+                p = p0 = RunnerParams(batch=batch, max_seq_len_q=max_q_len, max_seq_len_kv=max_kv_len,
+                                      sm_count=sm_count, **common)
+            else:   # the same params but the shape
+                p = _copy(p0)
+                p.batch, p.max_seq_len_q, p.max_seq_len_kv, p.sm_count = batch, max_q_len, max_kv_len, sm_count
+            if fresh is None:
+                fresh = SelectParams.of(p)
+            found, s, h = fam.exists_selected(p, memo, fresh)
+            if not found:   # the message: the selected params' (info reads of p only what the grid fixes)
+                key = ("info", tuple(s.__dict__.values()))
+                miss = oks.get(key)   # type: ignore[call-overload]
+                if miss is None:
+                    miss = oks[key] = Selection(False, "MISS", None, None, fam.info(p, s))   # type: ignore[index]
+                out.append([miss] * len(occupancies))
+                continue
+            out.append([_err(m) if isinstance(m, FlashInferError)
+                        else oks.get(m["mFuncName"]) or oks.setdefault(m["mFuncName"], _ok(m))
+                        for m in fam.run_occupancies(p, occupancies, s, memo, h)])
+        except FlashInferError as e:
+            out.append([_err(e)] * len(occupancies))
+    return out
+
+
+def _ok(meta: dict[str, Any]) -> Selection:
+    return Selection(True, "OK", meta["mFuncName"], meta["sha256"], "")
+
+
+def _err(e: FlashInferError) -> Selection:
+    return Selection(False, "ERR", None, None, f"{e.function}: {e.message}" if e.function else e.message)
 
 
 def oracle_line(q: Any, table: KernelTable, version: str) -> str:
