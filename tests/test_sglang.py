@@ -45,12 +45,17 @@ def test_vllm_answers_carry_no_engine_layer_fields():
     assert all("outcome" not in v for v in policy.plan_for(LLAMA.replace(head_dim=96), simulated_node("H100")).to_json()["violations"])
 
 
+def _forced_page(rule: str) -> int:
+    """The page size a page-constraint row of SGLang's resolution (backends.yaml engines.sglang.native.pipeline) sets."""
+    return next(r.set["page_size"] for r in T.pipeline if r.rule == rule and "page_size" in r.set)
+
+
 def test_b200_default_is_trtllm_mha_with_the_page_forced_silently():
     a = sgl(LLAMA, "B200")
     assert a.ok and a.engine.name == "sglang" and a.engine.version == "0.5.23"
     assert {ph: eb.name for ph, eb in a.engine_phases.items()} == {"prefill": "trtllm_mha", "decode": "trtllm_mha"}
     assert a.backends() == ("trtllm-gen", "trtllm-gen") and a.engine_backend.runs_flashinfer
-    forced = T.pages["trtllm_mha"].coerce
+    forced = _forced_page("sglang.trtllm-mha-page")
     assert [(c.field, c.given, c.runs, c.rule) for c in a.coercions] == [("page_size", None, forced, "sglang.trtllm-mha-page")]
     assert a.plan.kv_cache.page_size == forced
     assert sgl(LLAMA, "B200", page_size=32).plan.kv_cache.page_size == 32 and not sgl(LLAMA, "B200", page_size=32).coercions
@@ -133,7 +138,7 @@ def test_deepseek_on_b200_runs_trtllm_mla():
     a = sgl(DSV3, "B200", architecture="DeepseekV3ForCausalLM")
     assert {eb.name for eb in a.engine_phases.values()} == {"trtllm_mla"}
     assert a.ok and a.backends() == ("trtllm-ragged", "trtllm-gen-mla")
-    assert a.plan.kv_cache.page_size == T.pages["trtllm_mla"].coerce
+    assert a.plan.kv_cache.page_size == _forced_page("sglang.trtllm-mla-page")
 
 
 def test_trtllm_mha_page_128_needs_gqa_at_backend_build():
@@ -195,8 +200,10 @@ def test_native_tables_name_only_rules_that_exist(tmp_path):
     import dataclasses
 
     spec = RS.engines["sglang"]
-    bad = spec.model_copy(update={"native": {**spec.native, "pages": {**spec.native["pages"],
-                                                                      "trtllm_mha": {"allowed": [64], "coerce": 64, "rule": "sglang.nope"}}}})
+    rows = [dict(r) for r in spec.native["pipeline"]]
+    i = next(i for i, r in enumerate(rows) if r["rule"] == "sglang.trtllm-mha-page")
+    rows[i] = {**rows[i], "rule": "sglang.nope"}
+    bad = spec.model_copy(update={"native": {**spec.native, "pipeline": rows}})
     rs = dataclasses.replace(RS, engines={**RS.engines, "sglang": bad})
     with pytest.raises(RulePackError, match="sglang.nope"):
         native(rs)
@@ -214,7 +221,7 @@ def test_a_resolver_rule_needs_an_engine_with_a_resolver(tmp_path):
 
 
 def _sglang_src() -> Path:
-    from attnplan.sglang.oracle import SRC
+    from attnplan.oracle.sglang import SRC
 
     return SRC
 
@@ -222,7 +229,7 @@ def _sglang_src() -> Path:
 @pytest.mark.skipif(not (_sglang_src() / "arg_groups").is_dir(),
                     reason="SGLang 0.5.23 source not here (set ATTNPLAN_SGLANG_SRC to an extracted wheel's sglang/srt)")
 def test_oracle_agrees_with_sglangs_own_functions_on_a_seeded_sample():
-    from attnplan.sglang.oracle import compare
+    from attnplan.oracle.sglang import compare
 
     rep = compare(sample=6000, seed=7)
     assert rep["disagreements"] == []

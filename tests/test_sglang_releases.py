@@ -72,7 +72,7 @@ def test_attnplan_answers_for_the_release_asked(release):
 @pytest.mark.parametrize("release", o.RELEASES)
 def test_dflash_default_backend_per_release(release):
     """DFLASH with no top-k on SM100: trtllm_mha / fa4 from 0.5.23, flashinfer / triton before
-    (the per-release forces_topk_one data)."""
+    (the per-release DFLASH item (versions) of choices.default)."""
     _src_or_skip(release)
     rep = o.compare(release=release, pool=_group("dflash"))
     assert rep["cases"] > 0 and rep["disagreements"] == []

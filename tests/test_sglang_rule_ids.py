@@ -45,9 +45,13 @@ def test_a_pack_set_without_one_rule_fails_naming_it(tmp_path, rid):
                         policy.simulated_node("B200"), ruleset=rs, engine=SglangEngine(SglangFlags()))
 
 
-def test_a_table_row_naming_an_unknown_platform_fails(tmp_path):
+def test_a_table_row_naming_an_unknown_platform_fails():
     spec = RS.engines["sglang"]
-    models = {**spec.native["models"], "X": {"rule": "sglang.llama4-backends", "default": [{"platform": "is_sm999", "backend": "triton"}]}}
-    rs = dataclasses.replace(RS, engines={**RS.engines, "sglang": spec.model_copy(update={"native": {**spec.native, "models": models}})})
-    with pytest.raises(RulePackError, match="is_sm999"):
-        native(rs)
+    row = {"rule": "sglang.llama4-backends", "source": "x", "platform": "is_sm999", "set": {"attention_backend": "triton"}}
+    cond = {"rule": "sglang.llama4-backends", "source": "x", "when": {"fact": "sglang.is_sm999", "eq": True},
+            "set": {"attention_backend": "triton"}}
+    for bad in (row, cond):   # the short key and the condition's fact: both fail naming it
+        rs = dataclasses.replace(RS, engines={**RS.engines, "sglang": spec.model_copy(
+            update={"native": {**spec.native, "pipeline": [bad, *spec.native["pipeline"]]}})})
+        with pytest.raises(RulePackError, match="is_sm999"):
+            native(rs)

@@ -3,7 +3,9 @@
 A condition is YAML data, never code: a leaf ``{fact: NAME, OP: OPERAND}`` or a combinator
 ``{all: [...]}``, ``{any: [...]}``, ``{not: {...}}``. Operators: ``eq``, ``ne``, ``in``,
 ``not_in``, ``min``, ``max`` (inclusive), ``version`` (a ``packaging`` specifier set),
-``is_null`` and ``divisible_by``. An operand may itself be ``{fact: NAME}``.
+``is_null``, ``divisible_by`` and ``power_of_two`` (true: a positive power of 2). An operand may itself be
+``{fact: NAME}``. A caller with its own facts (SGLang's resolution rows: attnplan/sglang/facts.py) passes
+their names as ``facts``; the default is the rule packs' catalog (facts_catalog.py).
 
 A fact whose value is unknown (``None``) satisfies only ``is_null: true`` and ``eq: null``:
 unknown never passes a requirement (fail closed).
@@ -12,7 +14,7 @@ unknown never passes a requirement (fail closed).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 
 from .errors import ConditionError
@@ -173,6 +175,8 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
     "version": _version_in,
     "is_null": lambda v, o: (v is None) == o,
     "divisible_by": lambda v, o: _num(v) and _num(o) and o != 0 and v % o == 0,
+    # trtllm_mha_backend.py TRTLLMHAAttnBackend.__init__ reads ``page & (page - 1)`` (SGLang's rows)
+    "power_of_two": lambda v, o: isinstance(v, int) and not isinstance(v, bool) and (v > 0 and v & (v - 1) == 0) == o,
 }
 
 _LEAF_TEXT: dict[str, Callable[[str, Any], str]] = {
@@ -185,14 +189,15 @@ _LEAF_TEXT: dict[str, Callable[[str, Any], str]] = {
     "version": lambda f, o: f"{f} {o}",
     "is_null": lambda f, o: f"{f} is unset" if o else f"{f} is set",
     "divisible_by": lambda f, o: f"{f} divisible by {_fmt_operand(f, o)}",
+    "power_of_two": lambda f, o: f"{f} is a power of 2" if o else f"{f} is not a power of 2",
 }
 
 
-def _operand(raw: Any, op: str) -> Any:
+def _operand(raw: Any, op: str, facts: Optional[Collection[str]] = None) -> Any:
     if isinstance(raw, dict):
         if set(raw) != {"fact"} or not isinstance(raw["fact"], str):
             raise ConditionError(f"operand of {op!r} must be a literal or {{fact: NAME}}, got {raw!r}")
-        _check_fact(raw["fact"])
+        _check_fact(raw["fact"], facts)
         return FactRef(raw["fact"])
     if op in ("in", "not_in"):
         if not isinstance(raw, list) or not raw:
@@ -205,20 +210,22 @@ def _operand(raw: Any, op: str) -> Any:
             return SpecifierSet(str(raw))
         except InvalidSpecifier as exc:
             raise ConditionError(f"invalid version specifier {raw!r}: {exc}") from None
-    if op == "is_null" and not isinstance(raw, bool):
-        raise ConditionError(f"'is_null' takes true or false, got {raw!r}")
+    if op in ("is_null", "power_of_two") and not isinstance(raw, bool):
+        raise ConditionError(f"{op!r} takes true or false, got {raw!r}")
     if op in ("min", "max") and not _num(raw):
         raise ConditionError(f"{op!r} takes a number, got {raw!r}")
     return raw
 
 
-def _check_fact(name: Any) -> None:
-    if not isinstance(name, str) or name not in FACTS:
-        raise ConditionError(f"unknown fact {name!r} (known: {', '.join(sorted(FACTS))})")
+def _check_fact(name: Any, facts: Optional[Collection[str]] = None) -> None:
+    known = FACTS if facts is None else facts
+    if not isinstance(name, str) or name not in known:
+        raise ConditionError(f"unknown fact {name!r} (known: {', '.join(sorted(known))})")
 
 
-def compile_condition(raw: Any) -> Pred:
-    """YAML data -> predicate. Raises ConditionError naming what is wrong."""
+def compile_condition(raw: Any, facts: Optional[Collection[str]] = None) -> Pred:
+    """YAML data -> predicate. Raises ConditionError naming what is wrong. ``facts``: the names a condition
+    may read (default: the rule packs' catalog, facts_catalog.FACTS)."""
     if not isinstance(raw, dict) or not raw:
         raise ConditionError(f"a condition is a mapping, got {raw!r}")
     if "all" in raw or "any" in raw:
@@ -228,15 +235,15 @@ def compile_condition(raw: Any) -> Pred:
         items = raw[key]
         if not isinstance(items, list) or not items:
             raise ConditionError(f"{key!r} needs a non-empty list")
-        parts = [compile_condition(i) for i in items]
+        parts = [compile_condition(i, facts) for i in items]
         return All(parts) if key == "all" else AnyOf(parts)
     if "not" in raw:
         if len(raw) != 1:
             raise ConditionError(f"'not' stands alone, got keys {sorted(raw)}")
-        return Not(compile_condition(raw["not"]))
+        return Not(compile_condition(raw["not"], facts))
     if "fact" not in raw:
         raise ConditionError(f"a leaf names a fact: {{fact: NAME, OP: VALUE}}, got {raw!r}")
-    _check_fact(raw["fact"])
+    _check_fact(raw["fact"], facts)
     ops = [k for k in raw if k != "fact"]
     if len(ops) != 1 or ops[0] not in _OPS:
         raise ConditionError(f"a leaf has exactly one operator of {sorted(_OPS)}, got {ops}")
@@ -245,4 +252,4 @@ def compile_condition(raw: Any) -> Pred:
             isinstance(raw[op], bool) or not isinstance(raw[op], int) or raw[op] <= 0):
         # "divisible by 0" can never hold: a rule written so would refuse everything it checks
         raise ConditionError(f"divisible_by needs a positive integer, got {raw[op]!r}")
-    return Leaf(raw["fact"], op, _operand(raw[op], op), _OPS[op])
+    return Leaf(raw["fact"], op, _operand(raw[op], op, facts), _OPS[op])

@@ -849,18 +849,14 @@ def _compiles(file: str, where: str, cond: Any) -> None:
 
 
 # -- the rule set as a whole (issue 40 #3) ------------------------------------------------------
-# The rule ids an engine's resolver looks up by key (``rs.rule(id)``) or reports its refusals and
-# coercions under, per resolver (backends.yaml ``engines.<name>.resolver``). A pack set without one
-# of them used to load and then fail every plan of that engine with a KeyError; now the load fails
-# naming the id. tests/test_rules_load_whole.py reads the ids out of attnplan/sglang/*.py and checks
-# that this list holds every one of them (it lives here because policy must not import sglang).
+# The rule ids an engine's resolver code names itself (its input-vocabulary checks), per resolver
+# (backends.yaml ``engines.<name>.resolver``). Every other SGLang decision is a row of
+# ``engines.sglang.native`` naming its rule (``rule:``), which check_whole checks at load: a pack set
+# without one fails to load naming the id, never a KeyError at plan time. tests/test_rules_load_whole.py
+# reads the ids out of attnplan/sglang/*.py and checks that this list holds every one of them (it lives
+# here because policy must not import sglang).
 RESOLVER_RULES: dict[str, frozenset[str]] = {
-    "attnplan.sglang.resolve:engine_resolution": frozenset({
-        "sglang.backend-names", "sglang.kv-names", "sglang.default-backend", "sglang.split-backends",
-        "sglang.page-default", "sglang.deterministic", "sglang.nvfp4-backends", "sglang.nvfp4-capability",
-        "sglang.trtllm-mla-dtypes", "sglang.trtllm-mha-capability", "sglang.trtllm-mha-sm120-fp8",
-        "sglang.trtllm-mha-mla", "sglang.trtllm-mha-page128", "sglang.fa3-e5m2", "sglang.fa3-capability",
-    }),
+    "attnplan.sglang.resolve:engine_resolution": frozenset({"sglang.backend-names", "sglang.kv-names"}),
 }
 # The rule ids the verdict names for an engine (policy/verdict.py: its validation of its own backends, its
 # refusal of a parallel layout), per engine: like the resolver's, a pack set without one fails to load.

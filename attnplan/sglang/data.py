@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from attnplan.policy.errors import RulePackError
+from attnplan.policy.errors import RuleError, RulePackError
 from attnplan.policy.rulepack import RESOLVER_RULES, RuleSet
 
 Phase = Literal["prefill", "decode"]
@@ -22,128 +22,72 @@ class PlatformSpec(_M):
     cuda: str            # the minimum torch.version.cuda, "M.m"
 
 
-class DefaultRow(_M):
-    """One branch of a default: every condition given must hold."""
-
-    platform: Union[str, list[str], None] = None     # a platform predicate (any of a list)
-    no_spec_or_topk_one: Optional[bool] = None       # utils/common.py is_no_spec_infer_or_topk_one
-    # (no speculative algorithm, or its EAGLE top-k declared, or DFLASH): get_default_attn_backend's SM100 branch
-    spec_topk_declared: Optional[bool] = None
-    asymmetric_kv: Optional[bool] = None             # model_config.has_asymmetric_kv
-    sinks: Optional[bool] = None                     # model_config.has_attention_sinks
-    deepseek: Optional[bool] = None                  # overrides.py _deterministic_is_deepseek_model
-    # what get_default_attn_backend answers for these flags (model_overrides/qwen3_5.py asks it first)
-    default_backend: Optional[str] = None
-    speculative: Optional[bool] = None               # a --speculative-algorithm is given
-    backend: str
-    page_size: Optional[int] = None                  # declared with the backend (overrides the user's, last writer wins)
+Var = Literal["attention_backend", "prefill_attention_backend", "decode_attention_backend", "kv_cache_dtype",
+              "page_size", "speculative_eagle_topk"]
 
 
-class ModelSpec(_M):
-    """One architecture's override (arg_groups/model_overrides/*.py) and model_hook.py's assert."""
+class ChoiceRow(_M):
+    """One branch of a choice (``choose``): the first row whose ``when`` holds gives its value."""
 
-    rule: str
-    # which flags must be unset for the default: all three (model_override_base.py
-    # is_attention_backend_not_set) or --attention-backend alone (``cfg.attention_backend is None``)
-    unset: Literal["all", "base"] = "all"
-    default: list[DefaultRow] = []
-    allowed: Optional[list[str]] = None
-    # what the assert reads: both phases (attention_backends_of) or the base backend alone
-    assert_on: Literal["phases", "base"] = "phases"
-    hybrid_gdn: bool = False                         # configs/hybrid_arch.py hybrid_gdn_config
-
-    @field_validator("allowed", mode="before")
-    @classmethod
-    def _allowed_names(cls, v: object) -> object:
-        # an entry that holds for some releases only is {backend: X, versions: R}; the release's layer keeps
-        # it as {backend: X} (rulepack.py _for_release drops the key), read here as the name
-        if isinstance(v, list):
-            return [x["backend"] if isinstance(x, dict) and set(x) == {"backend"} else x for x in v]
-        return v
+    when: Optional[dict[str, Any]] = None
+    value: Any
 
 
-class HybridGdnSpec(_M):
-    """attention_registry.py attn_backend_wrapper: the backends a hybrid GDN model builds with on Blackwell."""
+class Refuse(_M):
+    """SGLang raising: the message (a template over the resolved arguments), the phase it names and when it
+    raises - at startup (the argument pipeline) or when the model runner builds the backend."""
+
+    message: str
+    phase: str = "both"                               # prefill | decode | both, or "{phase}" (build_phase rows)
+    backend: Optional[str] = None                     # a template too ("{prefill}")
+    outcome: Literal["startup", "backend-build"] = "startup"
+
+
+class Coerce(_M):
+    """A silent change SGLang makes (a warning at most), said as a coercion of ``field``: of ``var``'s value
+    when the row changed it (and ``when``, read before the row, holds), else of ``given`` to ``runs``."""
+
+    field: str
+    var: Optional[Var] = None
+    given: Any = None
+    runs: Any = None
+    when: Optional[dict[str, Any]] = None
+    message: str
+
+
+class Row(_M):
+    """One SGLang decision (backends.yaml ``engines.sglang.native.pipeline`` / ``build_phase`` / ``build``): the
+    rule it applies, the SGLang function that decides it, when it holds, and what it does."""
 
     rule: str
-    sm120: list[str]
-    blackwell: list[str]                              # HYBRID_GDN_SM100_BACKENDS (10.x, 11.x)
+    source: str
+    when: Optional[dict[str, Any]] = None
+    platform: Optional[str] = None                    # short for {fact: sglang.<platform>, eq: true}
+    standard_only: bool = False                       # short for {fact: sglang.is_mla, eq: false}
+    refuse: Optional[Refuse] = None
+    set: dict[Var, Any] = {}
+    coerce: list[Coerce] = []
+    step: bool = True                                 # the rule joins Resolution.steps when the row applies
 
+    @model_validator(mode="after")
+    def _one_effect(self) -> "Row":
+        if self.refuse is not None and (self.set or self.coerce):
+            raise RuleError("a row refuses or changes arguments, not both")
+        for c in self.coerce:
+            if c.var is not None and c.var not in self.set:
+                raise RuleError(f"coerce.var {c.var!r} is not a variable this row sets")
+            if c.var is None and (c.given is None or c.runs is None):
+                raise RuleError("a coerce without var names given and runs")
+        return self
 
-class EagleSpec(_M):
-    """speculative_hook.py _handle_eagle_family: the EAGLE top-k (the user's, else _auto_choose_speculative_params')
-    and the trtllm_mha refusal for top-k > 1."""
-
-    rule: str
-    algorithms: list[str]                             # the algorithms the EAGLE family handler runs for
-    auto_topk: dict[str, int]                         # architecture -> top-k when --speculative-num-steps is unset
-    default_auto_topk: int
-    refuse_topk_above: int
-    backends: list[str]                               # a phase on one of these with top-k above the bound is refused
-    page_rule: str
-    page_tree_backends: list[str]                     # _PAGE_TREE_SPEC_BACKENDS: top-k > 1 with pages > 1
-
-
-class CutedslSpec(_M):
-    """overrides.py _cutedsl_prefill_backend_fill: decode-only, SM100 only, its prefill filled."""
-
-    rule: str
-    platform: str
-    kv_dtypes: list[str]
-    prefill_fill: str
-
-
-class DeterministicSpec(_M):
-    allowed: list[str]
-    deepseek: list[str]
-    absorbed_mla: list[str]
-    radix_supported: list[str]
-    default: list[DefaultRow]
-
-
-class PageArch(_M):
-    """An architecture a page constraint gives its own page (overrides.py _fa4_page_constraint: DiffusionGemma)."""
-
-    architecture: str
-    page: int
-
-
-class PageSpec(_M):
-    allowed: list[int]
-    coerce: int
-    rule: str
-    standard_only: bool = False
-    platform: Optional[str] = None
-    architectures: list[PageArch] = []
-
-
-class Alias(_M):
-    """serving_hook.py handle_deprecated_args: a deprecated backend name and what it becomes."""
-
-    name: str
-    to: str
-    prefill_to: str                                   # the name a prefill flag gets (``to`` may be decode-only)
-    kv_cache_dtype: Optional[str] = None              # set where the base or decode flag named it
-    rule: str
-
-
-class ForcedTopk(_M):
-    """model_override_base.py _forces_eagle_topk_one: an algorithm whose top-k counts as declared."""
-
-    algorithm: str
-
-
-class MlaBackendCheck(_M):
-    """overrides.py _mla_backend_page_constraints / _mla_kv_cache_dtype_checks for one MLA backend as the base
-    or decode backend, and its factory's MLA-only refusal."""
-
-    backend: str
-    pages: list[int]
-    coerce: int
-    platform: str
-    kv_dtypes: list[str]
-    mla_only: bool = True
-    rule: str
+    def condition(self) -> dict[str, Any]:
+        """The row's whole condition (``when`` with its short keys), as the condition language reads it."""
+        parts = [self.when] if self.when is not None else []
+        if self.platform is not None:
+            parts.append({"fact": f"sglang.{self.platform}", "eq": True})
+        if self.standard_only:
+            parts.append({"fact": "sglang.is_mla", "eq": False})
+        return {"all": parts} if parts else {}
 
 
 class PhaseRow(_M):
@@ -168,35 +112,98 @@ class BackendSpec(_M):
 
 class NativeSpec(_M):
     platform: dict[str, PlatformSpec]
-    aliases: list[Alias] = []
-    forces_topk_one: list[ForcedTopk] = []
-    mla_backend_checks: list[MlaBackendCheck] = []
-    default: dict[Literal["standard", "mla"], list[DefaultRow]]
-    models: dict[str, ModelSpec]
-    deterministic: DeterministicSpec
-    pages: dict[str, PageSpec]
-    default_page_size: int
-    kv4: dict[Literal["standard", "mla", "fa4_prefill_standard", "fa4_prefill_mla"], list[str]]
-    hybrid_gdn: HybridGdnSpec
-    eagle: EagleSpec
-    cutedsl_mla: CutedslSpec
+    choices: dict[str, list[ChoiceRow]] = {}
+    pipeline: list[Row]
+    build_phase: list[Row] = []
+    build: list[Row] = []
     backends: dict[str, BackendSpec]
 
+    def rows(self) -> list[tuple[str, Row]]:
+        return [(f"{k}[{i}]", r) for k in ("pipeline", "build_phase", "build") for i, r in enumerate(getattr(self, k))]
 
-# The rule ids sglang/resolve.py names in its own steps (the tables name the others): every one must be in
-# the rule set, checked with the tables (``native``), so a pack set without one fails naming it - never a
-# KeyError at plan time (issue 40 class 3). tests/test_sglang_rule_ids.py keeps this list equal to the
-# ids resolve.py spells.
-# The rule ids the resolver's code names: one list, the loader's (policy/rulepack.py RESOLVER_RULES), so a pack set
-# without one of them fails to load instead of failing every SGLang plan.
-CODE_RULES = RESOLVER_RULES["attnplan.sglang.resolve:engine_resolution"]
+
+# The rule ids sglang/resolve.py names in its own code (engine_resolution's input checks); every other id is a
+# row's (``rule:``), and check_whole (policy/rulepack.py) finds those in the tables. Each must be in the rule
+# set, so a pack set without one fails to load naming it - never a KeyError at plan time.
+# tests/test_sglang_rule_ids.py keeps this list equal to the ids resolve.py spells; the loader's list
+# (policy/rulepack.py RESOLVER_RULES) holds them.
+CODE_RULES = frozenset({"sglang.backend-names", "sglang.kv-names"})
+assert CODE_RULES <= RESOLVER_RULES["attnplan.sglang.resolve:engine_resolution"]
 
 
 def referenced_rules(data: NativeSpec) -> set[str]:
-    """Every rule id SGLang's resolution can name with these tables: the code's and the tables'."""
-    return (set(CODE_RULES) | {m.rule for m in data.models.values()} | {p.rule for p in data.pages.values()}
-            | {data.hybrid_gdn.rule, data.eagle.rule, data.eagle.page_rule, data.cutedsl_mla.rule}
-            | {a.rule for a in data.aliases} | {c.rule for c in data.mla_backend_checks})
+    """Every rule id SGLang's resolution can name with these tables: the code's and the rows'."""
+    return set(CODE_RULES) | {r.rule for _, r in data.rows()}
+
+
+# The names a message template may use: the resolved arguments, both phases, the model and the row's change.
+TEMPLATE_KEYS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend", "kv_cache_dtype",
+                 "page_size", "speculative_eagle_topk", "prefill", "decode", "architecture", "group_size", "phase",
+                 "given", "runs")
+
+
+def _values(raw: Any) -> list[Any]:
+    """The choice rows a ``set`` value names (``{choose: ...}``), else none."""
+    if isinstance(raw, dict) and "choose" in raw:
+        return [raw["choose"]]
+    return []
+
+
+def _check(data: NativeSpec, engine: str) -> None:
+    """Every row condition compiles over SGLang's facts, every template names known keys, every choice exists."""
+    from attnplan.policy.conditions import compile_condition
+    from attnplan.policy.errors import ConditionError
+
+    from .facts import names
+
+    known = names(list(data.platform))
+
+    def cond(where: str, raw: Any) -> None:
+        if raw:
+            try:
+                compile_condition(raw, known)
+            except ConditionError as exc:
+                raise RulePackError("backends.yaml", f"engines.{engine}.native.{where}: {exc}") from None
+
+    for name, rows in data.choices.items():
+        for i, c in enumerate(rows):
+            cond(f"choices.{name}[{i}].when", c.when)
+    dummy = {k: "x" for k in TEMPLATE_KEYS}
+    for where, row in data.rows():
+        if row.platform is not None and row.platform not in data.platform:
+            raise RulePackError("backends.yaml", f"engines.{engine}.native.{where} names platform {row.platform!r}, "
+                                                 f"which native.platform does not define")
+        cond(f"{where}.when", row.condition())
+        texts = [("refuse", row.refuse.message), ("refuse.phase", row.refuse.phase),
+                 ("refuse.backend", row.refuse.backend or "")] if row.refuse else []
+        texts += [(f"coerce[{i}]", c.message) for i, c in enumerate(row.coerce)]
+        for what, text in texts:
+            try:
+                text.format_map(dummy)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise RulePackError("backends.yaml", f"engines.{engine}.native.{where}.{what}: the template {text!r} "
+                                                     f"names {exc} (known: {', '.join(TEMPLATE_KEYS)})") from None
+        for i, c in enumerate(row.coerce):
+            cond(f"{where}.coerce[{i}].when", c.when)
+        for var, raw in row.set.items():
+            for choice in _values(raw):
+                if isinstance(choice, str):
+                    if choice not in data.choices:
+                        raise RulePackError("backends.yaml", f"engines.{engine}.native.{where}.set.{var} chooses "
+                                                             f"{choice!r}, which native.choices does not define")
+                    continue
+                try:
+                    rows = [ChoiceRow.model_validate(c) for c in choice]
+                except (ValidationError, TypeError):
+                    raise RulePackError("backends.yaml", f"engines.{engine}.native.{where}.set.{var}: a choice is a "
+                                                         f"list of {{when, value}} rows") from None
+                for j, c in enumerate(rows):
+                    cond(f"{where}.set.{var}.choose[{j}].when", c.when)
+            if isinstance(raw, dict) and not (set(raw) <= {"choose"} or set(raw) == {"map"} or set(raw) == {"fact"}):
+                raise RulePackError("backends.yaml", f"engines.{engine}.native.{where}.set.{var}: a value is a literal, "
+                                                     f"{{fact: NAME}}, {{choose: ...}} or {{map: {{old: new}}}}")
+            if isinstance(raw, dict) and set(raw) == {"fact"} and raw["fact"] not in known:
+                raise RulePackError("backends.yaml", f"engines.{engine}.native.{where}.set.{var}: unknown fact {raw['fact']!r}")
 
 
 @functools.lru_cache(maxsize=16)
@@ -221,21 +228,14 @@ def native(rs: RuleSet, engine: str = "sglang", version: Optional[str] = None) -
                             raise RulePackError("backends.yaml", f"engines.{engine}.native.backends.{name} names unknown backend {c!r}")
     ids = {r.id for r in rs.rules}
     missing = sorted(referenced_rules(data) - ids)
+    where = f"engines.{engine}" + (f" (sglang=={version})" if version else "")
     if missing:
-        raise RulePackError("backends.yaml", f"engines.{engine}: SGLang's resolution names rule(s) {', '.join(missing)}, "
+        raise RulePackError("backends.yaml", f"{where}: SGLang's resolution names rule(s) {', '.join(map(repr, missing))}, "
                                              f"which no pack holds")
-    for where, rows in [("default.standard", data.default["standard"]), ("default.mla", data.default["mla"]),
-                        ("deterministic.default", data.deterministic.default)] + \
-                       [(f"models.{a}.default", m.default) for a, m in data.models.items()]:
-        for row in rows:
-            names = [row.platform] if isinstance(row.platform, str) else (row.platform or [])
-            for n in names:
-                if n not in data.platform:
-                    raise RulePackError("backends.yaml", f"engines.{engine}.native.{where} names platform {n!r}, "
-                                                         f"which native.platform does not define")
-    for n in [data.cutedsl_mla.platform] + [p.platform for p in data.pages.values() if p.platform] + \
-             [c.platform for c in data.mla_backend_checks]:
-        if n not in data.platform:
-            raise RulePackError("backends.yaml", f"engines.{engine}.native names platform {n!r}, which native.platform "
-                                                 f"does not define")
+    _check(data, engine)
+    if version is None:
+        # the load checks this (policy/rulepack.py check_whole -> RESOLVER_TABLES): every modelled release's rows
+        # too, so a rule only an older release's rows name (sglang.tokenspeed-mla) is a load error as well
+        for v in spec.versions:
+            native(rs, engine, v)
     return data
