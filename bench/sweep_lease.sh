@@ -21,6 +21,8 @@
 # copies what it has to $OUT: results.jsonl (resume from it), report.md/.json, tol.yaml,
 # stderr.log and lease.log, whose last line says how long the machine had been up when the sweep
 # ended (the lease) and how long the sweep itself took, on how many cores.
+# Make the next call as soon as one returns: a warm machine goes back after 30 s idle (device
+# README), and the run with it (2026-11-26: machine 1 of bench/logs/h100-2026-11-26g was lost so).
 secs=${1:-570}; shift
 here=/tmp/lease
 [ -f /tmp/site/.installed ] || { bash .gpu-bundle/install.sh > /dev/null && touch /tmp/site/.installed; }
@@ -44,7 +46,8 @@ fi
 end=$((SECONDS + secs))
 while [ ! -f $here/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
 [ -f $here/done ] && echo done || echo "still running"
-for f in results.jsonl stderr.log lease.log report.md report.json tol.yaml summary.md; do
+# At most 8 files come back (device README); report.json (16 MB for the exhaustive run) stays behind.
+for f in results.jsonl stderr.log lease.log report.md summary.md sweep.jsonl sweep.md tol.yaml; do
   [ -f $here/$f ] && cp $here/$f "$OUT/"
 done
 tail -2 $here/lease.log; tail -3 $here/stderr.log

@@ -3,6 +3,8 @@
     python3 bench/xqa_exhaustive.py --count                       # modules per tier (no GPU)
     python3 bench/xqa_exhaustive.py --out DIR [--tiers 0,1,2] [--jobs 16] [--build-jobs 2]
         [--deadline S] [--resume DIR/results.jsonl]
+    python3 bench/xqa_exhaustive.py --out DIR --offline "H100 ..." --resume A.jsonl [--resume B.jsonl]
+                                                                  # report from results only (no GPU)
 
 The modules and probes are attnplan/verify/exhaustive.py's (every compile parameter of
 gen_xqa_module over its whole domain, kept where every kernel rule accepts; tiers: 0 refused
@@ -96,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--probe-timeout", type=float, default=90.0)
     ap.add_argument("--deadline", type=float, default=None, help="start no module after this many seconds")
     ap.add_argument("--resume", action="append", default=[], help="results.jsonl of an earlier run (repeatable)")
+    ap.add_argument("--offline", metavar="DEVICE",
+                    help="no GPU: the report and summary from --resume results only (probes without one are "
+                         "'not run'), judged on a declared H100, the device named DEVICE in the report")
     a = ap.parse_args(argv)
 
     from attnplan.policy import default_ruleset
@@ -106,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     log = lambda s: print(f"xqa-exhaustive {time.monotonic() - t0:7.1f}s {s}", file=sys.stderr, flush=True)  # noqa: E731
     rs = default_ruleset()
-    node = _node(a.count or a.declared)
+    node = _node(a.count or a.declared or bool(a.offline))
     log("enumerating XQA modules over the accepted space...")
     mods = xqa_modules(rs, node)
     generated = counts(mods)
@@ -128,12 +133,12 @@ def main(argv: list[str] | None = None) -> int:
     from attnplan.cli.verify import _children_die_with_us, _results_log, _resumed
     from attnplan.verify.runner import batch_subprocess_runner, cpu_summary, run_modules
 
-    done = _resumed(a.resume or None, probes)
-    todo = [p for p in probes if p.id not in done]
+    done = {k: v for k, v in _resumed(a.resume or None, probes).items() if not infra_error(v)}
+    todo = [] if a.offline else [p for p in probes if p.id not in done]
     log(f"tiers {tiers}: {len(chosen)} modules, {len(probes)} probes; {len(done)} resumed, {len(todo)} to run")
     env = dict(os.environ, MAX_JOBS=str(a.build_jobs))
     with _children_die_with_us():
-        results = run_modules(todo, batch_subprocess_runner(env=env), jobs=a.jobs, build_timeout=a.build_timeout,
+        results = {} if not todo else run_modules(todo, batch_subprocess_runner(env=env), jobs=a.jobs, build_timeout=a.build_timeout,
                               probe_timeout=a.probe_timeout, deadline=a.deadline, progress=log,
                               on_result=_results_log(str(log_path)))
     cost = cpu_summary(results, os.cpu_count())
@@ -141,11 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         log(cost)
     results.update(done)
     rules = [r.id for r in rs.rules if is_kernel_rule(r) and "xqa" in (r.id.split(".")[0],)]
-    report = build_report(Generated(probes, [], rules), results, device=_label(),
+    report = build_report(Generated(probes, [], rules), results, device=a.offline or _label(),
                           capability=node.capability_str, flashinfer=node.flashinfer_version.value,
                           torch=node.torch_version.value, rules_revision=rs.revision)
     for rec, p in zip(report["probes"], probes):
         rec["tier"] = p.spec.get("tier")
+    judge_sides(report)
     report["exhaustive"] = {"generated": generated, "tiers_run": tiers, "modules_chosen": len(chosen)}
     write_report(report, str(out / "report.md"))
     text = summary(report, tiers, generated)
@@ -153,6 +159,26 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     bad = [p for p in report["probes"] if p["verdicts"].get("exhaustive") in ("dangerous", "hang")]
     return 1 if bad else 0
+
+
+def judge_sides(report: dict[str, Any]) -> None:
+    """The pseudo-rule ``exhaustive`` judged on each probe's own side: a probe the packs refuse
+    (a tier-0 confirmation, a sinks variant xqa.spec-sinks refuses) that fails confirms the
+    refusal ('consistent'; 'stale' if it ran correctly), and only an accepted probe that fails is
+    'dangerous'. (verify.report's side_for reads refused_by, which never names the pseudo-rule, so
+    it would judge every probe as accepted.)"""
+    from attnplan.verify.report import probe_verdict
+
+    for rec in report["probes"]:
+        if "exhaustive" in rec["verdicts"]:
+            rec["verdicts"]["exhaustive"] = probe_verdict(rec["boundaries"][0]["side"], rec.get("outcome") or "skipped")
+
+
+def infra_error(rec: dict[str, Any]) -> bool:
+    """A result the kernel never produced: the probe's process could not load the rule packs (a
+    checkout edited while the run read it: 'RulePackError', 7 probes of the 2026-11-25/26 leases).
+    It is run again on resume and counts as not run in the report."""
+    return rec.get("outcome") == "error" and str(rec.get("error") or "").startswith("RulePackError")
 
 
 def _label() -> str:

@@ -259,8 +259,11 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         if kv == "fp8_e5m2":
             v.add("xqa.e5m2")            # builds, runs, reads it as 16-bit: wrong (measured, issue 39)
         spec = cfg.num_speculative_tokens
-        if cfg.sinks and kv == "fp8_e4m3" and g is not None and ((spec == 2 and g >= 11) or (spec >= 3 and g >= 9)):
-            v.add("xqa.spec-sinks")      # sinks + fp8 at q_len 3 from group 11 computed wrong (issue 38 tier 3)
+        # sinks + fp8 computed wrong at q_len 3 groups 11-15, q_len 4 groups 9-16 (measured, issue 38 tier 3);
+        # q_len 5+ unmeasured: refused from group 9
+        if cfg.sinks and kv == "fp8_e4m3" and g is not None and \
+                ((spec == 2 and 11 <= g <= 15) or (spec == 3 and 9 <= g <= 16) or (spec >= 4 and g >= 9)):
+            v.add("xqa.spec-sinks")
         if major not in (9, 10, 12):
             v.add("xqa.arch")
         if cfg.dcp_world_size != 1 or cfg.cascade:

@@ -15,7 +15,9 @@ gen_xqa_module takes, groups 1-64, every query x KV dtype, window on/off, the sp
 engines use) and keeps what every kernel rule accepts on this node (``sweep._Judge``); the page
 size, compiled in too, rotates over XQA's four so that each (head, group) row holds every page
 size across its groups and each module has one. ``xqa_probes`` gives each module two probes that
-share it: plain, and with sinks and a wider window (when windowed). ``confirm`` adds modules
+share it: plain, and with sinks and a wider window (when windowed). The variant is judged on its own
+(sinks are a run argument: a module the packs accept may serve a variant they refuse, whose
+failure confirms the refusal). ``confirm`` adds modules
 the packs refuse where a rule's limit was measured (fp8 at group 32 above head 128; groups the
 16-bit kernel has no tiling for are left: they do not build). Tiers order the run: fp8 KV first
 (the class that crashed), then speculative fp8, then 16-bit KV, so a run cut short by its lease
@@ -166,6 +168,7 @@ def xqa_probes(ruleset: RuleSet, node: NodeFacts, modules: list[Module], *,
     window - both on the module's build (sinks and the window's size are run arguments)."""
     out: list[Probe] = []
     t = Target("xqa", "decode", False)
+    rules = [r for r in ruleset.rules if is_kernel_rule(r)]
     for m in modules:
         kinds = [dict()] + ([dict(sinks=True, wide=True)] if variants else [])
         for kind in kinds:
@@ -179,9 +182,15 @@ def xqa_probes(ruleset: RuleSet, node: NodeFacts, modules: list[Module], *,
             spec["tier"] = m.tier
             changed = dict(m.factors(), sinks=bool(kind.get("sinks")), window=cfg.get("sliding_window"))
             refused = m.refused_by if not m.accepted else ()
+            if m.accepted and kind:
+                # Sinks and the window's size are run arguments, judged per probe: a module the
+                # packs accept can serve a variant they refuse (xqa.spec-sinks refuses sinks at
+                # some speculative groups). Its failure then confirms the rule; it is no failure
+                # of an accepted configuration.
+                refused = refusals(rules, AttentionConfig.model_validate(cfg), node, t)
             out.append(Probe(id=f"x{len(out):05d}-{digest}", backend="xqa", phase="decode", call=spec["call"],
                              config=cfg, refused_by=refused,
-                             boundaries=[Boundary("exhaustive", 0, "accept" if m.accepted else "refuse", changed)],
+                             boundaries=[Boundary("exhaustive", 0, "refuse" if refused else "accept", changed)],
                              spec=spec, module=module, skip=skip))
     return out
 
