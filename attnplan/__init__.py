@@ -19,7 +19,8 @@ A whole model, layer group by layer group (sliding/global, chunked local, non-at
 rule and the verified suggestions; ``plan_for`` returns the answer either way. ``node=None``
 probes this machine (NVML, installed packages, cubins) once.
 
-Sub-packages: ``rules`` (the rule data), ``policy`` (the engine), ``render`` (tables and JSON),
+Sub-packages: ``rules`` (the rule data), ``policy`` (the engine: plans facts, reads nothing), ``model``
+(reads a model's config.json, plans its layer groups), ``node`` (probes this machine), ``render`` (tables and JSON),
 ``rest`` (the FastAPI service), ``adapter`` (runs a plan's FlashInfer kernels), ``preflight``
 (many nodes), ``cli``. Importing ``attnplan`` imports neither torch nor flashinfer.
 
@@ -53,7 +54,6 @@ _FROM_POLICY = frozenset({
     "Fact",
     "InvalidInputError",
     "ModelConfigError",
-    "ModelPlanAnswer",
     "NodeFacts",
     "PlanAnswer",
     "PlanMismatchError",
@@ -63,19 +63,25 @@ _FROM_POLICY = frozenset({
     "UnknownDeviceError",
     "UnsupportedConfigurationError",
     "load_rules",
-    "local_node",
-    "plan_for",
-    "plan_model",
-    "require_plan",
     "simulated_node",
 })
+# The calls that read this machine or a model's files live above the policy (which plans facts only).
+_ELSEWHERE = {"plan_for": "embedded", "require_plan": "embedded", "plan_model": "model",
+              "ModelPlanAnswer": "model", "local_node": "node"}
 
 
 def __getattr__(name: str):
-    if name in _FROM_POLICY:
-        from . import policy
-
-        value = getattr(policy, name)
+    where = "policy" if name in _FROM_POLICY else _ELSEWHERE.get(name)
+    if where is not None:
+        if where == "policy":
+            from . import policy as module
+        elif where == "embedded":
+            from . import embedded as module  # type: ignore[no-redef]
+        elif where == "model":
+            from . import model as module  # type: ignore[no-redef]
+        else:
+            from . import node as module  # type: ignore[no-redef]
+        value = getattr(module, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'attnplan' has no attribute {name!r}")

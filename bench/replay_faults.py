@@ -501,7 +501,8 @@ def _(ctx: Ctx) -> tuple[bool, str]:
 def _(ctx: Ctx) -> tuple[bool, str]:
     import httpx
 
-    from attnplan.policy import NodeCache, simulated_node
+    from attnplan.policy import simulated_node
+    from attnplan.node import NodeCache
     from attnplan.rest.app import create_app
     from attnplan.rest.server import BackgroundServer
 
@@ -1344,7 +1345,7 @@ def _(ctx: Ctx) -> tuple[bool, str]:
 @case("i40-model-class-defaults", "40.8", "h40")
 def _(ctx: Ctx) -> tuple[bool, str]:
     from attnplan.policy import AttnplanError
-    from attnplan.policy.hfconfig import CLASS_DEFAULTS, model_info
+    from attnplan.model.hfconfig import CLASS_DEFAULTS, model_info
 
     bad: list[str] = []
     n0 = TALLY["inputs"]
@@ -1653,7 +1654,8 @@ def _r4_pick(items: list, quick: bool, stride: int) -> list:
 def _(ctx: Ctx) -> tuple[bool, str]:
     """plan --attention-backend NAME (vLLM's, SGLang's, attnplan's and garbage names) under every engine spelling,
     for presets and flag configs, CLI --json beside REST /v1/plan beside plan_for/plan_model."""
-    from attnplan.policy import AttnplanError, plan_for, plan_model, simulated_node
+    from attnplan.policy import AttnplanError, plan_for, simulated_node
+    from attnplan.model import plan_model
 
     bad: list[str] = []
     n0 = R4["inputs"]
@@ -2253,7 +2255,7 @@ def _(ctx: Ctx) -> tuple[bool, str]:
     the directory itself a file, a FIFO, /dev/null, missing. Exit 2 naming the file, or the answer without a
     table, in bounded time and memory; and cubins with declared devices and odd models (in this process)."""
     from attnplan.kernels.trtllm_gen import node as tgnode
-    from attnplan.policy.probe import installed_artifact_pin
+    from attnplan.node.probe import installed_artifact_pin
 
     bad: list[str] = []
     n0 = R4["inputs"]
@@ -2330,7 +2332,8 @@ def _(ctx: Ctx) -> tuple[bool, str]:
     whose exit code agrees with its outcome, every refusal is an AttnplanError."""
     import traceback
 
-    from attnplan.policy import AttnplanError, plan_for, plan_model, simulated_node
+    from attnplan.policy import AttnplanError, plan_for, simulated_node
+    from attnplan.model import plan_model
 
     bad: list[str] = []
     n0 = R4["inputs"]

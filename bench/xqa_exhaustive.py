@@ -36,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _node(declared: bool):
-    from attnplan.policy import local_node, simulated_node
+    from attnplan.policy import simulated_node
+    from attnplan.node import local_node
 
     return simulated_node("H100") if declared else local_node()
 

@@ -25,7 +25,9 @@ from attnplan.rest.security import MAX_BODY_BYTES, is_loopback, resolve_token
 from attnplan.rest.server import BackgroundServer
 from attnplan.cli.main import main as cli_main
 from attnplan.render import rules_json
-from attnplan.policy import NodeCache, ProbeIO, default_ruleset, fields_from_hf, probe_node, simulated_node
+from attnplan.policy import default_ruleset, simulated_node
+from attnplan.node import NodeCache, ProbeIO, probe_node
+from attnplan.model import fields_from_hf
 from attnplan.policy.matrix import capability_matrix, matrix_markdown
 
 ROOT = Path(__file__).resolve().parents[1]

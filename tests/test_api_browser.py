@@ -17,7 +17,7 @@ import pytest
 
 from attnplan.rest.app import create_app
 from attnplan.rest.server import BackgroundServer
-from attnplan.policy import ProbeIO
+from attnplan.node import ProbeIO
 
 pytestmark = pytest.mark.browser
 

@@ -25,7 +25,8 @@ from schemathesis.specs.openapi.checks import (
 
 from attnplan.rest.app import create_app
 from attnplan.rest.server import BackgroundServer
-from attnplan.policy import BACKEND_CHOICES, KV_CACHE_DTYPES, QUERY_DTYPES, ProbeIO, catalog
+from attnplan.policy import BACKEND_CHOICES, KV_CACHE_DTYPES, QUERY_DTYPES, catalog
+from attnplan.node import ProbeIO
 
 TOKEN = "schema-token"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,

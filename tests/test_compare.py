@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from attnplan import policy
+from attnplan.model import config_from_hf
 from attnplan.cli.main import main as cli_main
 from attnplan.policy import simulated_node
 from attnplan.sglang import SglangEngine, SglangFlags
@@ -20,7 +21,7 @@ LLAMA = str(ROOT / "examples" / "llama-3.1-8b.json")
 def test_rows_are_each_engines_own_answer():
     rep = compare(LLAMA, ["H100", "B200"])
     assert [(r["device"], r["engine"]) for r in rep["rows"]] == [("H100", "vllm"), ("H100", "sglang"), ("B200", "vllm"), ("B200", "sglang")]
-    cfg = policy.config_from_hf(LLAMA)
+    cfg = config_from_hf(LLAMA)
     for r in rep["rows"]:
         engine = "vllm" if r["engine"] == "vllm" else SglangEngine(SglangFlags(architecture="LlamaForCausalLM"))
         a = policy.plan_for(cfg, simulated_node(r["device"]), engine=engine)

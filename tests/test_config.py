@@ -8,8 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from attnplan import policy
-from attnplan.policy import (AttentionConfig, InvalidInputError, ModelConfigError, config_from_hf, fields_from_hf,
-                    make_config, read_model_config)
+from attnplan.policy import AttentionConfig, InvalidInputError, ModelConfigError, make_config
+from attnplan.model import config_from_hf, fields_from_hf, read_model_config
 
 STD = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 

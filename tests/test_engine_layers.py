@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from attnplan import policy
-from attnplan.policy import AttentionConfig, Fact, InvalidInputError, ProbeIO, probe_node, simulated_node
+from attnplan.policy import AttentionConfig, Fact, InvalidInputError, simulated_node
+from attnplan.node import ProbeIO, probe_node
 
 LLAMA = AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 

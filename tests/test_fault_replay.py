@@ -14,7 +14,7 @@ i40r4: the classes its first run found in attnplan/ (bench/RESULTS.md "issue 40,
 labels on Blackwell devices > 10 s before any output (preflight/labels.py plans 78 configs with
 suggestions), FLASHINFER_CUBIN_DIR's checksums.txt read unbounded (kernels/trtllm_gen/node.py load:
 /dev/zero blows up, a FIFO hangs), plan_model's overrides and tensor_parallel_size passed to int()
-unchecked (policy/model_plan.py), the kernel table's mSM integers and from_json's shape unchecked
+unchecked (model/plan.py), the kernel table's mSM integers and from_json's shape unchecked
 (kernels/trtllm_gen/table.py).
 """
 

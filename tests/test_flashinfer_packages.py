@@ -1,4 +1,4 @@
-"""FlashInfer's kernel-wheel version check per release (attnplan/policy/flashinfer_packages.py, issue 42 item 2).
+"""FlashInfer's kernel-wheel version check per release (attnplan/node/flashinfer_packages.py, issue 42 item 2).
 
 The cases are the pins of the modelled engines (vLLM 0.31.0/0.32.0: flashinfer-python 0.7.0.post1, vLLM 0.33.0:
 0.7.2.post1, SGLang 0.5.21/0.5.22/0.5.23: 0.6.18/0.7.1/0.7.2) and the upgrade leftovers between them. The messages
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from attnplan.policy.flashinfer_packages import (CHECKS, Mismatch, import_error, package_mismatches,
+from attnplan.node.flashinfer_packages import (CHECKS, Mismatch, import_error, package_mismatches,
                                                  release_check)
 
 NEW_HINT = ("Run `flashinfer download-kernels` to install matching kernel wheels, or set "

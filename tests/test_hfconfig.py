@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from attnplan.cli.main import main
-from attnplan.policy import ModelConfigError, config_from_hf
-from attnplan.policy.hfconfig import fields_from_hf, model_info, read_model, resolve_model
+from attnplan.policy import ModelConfigError
+from attnplan.model import config_from_hf
+from attnplan.model.hfconfig import fields_from_hf, model_info, read_model, resolve_model
 
 MODELS = Path(__file__).parent / "models"
 LLAMA = MODELS / "vllm-llama-3.1-8b"

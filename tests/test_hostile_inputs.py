@@ -20,9 +20,10 @@ from pydantic import ValidationError
 
 from attnplan.cli.main import main
 from attnplan.policy import AttentionConfig, InvalidInputError, ModelConfigError, default_ruleset, load_rules
-from attnplan.policy import make_config, plan_for, read_layers, simulated_node
+from attnplan.policy import make_config, plan_for, simulated_node
+from attnplan.model import read_layers
 from attnplan.policy.engines import resolve_engine
-from attnplan.policy.layers import MAX_LAYERS
+from attnplan.model.layers import MAX_LAYERS
 from attnplan.policy.rulepack import MAX_DIR_BYTES, RulePackError
 from attnplan.preflight.model import NamedConfig
 from attnplan.preflight.transport import BodyError, BoundedInflater, inflater_for

@@ -10,9 +10,9 @@ import json
 
 from attnplan import policy
 from attnplan.policy import AttentionConfig, simulated_node
-from attnplan.policy import model_plan as mp
+from attnplan.model import plan as mp
 from attnplan.policy.jit_names import clashes, jit_name
-from attnplan.policy.layers import LayerGroup, ModelLayers
+from attnplan.model.layers import LayerGroup, ModelLayers
 from attnplan.policy.shipped import default_ruleset
 from attnplan.presets import PRESETS_DIR
 

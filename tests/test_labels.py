@@ -177,7 +177,7 @@ def test_cli_labels_bad_output(capsys, tmp_path):
 def test_cli_labels_local_node_without_gpu(capsys, monkeypatch):
     # This machine (no GPU in CI): probed, reported as cuda=false, never crashing.
     monkeypatch.setenv("ATTNPLAN_ARTIFACTORY_CHECK", "never")
-    from attnplan.policy import probe
+    from attnplan.node import probe
 
     monkeypatch.setattr(probe, "LOCAL", probe.NodeCache(lambda: NodeFacts(
         gpu_count=Fact.measured(0, "NVML"), capability=Fact.unknown("no GPU"))))

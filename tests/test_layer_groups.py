@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from attnplan.policy import (InvalidInputError, LayerGroup, ModelConfigError, explain_groups, layer_groups, plan_for,
-                             plan_model, read_layers, simulated_node)
-from attnplan.policy.layers import yarn_get_mscale
+from attnplan.policy import InvalidInputError, ModelConfigError, plan_for, simulated_node
+from attnplan.model import LayerGroup, explain_groups, layer_groups, plan_model, read_layers
+from attnplan.model.layers import yarn_get_mscale
 from attnplan.render import compact_layers, render_groups
 
 MODELS = Path(__file__).parent / "models"

@@ -3,14 +3,14 @@
 vLLM reads config.json through the family's transformers config class, so a Qwen3 file without
 ``head_dim`` runs at Qwen3Config's 128, not hidden/heads; attnplan's own reader (no transformers, or
 ``use_transformers=False``: REST validation, preflight nodes) used hidden/heads. The defaults are a
-table per family (policy/hfconfig.py CLASS_DEFAULTS), checked here against the installed transformers.
+table per family (model/hfconfig.py CLASS_DEFAULTS), checked here against the installed transformers.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from attnplan.policy.hfconfig import CLASS_DEFAULTS, model_info
+from attnplan.model.hfconfig import CLASS_DEFAULTS, model_info
 from attnplan.vllm.request import ModelRequest, check_request
 
 HEADS, HIDDEN = 128, 8192  # divisible by every class's default KV heads (Qwen2: 32, DeepSeek-V3: 128)
@@ -71,6 +71,6 @@ def test_rest_validation_sees_the_class_default():
     req = ModelRequest.build(model={"model_type": "qwen3", "num_hidden_layers": 4, "num_attention_heads": 64,
                                     "num_key_value_heads": 8, "hidden_size": 5120})
     check_request(req)
-    from attnplan.policy import fields_from_hf
+    from attnplan.model import fields_from_hf
 
     assert fields_from_hf(req.load(), use_transformers=False)["head_dim"] == 128

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from attnplan.cli.main import main as cli_main
-from attnplan.policy import compact_layers
+from attnplan.model import compact_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import attnplan
+import attnplan.model
 from attnplan.cli.main import main
 from attnplan.policy import make_config, plan_for, simulated_node
 
@@ -178,7 +179,7 @@ def test_uniform_example_keeps_todays_answer(capsys):
     rc, out, _ = run(capsys, "plan", "--device", "H100", "--model-config", str(EXAMPLES / "llama-3.1-8b.json"),
                      "--json", "--no-trace")
     d = json.loads(out)
-    ref = plan_for(attnplan.policy.config_from_hf(EXAMPLES / "llama-3.1-8b.json"), simulated_node("H100")).to_json(trace=False)
+    ref = plan_for(attnplan.model.config_from_hf(EXAMPLES / "llama-3.1-8b.json"), simulated_node("H100")).to_json(trace=False)
     assert rc == 0 and d["config"] == ref["config"]
     for key in ("attention", "prefill", "decode", "kv_cache", "metadata"):
         a, b = dict(d["plan"][key]), dict(ref["plan"][key])
@@ -243,10 +244,14 @@ def test_a_per_group_flag_on_a_layered_model_is_bad_input(capsys):
 
 def test_public_names():
     assert {"plan_model", "ModelPlanAnswer"} <= set(attnplan.__all__)
-    assert attnplan.plan_model is attnplan.policy.plan_model
-    for name in ("plan_model", "ModelPlanAnswer", "explain_groups", "node_json", "explain", "capability_matrix",
-                 "matrix_markdown", "read_layers", "layer_groups", "compact_layers"):
+    assert attnplan.plan_model is attnplan.model.plan_model
+    for name in ("node_json", "explain", "capability_matrix", "matrix_markdown", "make_config"):
         assert name in attnplan.policy.__all__ and hasattr(attnplan.policy, name)
+    # a model's files are read above the policy (attnplan/model), which plans facts only
+    for name in ("plan_model", "ModelPlanAnswer", "explain_groups", "read_layers", "layer_groups", "compact_layers",
+                 "config_from_hf", "read_model_config"):
+        assert name in attnplan.model.__all__ and hasattr(attnplan.model, name)
+        assert name not in attnplan.policy.__all__
 
 
 def test_layered_notes_carry_each_groups_fallbacks(capsys):
@@ -276,8 +281,8 @@ def _repo_configs() -> list[Path]:
 def test_own_reader_and_transformers_agree(path):
     import json as _json
 
-    from attnplan.policy.hfconfig import model_info
-    from attnplan.policy.layers import text_config
+    from attnplan.model.hfconfig import model_info
+    from attnplan.model.layers import text_config
 
     data = _json.loads(path.read_text())
     for d in (data, text_config(data)):  # as `vllm serve` reads it, and as plan_model does
@@ -291,7 +296,7 @@ def test_every_shipped_preset_reads_without_transformers():
     import subprocess
     import sys
 
-    from attnplan.policy.hfconfig import model_info
+    from attnplan.model.hfconfig import model_info
     from attnplan.presets import PRESETS_DIR
 
     for p in sorted(PRESETS_DIR.glob("*.json")):
@@ -307,7 +312,7 @@ def test_every_shipped_preset_reads_without_transformers():
 
 @pytest.mark.parametrize("drop", ["head_dim", "use_sliding_window", "num_key_value_heads"])
 def test_a_file_leaving_a_class_default_out_goes_to_the_class(drop):
-    from attnplan.policy.hfconfig import _own_reading
+    from attnplan.model.hfconfig import _own_reading
 
     data = {"model_type": "qwen3", "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
             "hidden_size": 5120, "use_sliding_window": False, "sliding_window": None}

@@ -53,7 +53,7 @@ ALLOWED: tuple[tuple[str, str, str], ...] = (
     ("policy/capability.py", "// 10", "the one place a capability's family is computed"),
     ("preflight/labels.py", "// 10", "the capability-major node label (a capability's family, not a rule)"),
     # Representative nodes/configs: issue 25 item 3 (h25c) removes the dummy node.
-    ("policy/probe.py", "trtllm-gen", "FlashInfer's artifact path fmha/trtllm-gen/ (flashinfer/artifacts.py), a directory, not the backend"),
+    ("node/probe.py", "trtllm-gen", "FlashInfer's artifact path fmha/trtllm-gen/ (flashinfer/artifacts.py), a directory, not the backend"),
     # Verify's registry and the if-chains over calls (issue 25 item 4, h25b).
     *(("verify/calls.py", c, VERIFY_CALLS) for c in (
         "paged_prefill", "paged_decode", "sink", "xqa_decode", "mla_paged_decode", "ragged_prefill", "xqa")),
@@ -198,7 +198,7 @@ def _edited_ruleset(tmp_path, old: str, new: str):
 
 def test_the_artifactory_check_follows_the_data(tmp_path):
     from attnplan.policy import Fact, NodeFacts
-    from attnplan.policy.probe import needs_artifactory_check
+    from attnplan.node.probe import needs_artifactory_check
 
     node = NodeFacts(capability=Fact.measured(121))
     assert needs_artifactory_check(node)

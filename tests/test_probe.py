@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 
+import attnplan
+import attnplan.node.probe as node_probe
 from attnplan import policy
-from attnplan.policy import AttentionConfig, Fact, NodeCache, NodeFacts, ProbeIO, Source, probe_node
+from attnplan.policy import AttentionConfig, Fact, NodeFacts, Source
+from attnplan.node import NodeCache, ProbeIO, probe_node
 from attnplan.policy.answer import node_json
-from attnplan.policy.probe import DEFAULT_ARTIFACTORY, http_reachable, needs_artifactory_check
+from attnplan.node.probe import DEFAULT_ARTIFACTORY, http_reachable, needs_artifactory_check
 
 REPO = Path(__file__).resolve().parents[1]
 CFG = AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)
@@ -93,12 +96,24 @@ def test_plan_for_without_node_uses_the_cached_local_probe(monkeypatch):
         calls.append(1)
         return probe_node(make_io(nvml_error=RuntimeError("no driver")))
 
-    monkeypatch.setattr(policy.probe, "LOCAL", NodeCache(probe))
-    a = policy.plan_for(CFG)
-    b = policy.plan_for(CFG)
+    monkeypatch.setattr(node_probe, "LOCAL", NodeCache(probe))
+    a = attnplan.plan_for(CFG)
+    b = attnplan.plan_for(CFG)
     assert a.status == b.status == "rejected"
     assert "device.cuda" in {v.rule for v in a.violations}
     assert len(calls) == 1
+
+
+def test_the_policy_plans_facts_and_probes_nothing(monkeypatch):
+    # attnplan/policy reads no machine: without a node it says what it needs instead of probing.
+    def probe():
+        raise AssertionError("the policy probed the machine")
+
+    monkeypatch.setattr(node_probe, "LOCAL", NodeCache(probe))
+    with pytest.raises(policy.InvalidInputError, match="node"):
+        policy.plan_for(CFG, None)
+    with pytest.raises(policy.InvalidInputError, match="node"):
+        policy.require_plan(CFG, None)
 
 
 def test_hostname_failure_does_not_crash():
@@ -163,7 +178,7 @@ def test_jit_cache_counts_only_at_flashinfers_version(cache, counts):
                                                ("0.7.0.post1", "0.7.0.post1", False)])
 def test_kernel_wheels_flashinfer_refuses_at_import(fi, cubin, raises):
     # flashinfer/jit/env.py: before 0.7.2 a mismatched flashinfer-cubin raises out of `import flashinfer`;
-    # from 0.7.2 it is ignored (policy/flashinfer_packages.py holds both)
+    # from 0.7.2 it is ignored (node/flashinfer_packages.py holds both)
     node = probe_node(make_io(GPU[90], which=NVCC, env={"CUDA_HOME": "/usr/local/cuda"},
                               pkgs={"flashinfer-python": fi, "flashinfer-cubin": cubin}))
     err = node.flashinfer_import_error.value
@@ -472,7 +487,7 @@ def test_torch_cuda_from_version_file_when_the_tag_is_missing():
 def test_read_torch_cuda_parses_a_version_file(tmp_path, monkeypatch):
     import importlib.machinery
 
-    from attnplan.policy import probe as probe_mod
+    from attnplan.node import probe as probe_mod
 
     pkg = tmp_path / "torch"
     pkg.mkdir()

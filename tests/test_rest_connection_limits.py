@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from attnplan.cli.main import main as cli_main
-from attnplan.policy import NodeCache, simulated_node
+from attnplan.policy import simulated_node
+from attnplan.node import NodeCache
 from attnplan.rest.app import create_app
 from attnplan.rest.logs import RateLimit, redact
 from attnplan.rest.security import check_token, resolve_token

@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 
 from attnplan.cli.main import main
 from attnplan.policy import InvalidInputError, simulated_node
-from attnplan.policy.hfconfig import cached_config, check_revision
+from attnplan.model.hfconfig import cached_config, check_revision
 from attnplan.rest.app import create_app
 
 ROOT = Path(__file__).resolve().parents[1]

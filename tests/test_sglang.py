@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnplan import policy
+from attnplan.model import config_from_hf
 from attnplan.adapter.startup import refuse_foreign_engine_backend
 from attnplan.cli.main import main as cli_main
 from attnplan.policy import UnsupportedConfigurationError, simulated_node
@@ -18,7 +19,7 @@ from attnplan.sglang.data import native
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = policy.make_config({"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8})
-DSV3 = policy.config_from_hf(ROOT / "examples" / "deepseek-v3.json")
+DSV3 = config_from_hf(ROOT / "examples" / "deepseek-v3.json")
 RS = policy.default_ruleset()
 T = native(RS)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnplan import policy
+from attnplan.model import plan_model
 from attnplan.policy import simulated_node
 from attnplan.policy.engines import EngineSpec
 from attnplan.sglang import SglangEngine, SglangFlags
@@ -29,7 +30,7 @@ def model_plan(raw, device, flags=None, **over):
     """plan_model under SGLang as plan --model-config will run it once the request carries the model
     (request_for_model: the architecture read from config.json)."""
     spec = EngineSpec("sglang", None, request_for_model(SglangEngine(flags) if flags else None, raw))
-    return policy.plan_model(raw, simulated_node(device), engine=spec, overrides=over or None)
+    return plan_model(raw, simulated_node(device), engine=spec, overrides=over or None)
 
 
 def phases(a):

@@ -1,6 +1,6 @@
 """Issue 39 item 2: SGLang's oracle reads real config.json files through SGLang's own ModelConfig code
 (attnplan/oracle/sglang_models.py) and runs the model overrides, model_hook.py's asserts and the backend factories
-on them; attnplan reads the same files through policy/hfconfig.py. A seeded sample of model_cases() agrees per
+on them; attnplan reads the same files through model/hfconfig.py. A seeded sample of model_cases() agrees per
 field (backend per phase, page size, refusal and where SGLang refuses, the flags it silently replaces); attnplan's
 coercion notes that differ from SGLang's code are named classes (COERCION_GAPS), counted apart."""
 

@@ -1,5 +1,5 @@
 """The node's own trtllm-gen kernel table, found where FlashInfer looks (kernels/trtllm_gen/node.py,
-policy/probe.py probe_trtllm_table), and ``attnplan cubins`` (cli/cubins.py)."""
+node/probe.py probe_trtllm_table), and ``attnplan cubins`` (cli/cubins.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from attnplan.kernels.trtllm_gen import node as tgnode
 from attnplan.kernels.trtllm_gen import phase as tg
 from attnplan.kernels.trtllm_gen.table import PIN_0_6, TableError, shipped
 from attnplan.oracle.trtllm_gen import meta_info_header
-from attnplan.policy.probe import ProbeIO, probe_trtllm_table
+from attnplan.node.probe import ProbeIO, probe_trtllm_table
 
 T = shipped()
 
@@ -114,7 +114,7 @@ def test_cubins_cli_lists_each_phase_cubin_with_sha256(capsys):
 
 # -- the node's own table decides the plan (issue 37) ----------------------------------------------------------
 def _probed(tmp_path, monkeypatch, rows=None, corrupt=False):
-    from attnplan.policy.probe import probe_node
+    from attnplan.node.probe import probe_node
 
     _d, digest = _stage(tmp_path, rows, corrupt_header=corrupt)
     monkeypatch.setitem(tgnode.KNOWN_PINS, "0.6", (PIN_0_6, digest))   # FlashInfer's CheckSumHash for this staged table

@@ -1,4 +1,4 @@
-"""``attnplan upgrade`` and policy/upgrade.py (issue 42 item 3): one deployment under two releases, compared.
+"""``attnplan upgrade`` and attnplan/upgrade.py (issue 42 item 3): one deployment under two releases, compared.
 
 Every expectation is built from two answers computed independently with the public API (plan_model,
 plan_serve, plan_launch under each release), never written down. Until the rules model a second vLLM
@@ -18,10 +18,11 @@ import pytest
 import yaml
 
 from attnplan.cli.main import main as cli_main
-from attnplan.policy import InvalidInputError, default_ruleset, load_rules, plan_model, simulated_node
+from attnplan.policy import InvalidInputError, default_ruleset, load_rules, simulated_node
+from attnplan.model import plan_model
 from attnplan.policy.answer import Outcome
 from attnplan.policy.engines import engine_names, parse_engine
-from attnplan.policy.upgrade import (SEVERITY, Side, Target, diff_deployment, involved, model_planner, parse_sides,
+from attnplan.upgrade import (SEVERITY, Side, Target, diff_deployment, involved, model_planner, parse_sides,
                                      rules_changed, severity, upgrade, worse)
 from attnplan.rules import PACKS_DIR
 

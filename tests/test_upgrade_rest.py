@@ -10,7 +10,7 @@ import pytest
 
 from attnplan.cli.main import main as cli_main
 from attnplan.policy import default_ruleset, simulated_node
-from attnplan.policy.upgrade import Target, model_planner, parse_sides, upgrade
+from attnplan.upgrade import Target, model_planner, parse_sides, upgrade
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = ROOT / "attnplan" / "presets" / "llama-3.1-8b.json"

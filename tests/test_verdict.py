@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from attnplan.cli.main import main
-from attnplan.policy import default_ruleset, plan_for, plan_model, simulated_node
+from attnplan.policy import default_ruleset, plan_for, simulated_node
+from attnplan.model import plan_model
 from attnplan.policy.answer import Violation
 from attnplan.render.verdict import verdict_message
 from attnplan.policy.verdict import OUTCOMES, violation_outcome, worst

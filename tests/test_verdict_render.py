@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from attnplan.policy import plan_for, plan_model, simulated_node
+from attnplan.policy import plan_for, simulated_node
+from attnplan.model import plan_model
 from attnplan.policy.answer import SaysKind, VerdictSays, Violation
 from attnplan.policy.verdict import _interim_message, combine, layout_refusal, with_group
 from attnplan.render.notes import group_notes, model_notes

@@ -9,10 +9,11 @@ import httpx
 import pytest
 
 from attnplan.cli.main import main
-from attnplan.policy import plan_model, simulated_node
+from attnplan.policy import simulated_node
+from attnplan.model import plan_model
 from attnplan.rest.app import create_app
 from attnplan.rest.server import BackgroundServer
-from attnplan.policy.hfconfig import read_model_config
+from attnplan.model.hfconfig import read_model_config
 from attnplan.policy.verdict import OUTCOMES
 
 # (device, preset, tensor parallel): outcomes that differ, engines' own backends and FlashInfer alike.

@@ -203,7 +203,7 @@ def test_cli_list_runs_without_a_gpu(capsys, tmp_path):
 def test_cli_run_writes_jsonl_report_and_exits_1_on_a_dangerous_rule(tmp_path, monkeypatch, capsys):
     # The whole command on the CPU: the GPU and its node are declared, the probes run on the stand-in.
     import attnplan.cli.verify as cli
-    import attnplan.policy as policy
+    import attnplan.node as node_pkg
     import attnplan.verify as verify
 
     rules = tmp_path / "rules"
@@ -211,7 +211,7 @@ def test_cli_run_writes_jsonl_report_and_exits_1_on_a_dangerous_rule(tmp_path, m
     (rules / "t.yaml").write_text(PACK)
     load_rules(rules)                     # the engine packs beside it: --rules loads the set whole
     monkeypatch.setattr(cli, "_gpu", lambda: "NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(policy, "local_node", lambda: simulated_node("H100"))
+    monkeypatch.setattr(node_pkg, "local_node", lambda: simulated_node("H100"))
     monkeypatch.setattr(verify, "subprocess_runner", lambda **kw: standin)
     md = tmp_path / "docs" / "H100-flashinfer-x.md"
     code = _cli(["--rules", str(rules), "--rule", "t.dangerous-page", "--out", str(tmp_path / "out"),

@@ -60,7 +60,7 @@ def test_upgrade_reports_what_loads_not_who_decided_it():
     """0.32 -> 0.33 on a B200: the selection code that decides the trtllm-gen kernels changes (FlashInfer 0.7.0.post1
     -> 0.7.2.post1), the cubins loaded do not: no kernel change is reported; on an H100 nvfp4 0.31 -> 0.32 is."""
     from attnplan.policy import plan_for, simulated_node
-    from attnplan.policy.upgrade import Target, model_planner, parse_sides, upgrade
+    from attnplan.upgrade import Target, model_planner, parse_sides, upgrade
     from attnplan.presets import PRESETS_DIR
 
     rs = default_ruleset()

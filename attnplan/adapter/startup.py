@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Optional
 
 from attnplan.errors import StartupMismatchError
-from attnplan.policy import (EngineSpec, NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError,
-                    Violation, evaluate, probe_node)
+from attnplan.policy import (EngineSpec, NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError, Violation, evaluate)
+from attnplan.node import probe_node
 
 # Facts a plan depends on, shown side by side when the plan does not hold here (the rules decide;
 # this only tells the operator what changed between planning and startup).

@@ -39,7 +39,8 @@ def _phases(args: argparse.Namespace, rs: Any, node: Any) -> list[tuple[str, Any
     """(group label, config, phase, backend, page, phase plan) for every phase the plan runs through a
     trtllm-gen FMHA entry point of FlashInfer."""
     from attnplan.kernels.trtllm_gen.phase import ENTRY_POINTS
-    from attnplan.policy import parse_engine, plan_for, plan_model
+    from attnplan.policy import parse_engine, plan_for
+    from attnplan.model import plan_model
 
     from .options import config_fields_from_args, tensor_parallel_from_args
 
@@ -64,8 +65,8 @@ def _phases(args: argparse.Namespace, rs: Any, node: Any) -> list[tuple[str, Any
 def run(args: argparse.Namespace) -> int:
     from attnplan.kernels.trtllm_gen import phase as tg
     from attnplan.kernels.trtllm_gen.table import TableError
-    from attnplan.policy import local_node
-    from attnplan.policy.probe import probe_trtllm_table
+    from attnplan.node import local_node
+    from attnplan.node.probe import probe_trtllm_table
 
     rs = ruleset_from_args(args)
     declared = node_from_args(args)

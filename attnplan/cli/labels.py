@@ -61,7 +61,7 @@ def _models(args: argparse.Namespace) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnplan.policy import local_node
+    from attnplan.node import local_node
     from attnplan.preflight.labels import node_labels, render_feature_file, write_atomic
 
     if args.output is not None:

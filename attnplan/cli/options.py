@@ -131,7 +131,7 @@ def tensor_parallel_from_args(args: argparse.Namespace) -> int:
 def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     """The (per-rank, with --tensor-parallel-size) config the flags and model describe. Notes about
     config.json fields attnplan's own parser did not read go to stderr."""
-    from attnplan.policy.hfconfig import read_model
+    from attnplan.model.hfconfig import read_model
     from attnplan.policy.parallel import per_rank_fields, startup_errors
 
     fields = config_fields_from_args(args)

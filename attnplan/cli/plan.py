@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from attnplan.policy import (EngineSpec, Explanation, ModelPlanAnswer, RuleSet, capability_matrix, explain,
-                             explain_groups, local_node, matrix_markdown, parse_engine, plan_for, plan_model,
-                             resolve_engine)
+from attnplan.policy import (EngineSpec, Explanation, RuleSet, capability_matrix, explain, matrix_markdown, parse_engine, plan_for, resolve_engine)
+from attnplan.model import ModelPlanAnswer, explain_groups, plan_model
+from attnplan.node import local_node
 from attnplan.policy.answer import node_json
 from attnplan.render import (plan_json, render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, render_verdict, rules_json)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 
-from attnplan.policy import InvalidInputError, local_node
+from attnplan.policy import InvalidInputError
+from attnplan.node import local_node
 
 from . import verbosity
 from .main import emit_json

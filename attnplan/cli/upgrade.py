@@ -1,6 +1,6 @@
 """``attnplan upgrade --from vllm==0.32.0 --to vllm==0.33.0 MODEL --device H100,B200``: what breaks if I upgrade?
 
-The same deployment planned under both releases and compared (attnplan/policy/upgrade.py), per GPU and
+The same deployment planned under both releases and compared (attnplan/upgrade.py), per GPU and
 attention layer group: the verdict's outcome, the engine's selected backend, the FlashInfer backend and
 kernel per phase, the page size, the query dtype, the FlashInfer plan newly refused or accepted, silent
 coercions and silent-output changes, each with the rules behind it and their source.
@@ -116,8 +116,9 @@ def launch_planner(words: list[str], rs: RuleSet) -> Any:
 
 # -- where ---------------------------------------------------------------------------------------
 def targets_from_args(args: argparse.Namespace) -> list[Any]:
-    from attnplan.policy import local_node, simulated_node
-    from attnplan.policy.upgrade import Target
+    from attnplan.policy import simulated_node
+    from attnplan.node import local_node
+    from attnplan.upgrade import Target
 
     if args.device is not None:
         names = [d.strip() for d in args.device.split(",") if d.strip()]
@@ -150,7 +151,7 @@ def preflight_targets(path: str, timeout: float = 10.0) -> list[Any]:
 
     import httpx
 
-    from attnplan.policy.upgrade import Target
+    from attnplan.upgrade import Target
     from attnplan.preflight.http import read_hosts_file
 
     hosts = read_hosts_file(path)
@@ -194,7 +195,7 @@ def split_own(words: list[str], args: argparse.Namespace) -> list[str]:
 
 # -- the command ---------------------------------------------------------------------------------
 def build(args: argparse.Namespace, rs: RuleSet) -> Any:
-    from attnplan.policy.upgrade import model_planner, parse_sides, upgrade
+    from attnplan.upgrade import model_planner, parse_sides, upgrade
 
     words = list(args.what or [])
     if not words:
@@ -253,7 +254,7 @@ def _cell(v: Any) -> str:
 
 
 def render(rep: Any) -> str:
-    from attnplan.policy.upgrade import changes_text
+    from attnplan.upgrade import changes_text
     from attnplan.render.tables import table
 
     n = len(rep.deployments)

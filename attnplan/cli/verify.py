@@ -92,7 +92,7 @@ def _device_label(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnplan.policy import local_node
+    from attnplan.node import local_node
     from attnplan.verify import build_report, exit_code, generate, run_probes, subprocess_runner, write_report
     from attnplan.verify.runner import cpu_summary
     from attnplan.verify.report import summary_table

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnplan.policy import InvalidInputError, local_node
+from attnplan.policy import InvalidInputError
+from attnplan.node import local_node
 
 from .main import emit_json
 from . import verbosity

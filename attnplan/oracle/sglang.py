@@ -21,7 +21,7 @@ unchanged (a branch as written, run as a function body).
 Real models (issue 39 item 2, ``--models``): ``model_cases()`` crosses the flags with real config.json files
 (DeepSeek-V3, Kimi-K2, GPT-OSS 20b/120b, Qwen3-Next, Falcon-H1, Llama-4 Scout, Gemma-2, Gemma-3 1b/27b, Llama-3.1),
 made into hf_config and ModelConfig by SGLang's own code (attnplan/oracle/sglang_models.py); attnplan reads the
-same files through policy/hfconfig.py and hands ``ModelFacts.from_config`` to the resolver as engine_resolution does.
+same files through model/hfconfig.py and hands ``ModelFacts.from_config`` to the resolver as engine_resolution does.
 
 Compared per field: prefill backend, decode backend, page size, whether SGLang refuses and where (``refused_at``:
 startup in a hook, or backend-build in a factory), and the flags it silently replaces (``coerced``, against
@@ -151,7 +151,7 @@ class Case:
     # another --speculative-algorithm (release_cases: DFLASH), with no top-k and no num-steps
     algorithm: Optional[str] = None
     # a real config.json (attnplan/oracle/sglang_models.py MODELS): SGLang's side reads it through its own
-    # ModelConfig code, attnplan's through policy/hfconfig.py; arch / mla / sinks / asymmetric then come from it
+    # ModelConfig code, attnplan's through model/hfconfig.py; arch / mla / sinks / asymmetric then come from it
     model: Optional[str] = None
 
     @property
@@ -622,7 +622,7 @@ def user_gave(c: Case, field: str) -> bool:
 
 @functools.lru_cache(maxsize=64)
 def _attnplan_model(name: str) -> Any:
-    """attnplan's own reading of a real config.json (policy/hfconfig.py config_from_hf)."""
+    """attnplan's own reading of a real config.json (model/hfconfig.py config_from_hf)."""
     from attnplan.oracle.sglang_models import attnplan_config
 
     return attnplan_config(name)

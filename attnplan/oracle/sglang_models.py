@@ -239,7 +239,7 @@ def sglang_model(src: str, name: str) -> SglangModel:
 
 
 def attnplan_config(name: str) -> Any:
-    """attnplan's own reading of the same config.json (policy/hfconfig.py config_from_hf)."""
-    from attnplan.policy.hfconfig import config_from_hf
+    """attnplan's own reading of the same config.json (model/hfconfig.py config_from_hf)."""
+    from attnplan.model.hfconfig import config_from_hf
 
     return config_from_hf(config_json(name))

@@ -5,8 +5,8 @@
     answer = plan_for(AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8), simulated_node("B200"))
     answer.plan.decode.backend   # 'trtllm-gen'
 
-    model = plan_model("config.json", simulated_node("H100"))   # every attention layer group
-    [(g.kind, g.layers, g.status) for g in model.layer_groups]
+A model's files are read in ``attnplan.model`` (``plan_model``) and this machine is probed in ``attnplan.node``
+(``local_node``): the policy plans declared or probed facts and reads nothing itself.
 
 Imports neither torch nor flashinfer.
 """
@@ -31,7 +31,7 @@ from .answer import (
 from .api import clear_cache, plan_for, require_plan
 from .capability import format_capability, parse_capability
 from .backend_names import BACKEND_CHOICES
-from .config import CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig
+from .config import CONFIG_FIELDS, KV_CACHE_DTYPES, QUERY_DTYPES, AttentionConfig, make_config
 from .devices import Catalog, Device, catalog, simulated_node
 from .candidates import CandidateResult, evaluate_candidate
 from .engine import default_ruleset, evaluate, load_rules
@@ -56,12 +56,8 @@ from .errors import (
     UnsupportedConfigurationError,
 )
 from .facts import Fact, NodeFacts, Source
-from .hfconfig import config_from_hf, fields_from_hf, make_config, read_model_config
-from .probe import NodeCache, ProbeIO, local_node, probe_node
 from .explain import Explanation, explain
 from .matrix import capability_matrix, matrix_markdown
-from .layers import LayerGroup, ModelLayers, compact_layers, layer_groups, read_layers
-from .model_plan import GroupPlan, KVCacheGroup, KVCacheGroupsPlan, ModelPlanAnswer, explain_groups, plan_model
 from .rulepack import Check, Rule, RuleSet
 from .version import SUPPORTED_FLASHINFER
 
@@ -78,12 +74,10 @@ __all__ = [
     # engine layers
     "EngineSpec", "parse_engine", "resolve_engine", "engine_names",
     # nodes
-    "NodeFacts", "Fact", "Source", "local_node", "probe_node", "ProbeIO", "NodeCache",
+    "NodeFacts", "Fact", "Source",
     "simulated_node", "catalog", "Catalog", "Device", "parse_capability", "format_capability",
-    # models
-    "config_from_hf", "fields_from_hf", "read_model_config", "make_config",
-    "plan_model", "ModelPlanAnswer", "GroupPlan", "KVCacheGroupsPlan", "KVCacheGroup", "explain_groups",
-    "LayerGroup", "ModelLayers", "layer_groups", "read_layers", "compact_layers",
+    # configs
+    "make_config",
     # rules and what derives from them
     "RuleSet", "Rule", "Check", "default_ruleset", "load_rules", "capability_matrix", "matrix_markdown",
     "CONFIG_FIELDS", "KV_CACHE_DTYPES", "QUERY_DTYPES", "BACKEND_CHOICES", "SUPPORTED_FLASHINFER",

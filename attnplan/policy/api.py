@@ -7,15 +7,13 @@ from typing import Any, Mapping, Optional, Union
 
 from .answer import Fix, PlanAnswer, Verdict
 from .backend_names import VLLM_TO_ATTNPLAN
-from .config import AttentionConfig
+from .config import AttentionConfig, make_config
 from .engine import default_ruleset, evaluate
 from .engines import EngineLike, EngineSpec, engine_alternatives, parse_engine
 from .suggest import suggestion_flag, suggestions_for
 from .verdict import OUTCOMES, engine_backend_names, verdict_for
-from .errors import UnsupportedConfigurationError
+from .errors import InvalidInputError, UnsupportedConfigurationError
 from .facts import NodeFacts
-from .hfconfig import make_config
-from .probe import local_node
 from .rulepack import RuleSet
 
 ConfigLike = Union[AttentionConfig, Mapping[str, Any]]
@@ -94,17 +92,21 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
     return tuple(better)
 
 
-def plan_for(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,
+def plan_for(config: ConfigLike, node: NodeFacts, *, ruleset: RuleSet | None = None,
              engine: EngineLike = None) -> PlanAnswer:
-    """The plan answer (ok or rejected, with verified suggestions) for ``config`` on ``node`` (default: this
-    machine, probed once), for the engine layer ``engine``: an ``EngineSpec`` (``parse_engine``), or
-    None/"vllm", "vllm==0.33.0" or "flashinfer", parsed here once.
+    """The plan answer (ok or rejected, with verified suggestions) for ``config`` on ``node``'s facts, for the
+    engine layer ``engine``: an ``EngineSpec`` (``parse_engine``), or None/"vllm", "vllm==0.33.0" or
+    "flashinfer", parsed here once. The policy reads no machine: ``attnplan.plan_for`` (attnplan/embedded.py)
+    is this call with this machine's probed facts as the default node.
 
     Answers are immutable and memoised: the rules are a pure function of (config, node, engine).
     Raises InvalidInputError for an unknown engine or a version the rules do not model.
     """
     cfg = config if isinstance(config, AttentionConfig) else make_config(config)
-    n = node if node is not None else local_node()
+    if not isinstance(node, NodeFacts):
+        raise InvalidInputError("node", "the policy plans a node's facts (NodeFacts: simulated_node, "
+                                "attnplan.node.local_node); attnplan.plan_for probes this machine when none is given")
+    n = node
     rs = ruleset or default_ruleset()
     spec = parse_engine(engine, rs)
     try:
@@ -113,7 +115,7 @@ def plan_for(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: R
         return _answer(cfg, n, rs, spec)
 
 
-def require_plan(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,
+def require_plan(config: ConfigLike, node: NodeFacts, *, ruleset: RuleSet | None = None,
                  engine: EngineLike = None) -> PlanAnswer:
     """An ok plan, or ``UnsupportedConfigurationError`` with every violation and suggestion.
 

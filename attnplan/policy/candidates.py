@@ -109,7 +109,7 @@ def trtllm_decision(ctx: dict[str, Any], phase: str, backend: str) -> Any:
             return tg.unusable_table(own["error"])
         d = tg.decide(call, cap, page, str(ctx.get("node.flashinfer_version")))
         return None if d is None else dataclasses.replace(d, table=f"{d.table}; the node's own ({own['error']}) is downloaded again")
-    if isinstance(own, dict):   # the node's own table (policy/probe.py _kernel_table_fact) decides
+    if isinstance(own, dict):   # the node's own table (node/probe.py _kernel_table_fact) decides
         from ..kernels.trtllm_gen.table import TableError
 
         try:

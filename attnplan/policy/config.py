@@ -8,9 +8,9 @@ the KV view), so that the rules only ever see canonical values.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional, get_args
+from typing import Any, Mapping, Literal, Optional, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
 from .backend_names import VLLM_OTHER_BACKENDS, Backend, backend_choice, vllm_own_backend
 from .dtypes import DTYPE_ALIASES, KV_ALIASES, KVCacheDType, QueryDType, kv_element_dtype
@@ -189,3 +189,32 @@ class AttentionConfig(BaseModel):
 
 
 CONFIG_FIELDS: tuple[str, ...] = tuple(AttentionConfig.model_fields)
+
+
+# Validation of fields into the config, with errors in the tree's terms (every entry point's fields pass here).
+def make_config(fields: Mapping[str, Any]) -> AttentionConfig:
+    """Validate fields into an AttentionConfig; errors name the field and what is allowed."""
+    try:
+        return AttentionConfig.model_validate(dict(fields))
+    except ValidationError as exc:
+        raise config_error(exc) from None
+
+
+def config_error(exc: ValidationError) -> InvalidInputError:
+    e = exc.errors()[0]
+    cause = (e.get("ctx") or {}).get("error")
+    if isinstance(cause, InvalidInputError):  # a validator's own error names its field and the fix
+        return cause
+    loc = ".".join(str(x) for x in e["loc"]) or "config"
+    allowed = None
+    ctx = e.get("ctx") or {}
+    if "expected" in ctx:
+        allowed = [a.strip().strip("'") for a in str(ctx["expected"]).replace(" or ", ",").split(",") if a.strip()]
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        return InvalidInputError(loc, "unknown field", CONFIG_FIELDS)
+    if e["type"] == "literal_error":
+        return InvalidInputError(loc, f"invalid value {e.get('input')!r}", allowed)
+    if "input" in e and e["type"] not in ("missing",):
+        msg = f"{msg} (got {e['input']!r})" if len(repr(e["input"])) < 80 else msg
+    return InvalidInputError(loc, msg, allowed)

@@ -121,7 +121,7 @@ FACTS: dict[str, FactInfo] = {
                                              f"unusable: {v['error']}" if "error" in v else f"{str(v.get('pin'))[:8]} ({v.get('origin')})"),
                                          _node("trtllm_kernel_table")),
     "node.flashinfer_import_error": FactInfo("what `import flashinfer` raises over the installed kernel wheels "
-                                             "(policy/flashinfer_packages.py)", _plain, _node("flashinfer_import_error")),
+                                             "(node/flashinfer_packages.py)", _plain, _node("flashinfer_import_error")),
     "node.flashinfer_jit_cache_version": FactInfo("flashinfer-jit-cache version", _plain,
                                                   _node("flashinfer_jit_cache_version")),
     # Set per candidate (backend, phase, page, query dtype) for trtllm-gen / trtllm-gen-mla / trtllm-ragged

@@ -105,7 +105,7 @@ def node_labels(node: NodeFacts, ruleset: Optional[RuleSet] = None, *, engine: E
         labels[f"head-dim-{h}"] = h in heads
 
     labels["flashinfer-version"] = node.flashinfer_version.value
-    # whether `import flashinfer` works beside the installed kernel wheels (policy/flashinfer_packages.py)
+    # whether `import flashinfer` works beside the installed kernel wheels (node/flashinfer_packages.py)
     imp = node.flashinfer_import_error
     labels["flashinfer-imports"] = None if imp.source.value == "unknown" else imp.value is None
     labels["trtllm-cubins"] = trtllm_cubins_state(node)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from attnplan.policy import (AttentionConfig, EngineRef, EngineSpec, Fallback, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
-                             Violation)
+from attnplan.policy import (AttentionConfig, EngineRef, EngineSpec, Fallback, NodeFacts, PlanAnswer, Suggestion, Violation)
+from attnplan.model import KVCacheGroupsPlan
 from attnplan.policy.answer import Verdict as CommandVerdict
 
 if TYPE_CHECKING:  # the request module imports the vLLM vocabulary; preflight reads it lazily
@@ -210,7 +210,7 @@ class Cell(Model):
 
 class UpgradeCell(Model):
     """What ``--upgrade-to RELEASE`` changes for one node x config: the node's own answer (its release) against
-    the same config planned here on the node's facts under RELEASE (policy/upgrade.py)."""
+    the same config planned here on the node's facts under RELEASE (attnplan/upgrade.py)."""
 
     to: str = Field(description="the release upgraded to")
     before: Optional[str] = Field(None, description="the outcome today (the node's answer)")

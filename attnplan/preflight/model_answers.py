@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from attnplan.policy import (EngineRef, Fallback, GroupPlan, KVCacheGroupsPlan, NodeFacts, PlanAnswer, Suggestion,
-                             Violation, compact_layers)
+from attnplan.policy import EngineRef, Fallback, NodeFacts, PlanAnswer, Suggestion, Violation
+from attnplan.model import GroupPlan, KVCacheGroupsPlan, compact_layers
 
 from attnplan.render.verdict import verdict_message
 

@@ -3,7 +3,7 @@
 Each task is pinned with ``NodeAffinitySchedulingStrategy(node_id, soft=False)`` and asks for
 ``num_cpus=0, num_gpus=0`` so that a busy node still runs it (a hard affinity to a node without
 free resources would wait forever); every wait is bounded by the deadline. With ``num_gpus=0``
-Ray sets ``CUDA_VISIBLE_DEVICES=''``, so the task probes with NVML (``policy.probe_node``),
+Ray sets ``CUDA_VISIBLE_DEVICES=''``, so the task probes with NVML (``node.probe_node``),
 which sees every GPU regardless. A node without a GPU is reported as such. A node that dies
 mid-task, a task that raises, a task that never starts: each becomes that node's row.
 
@@ -31,7 +31,8 @@ FactsFn = Callable[[dict[str, str]], NodeFacts]
 def declared_or_probed(labels: dict[str, str], declare_label: Optional[str]) -> NodeFacts:
     """The facts a preflight task plans with on its node: declared from ``declare_label`` when the
     node carries it, else probed (NVML, package metadata, environment)."""
-    from attnplan.policy import probe_node, simulated_node
+    from attnplan.policy import simulated_node
+    from attnplan.node import probe_node
 
     device = labels.get(declare_label) if declare_label else None
     if device:

@@ -2,7 +2,7 @@
 
 Each node answered for its own release (the engine layer its answer names, on its own facts). The same
 config - an attention config, or a whole model request - is planned here, on those facts, under the
-release upgraded to, and the two compared by policy/upgrade.py: the cell says the outcome after, whether
+release upgraded to, and the two compared by attnplan/upgrade.py: the cell says the outcome after, whether
 it is worse, how many things change and the rules behind them. Planned here, not on the node: a node
 cannot plan a release its rules do not model, and the question is what changes if it is upgraded.
 """
@@ -41,7 +41,7 @@ def parse_upgrade_to(text: str, rs: RuleSet) -> tuple[str, Optional[str], Option
 
 
 def _sides(answer: Any, c: NamedConfig, to: tuple[str, Optional[str], Optional[str]]) -> tuple[Any, Any]:
-    from attnplan.policy.upgrade import Side
+    from attnplan.upgrade import Side
 
     ref = answer.engine
     request = c.engine.request if c.engine is not None else None
@@ -66,7 +66,7 @@ def _plan(c: NamedConfig, node: Any, side: Any, rs: RuleSet) -> Any:
 
 def upgrade_cell(answer: Any, c: NamedConfig, to: tuple[str, Optional[str], Optional[str]], rs: RuleSet) -> UpgradeCell:
     """One node x config: its answer against the same config under ``to`` (parse_upgrade_to)."""
-    from attnplan.policy.upgrade import diff_deployment
+    from attnplan.upgrade import diff_deployment
 
     label = f"flashinfer=={to[2]}" if to[2] is not None else f"{to[0]}=={to[1]}"
     node = answer.node

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from attnplan.policy import Explanation, GroupPlan, ModelPlanAnswer, compact_layers
+from attnplan.policy import Explanation
+from attnplan.model import GroupPlan, ModelPlanAnswer, compact_layers
 
 from .tables import node_label, paint, table
 
@@ -79,7 +80,7 @@ def render_groups(a: ModelPlanAnswer) -> str:
 
 def render_groups_explain(a: ModelPlanAnswer, explanations: Sequence[Optional[Explanation]]) -> str:
     """``explain`` for a layered model: the groups, then each attention group's verdict and its rule
-    table (``explanations`` from ``attnplan.policy.explain_groups``, one per layer group)."""
+    table (``explanations`` from ``attnplan.model.explain_groups``, one per layer group)."""
     from .tables import render_explain
 
     out = [render_groups(a)]

@@ -1,8 +1,8 @@
 """The notes ``plan_model`` tells about a model as a whole, written from the answer's own data (issue 36
 item 6): a layer group FlashInfer attention does not serve, a model with no attention layer, a hybrid model's
-attention block raised to hold the recurrent state (policy/model_plan.py ``_kv_cache_groups``).
+attention block raised to hold the recurrent state (model/plan.py ``_kv_cache_groups``).
 
-TRANSITIONAL: policy/model_plan.py still appends the same text to ``ModelPlanAnswer.notes`` (the JSON contract's
+TRANSITIONAL: model/plan.py still appends the same text to ``ModelPlanAnswer.notes`` (the JSON contract's
 ``notes``); tests/test_verdict_render.py holds the two equal, so the planner's copy can go once the JSON is
 finished above the planner (render/answer.py).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnplan.policy import compact_layers
+from attnplan.model import compact_layers
 
 NOT_SERVED = "not served by FlashInfer attention"
 

@@ -18,8 +18,9 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from attnplan.policy import NodeCache, NodeFacts, ProbeIO, RulePackError, RuleSet, default_ruleset, load_rules
-from attnplan.policy.probe import ARTIFACTORY_TTL_S, DEFAULT_TIMEOUT_S
+from attnplan.policy import NodeFacts, RulePackError, RuleSet, default_ruleset, load_rules
+from attnplan.node import NodeCache, ProbeIO
+from attnplan.node.probe import ARTIFACTORY_TTL_S, DEFAULT_TIMEOUT_S
 
 from .bodies import BODY_KEY, client_strings, scrub
 from .metrics import Metrics, MetricsMiddleware

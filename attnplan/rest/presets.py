@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 import re
 
-from attnplan.policy import AttnplanError, fields_from_hf, read_model_config
+from attnplan.policy import AttnplanError
+from attnplan.model import fields_from_hf, read_model_config
 
 MAX_PRESETS = 100
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a preset's name: never a path

@@ -14,10 +14,11 @@ import threading
 import time
 from typing import Callable, Optional
 
-from attnplan.policy import NodeCache, NodeFacts, ProbeIO, probe_node
-from attnplan.policy.probe import needs_artifactory_check
+from attnplan.policy import NodeFacts
+from attnplan.node import NodeCache, ProbeIO, probe_node
+from attnplan.node.probe import needs_artifactory_check
 from attnplan.policy import Fact
-from attnplan.policy.probe import (ARTIFACTORY_TTL_S, DEFAULT_ARTIFACTORY, DEFAULT_TIMEOUT_S, artifactory_policy,
+from attnplan.node.probe import (ARTIFACTORY_TTL_S, DEFAULT_ARTIFACTORY, DEFAULT_TIMEOUT_S, artifactory_policy,
                                    check_artifactory)
 
 from .metrics import Metrics
@@ -214,7 +215,7 @@ class NodeService:
 
     # -- the artifactory -------------------------------------------------------------------
     def _should_check(self, node: NodeFacts) -> bool:
-        # Which nodes need it is decided in one place only (policy/probe.py needs_artifactory_check).
+        # Which nodes need it is decided in one place only (node/probe.py needs_artifactory_check).
         policy = artifactory_policy(self.io.env)
         return policy == "always" or (policy == "auto" and needs_artifactory_check(node))
 

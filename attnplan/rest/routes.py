@@ -14,7 +14,7 @@ from attnplan.engine_request import with_backend
 from attnplan.render import rules_json
 from attnplan.policy import InvalidInputError
 from attnplan.policy import capability_matrix, matrix_markdown
-from attnplan.policy.probe import DEFAULT_TIMEOUT_S
+from attnplan.node.probe import DEFAULT_TIMEOUT_S
 
 from .bodies import BODY_KEY, parse_body
 from .metrics import Metrics

@@ -85,7 +85,7 @@ def _invalid(field: str, exc: Exception) -> RequestValidationError:
 
 def _planner(body: UpgradeRequest, rs: Any, svc: Any) -> tuple[str, Any]:
     """(the deployment's name, its planner) for the body's model, config.json or line."""
-    from attnplan.policy.upgrade import model_planner
+    from attnplan.upgrade import model_planner
 
     presets = svc.presets.paths if svc.presets is not None else None
     if body.serve is not None:
@@ -139,7 +139,7 @@ def _line_kind(body: UpgradeRequest) -> Optional[str]:
                         **UNAUTHORIZED, **INVALID, **NOT_READY}, dependencies=[Depends(json_body)])
 def upgrade_route(body: UpgradeRequest, request: Request) -> Response:
     from attnplan.policy import simulated_node
-    from attnplan.policy.upgrade import Target, parse_sides, upgrade
+    from attnplan.upgrade import Target, parse_sides, upgrade
 
     svc = service(request)
     rs = svc.rules()

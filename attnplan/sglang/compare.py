@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from attnplan.policy import InvalidInputError, NodeFacts, PlanAnswer, RuleSet
-from attnplan.policy import make_config, plan_for, plan_model, read_layers, simulated_node
+from attnplan.policy import make_config, plan_for, simulated_node
+from attnplan.model import plan_model, read_layers
 from attnplan.policy.parallel import per_rank_fields, startup_errors
-from attnplan.policy.hfconfig import model_info, read_model_config
+from attnplan.model.hfconfig import model_info, read_model_config
 
 from .flags import SglangEngine, SglangFlags, architecture_of, kv_dtype, request_for_model
 

@@ -13,7 +13,8 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence, Mapping
 
-from attnplan.policy import InvalidInputError, ModelPlanAnswer, PlanAnswer
+from attnplan.policy import InvalidInputError, PlanAnswer
+from attnplan.model import ModelPlanAnswer
 from attnplan.policy.answer import Verdict
 
 from .flags import SglangFlags, kv_dtype

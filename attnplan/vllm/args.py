@@ -439,7 +439,7 @@ def line_from_namespace(ns: argparse.Namespace, how: str) -> ServeLine:
 
 def _revision(raw: Any) -> Optional[str]:
     """``--revision``: a git ref or commit hash of the cached repo, never a path (issue 40 #4)."""
-    from attnplan.policy.hfconfig import check_revision
+    from attnplan.model.hfconfig import check_revision
 
     return check_revision(raw)
 

@@ -44,7 +44,8 @@ _MARK = "_attnplan_checked"
 
 
 def _node() -> Any:
-    from attnplan.policy import local_node, simulated_node
+    from attnplan.policy import simulated_node
+    from attnplan.node import local_node
 
     device = os.environ.get("ATTNPLAN_VLLM_DEVICE", "").strip()
     return simulated_node(device) if device else local_node()

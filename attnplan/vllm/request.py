@@ -15,7 +15,7 @@ where the caller is trusted to name files (the CLI), a path. A config.json recei
 held to the limits a file is held to (``attnplan.safeio``: size and nesting; the layer reader
 checks ``layer_types`` against ``num_hidden_layers``).
 
-Every attention layer group is planned per rank (``policy.plan_model``); the answer is
+Every attention layer group is planned per rank (``model.plan_model``); the answer is
 ``vllm.serve.ServeAnswer`` and its JSON ``serve_json``, exactly what ``attnplan vllm serve --json``
 prints, with the echoed request, the node and the rules revision beside it.
 """
@@ -30,14 +30,15 @@ from typing import Any, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
-from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet, plan_model
+from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet
+from attnplan.model import plan_model
 from attnplan.policy.answer import node_json
 from attnplan.policy.parallel import startup_errors
 
 from .args import ServeLine, parse_serve_line, speculative_tokens
 from .serve import ServeAnswer, flag_fields, serve_json
 
-MAX_MODEL_BYTES = 4 << 20  # a config.json file's limit (policy/hfconfig.py MAX_CONFIG_BYTES)
+MAX_MODEL_BYTES = 4 << 20  # a config.json file's limit (model/hfconfig.py MAX_CONFIG_BYTES)
 MAX_LINE_CHARS = 8192
 # A HuggingFace repo id (org/name) or a preset name: never a path when paths are not allowed.
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?$")
@@ -114,9 +115,9 @@ class ModelRequest(BaseModel):
     @field_validator("revision")
     @classmethod
     def _revision_is_a_ref(cls, v: Optional[str]) -> Optional[str]:
-        # A ref or a commit, looked up inside the repo's cache folder only (policy/hfconfig.py
+        # A ref or a commit, looked up inside the repo's cache folder only (model/hfconfig.py
         # check_revision): a path here made the node read its own files (issue 40 #4).
-        from attnplan.policy.hfconfig import check_revision
+        from attnplan.model.hfconfig import check_revision
 
         return check_revision(v)
 
@@ -265,8 +266,8 @@ def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = Non
     ``presets``: name -> config.json of the caller's registry (default: attnplan/presets)."""
     from pathlib import Path
 
-    from attnplan.policy import read_model_config
-    from attnplan.policy.hfconfig import check_revision
+    from attnplan.model import read_model_config
+    from attnplan.model.hfconfig import check_revision
     from attnplan.presets import PRESETS_DIR
 
     check_revision(revision)  # a ref or a commit, never a path (issue 40 #4)
@@ -281,7 +282,7 @@ def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = Non
         if not _REF.fullmatch(ref) or ".." in ref or "/" not in ref or Path(ref).exists():
             raise InvalidInputError("model", f"{ref!r} is neither a preset (GET /v1/presets) nor a HuggingFace "
                                              "repo id (org/name); send the config.json itself as a JSON object")
-        from attnplan.policy.hfconfig import cached_config
+        from attnplan.model.hfconfig import cached_config
 
         # The cache only, never a local path: resolved inside the repo's cache folder (hfconfig.py).
         path = cached_config(ref, revision)
@@ -289,7 +290,7 @@ def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = Non
             raise InvalidInputError("model", "not in this node's HuggingFace cache: send its config.json as a "
                                              "JSON object instead")
         return read_model_config(path)
-    from attnplan.policy.hfconfig import resolve_model
+    from attnplan.model.hfconfig import resolve_model
 
     return read_model_config(resolve_model(ref, revision))  # a cached repo id at its revision
 
@@ -300,8 +301,8 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
                  presets: Optional[Mapping[str, Any]] = None) -> ServeAnswer:
     """Every attention layer group of the model, for one rank, on ``node`` (None: this machine),
     or vLLM's startup refusal (tensor parallelism that does not divide the heads, DCP limits)."""
-    from attnplan.policy.hfconfig import model_info
-    from attnplan.policy.layers import text_config
+    from attnplan.model.hfconfig import model_info
+    from attnplan.model.layers import text_config
 
     try:
         data = req.load(allow_paths=allow_paths, presets=presets)
@@ -384,14 +385,15 @@ def check_request(req: ModelRequest, *, allow_paths: bool = True, presets: Optio
     planning: the model's layers and fields as attnplan's own reader sees them (no transformers
     import), and the serve flags laid over them. A rejection is not bad input: that is for the
     node to say."""
-    from attnplan.policy import fields_from_hf, make_config, read_layers
-    from attnplan.policy.layers import text_config
+    from attnplan.policy import make_config
+    from attnplan.model import fields_from_hf, read_layers
+    from attnplan.model.layers import text_config
 
     if req.engine is not None:
         from attnplan.policy import default_ruleset, parse_engine
 
         parse_engine(req.engine, default_ruleset())  # an engine the rules do not model: bad input
-    from attnplan.policy.model_plan import PER_GROUP_FIELDS
+    from attnplan.model.plan import PER_GROUP_FIELDS
 
     try:
         data = req.load(allow_paths=allow_paths, presets=presets)

@@ -5,14 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from attnplan.policy import ModelPlanAnswer, plan_for, plan_model, read_layers
+from attnplan.policy import plan_for
+from attnplan.model import ModelPlanAnswer, plan_model, read_layers
 from attnplan.policy import PlanAnswer
 from attnplan.policy.answer import Verdict
 from attnplan.policy import AttentionConfig
 from attnplan.policy import InvalidInputError
 from attnplan.policy import NodeFacts
 from attnplan.policy import make_config
-from attnplan.policy.hfconfig import read_model
+from attnplan.model.hfconfig import read_model
 from attnplan.policy import RuleSet
 
 from .args import ServeLine, speculative_tokens

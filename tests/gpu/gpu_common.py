@@ -43,7 +43,7 @@ DECLARED = {"artifactory_reachable": True, "cubin_dir_has_cubins": True}
 
 def probed_node(**declared: Any):
     """This machine's probed facts with ``DECLARED`` (and ``declared``) set as declared facts."""
-    from attnplan.policy import local_node
+    from attnplan.node import local_node
     from attnplan.policy.facts import Fact
 
     node = local_node()

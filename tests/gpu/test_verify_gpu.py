@@ -10,7 +10,8 @@ pytestmark = [pytest.mark.gpu,
 
 
 def test_accepted_base_configs_run_correctly_in_their_own_processes():
-    from attnplan.policy import default_ruleset, local_node
+    from attnplan.policy import default_ruleset
+    from attnplan.node import local_node
     from attnplan.verify import build_report, generate, run_probes, subprocess_runner
 
     from collections import Counter

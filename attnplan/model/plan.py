@@ -21,22 +21,23 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .answer import (ANSWER_SCHEMA_VERSION, AttentionPlan, EngineBackend, EngineRef, Fallback, KVCachePlan, MetadataPlan,
+from ..policy.answer import (ANSWER_SCHEMA_VERSION, AttentionPlan, EngineBackend, EngineRef, Fallback, KVCachePlan, MetadataPlan,
                      PhasePlan, PlanAnswer, Suggestion, Verdict, Violation, node_json)
-from .explain import Explanation, explain
-from .api import plan_for
-from .config import AttentionConfig
-from .parallel import per_rank_fields, startup_errors
-from .dtypes import ELEMENT_BYTES
-from .errors import InvalidInputError, ModelConfigError
-from .facts import NodeFacts
-from .hfconfig import fields_from_hf, make_config, read_model_config
-from .jit_names import clashes
+from ..policy.explain import Explanation, explain
+from ..policy.api import plan_for
+from ..policy.config import AttentionConfig
+from ..policy.parallel import per_rank_fields, startup_errors
+from ..policy.dtypes import ELEMENT_BYTES
+from ..policy.errors import InvalidInputError, ModelConfigError
+from ..policy.facts import NodeFacts
+from ..policy.config import make_config
+from .hfconfig import fields_from_hf, read_model_config
+from ..policy.jit_names import clashes
 from .layers import LayerGroup, ModelLayers, compact_layers, read_layers, text_config
-from .engines import engine_request_for_model, parse_engine
-from .rulepack import RuleSet
-from .shipped import default_ruleset
-from .verdict import combine, violation_outcome, with_group
+from ..policy.engines import engine_request_for_model, parse_engine
+from ..policy.rulepack import RuleSet
+from ..policy.shipped import default_ruleset
+from ..policy.verdict import combine, violation_outcome, with_group
 
 # The model decides these per group; an override would silently re-shape one group as another.
 PER_GROUP_FIELDS = ("sliding_window", "logits_soft_cap", "sinks", "sm_scale", "attention_chunk_size")
@@ -365,7 +366,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         notes.append("no attention layers: nothing for FlashInfer attention to serve")
     n = first.node if first is not None else node
     if n is None:
-        from .probe import local_node
+        from ..node.probe import local_node
 
         n = local_node()
     labels = {i: f"{model.groups[i].kind} layers {compact_layers(model.groups[i].layers, model.num_layers)}"

@@ -32,11 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
-from pydantic import ValidationError
-
-from .config import AttentionConfig
-from .dtypes import HALF_DTYPES, TORCH_DTYPE
-from .errors import InvalidInputError, ModelConfigError
+from ..policy.config import AttentionConfig, make_config
+from ..policy.dtypes import HALF_DTYPES, TORCH_DTYPE
+from ..policy.errors import InvalidInputError, ModelConfigError
 
 MAX_CONFIG_BYTES = 4 << 20
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
@@ -477,33 +475,3 @@ def config_from_hf(path_or_data: str | Path | Mapping[str, Any], **overrides: An
         fields = read_model(path_or_data).fields
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return make_config(fields)
-
-
-def make_config(fields: Mapping[str, Any]) -> AttentionConfig:
-    """Validate fields into an AttentionConfig; errors name the field and what is allowed."""
-    try:
-        return AttentionConfig.model_validate(dict(fields))
-    except ValidationError as exc:
-        raise config_error(exc) from None
-
-
-def config_error(exc: ValidationError) -> InvalidInputError:
-    e = exc.errors()[0]
-    cause = (e.get("ctx") or {}).get("error")
-    if isinstance(cause, InvalidInputError):  # a validator's own error names its field and the fix
-        return cause
-    loc = ".".join(str(x) for x in e["loc"]) or "config"
-    allowed = None
-    ctx = e.get("ctx") or {}
-    if "expected" in ctx:
-        allowed = [a.strip().strip("'") for a in str(ctx["expected"]).replace(" or ", ",").split(",") if a.strip()]
-    msg = e["msg"]
-    if e["type"] == "extra_forbidden":
-        from .config import CONFIG_FIELDS
-
-        return InvalidInputError(loc, "unknown field", CONFIG_FIELDS)
-    if e["type"] == "literal_error":
-        return InvalidInputError(loc, f"invalid value {e.get('input')!r}", allowed)
-    if "input" in e and e["type"] not in ("missing",):
-        msg = f"{msg} (got {e['input']!r})" if len(repr(e["input"])) < 80 else msg
-    return InvalidInputError(loc, msg, allowed)

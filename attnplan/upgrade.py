@@ -25,11 +25,11 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .answer import Outcome, PlanAnswer, Verdict
-from .engines import EngineSpec, engine_names, parse_engine
-from .errors import InvalidInputError
-from .facts import Fact, NodeFacts
-from .rulepack import RuleSet
+from .policy.answer import Outcome, PlanAnswer, Verdict
+from .policy.engines import EngineSpec, engine_names, parse_engine
+from .policy.errors import InvalidInputError
+from .policy.facts import Fact, NodeFacts
+from .policy.rulepack import RuleSet
 
 UPGRADE_SCHEMA_VERSION = "1"
 
@@ -40,7 +40,7 @@ UPGRADE_SCHEMA_VERSION = "1"
 SEVERITY: tuple[str, ...] = ("runs", "fails-at-startup", "fails-at-graph-capture", "fails-at-first-request",
                              "wrong-output")
 assert set(SEVERITY) == set(get_args(Outcome)) and len(SEVERITY) == len(get_args(Outcome)), \
-    "policy/upgrade.py SEVERITY must rank every answer.Outcome"
+    "attnplan/upgrade.py SEVERITY must rank every answer.Outcome"
 _SEV = {o: i for i, o in enumerate(SEVERITY)}
 
 
@@ -90,8 +90,8 @@ class Side:
         engines.release_node), which is what the kernel rules' flashinfer ranges are read against."""
         n = self.node(node)
         if self.flashinfer is None and self.engine.version is not None:
-            from .answer import EngineRef
-            from .engines import release_node
+            from .policy.answer import EngineRef
+            from .policy.engines import release_node
 
             n, _ = release_node(rs, EngineRef(name=self.engine.name, version=self.engine.version), n)  # type: ignore[arg-type]
         v = n.flashinfer_version.value
@@ -349,8 +349,8 @@ class DeploymentView:
 def view(answer: Any) -> DeploymentView:
     """A ``ModelPlanAnswer``, a ``PlanAnswer``, or a line's answer (``ServeAnswer`` / ``LaunchAnswer``: a
     ``verdict``, an optional ``model`` and ``answer``) as a DeploymentView."""
-    from .layers import compact_layers
-    from .model_plan import ModelPlanAnswer
+    from .model.layers import compact_layers
+    from .model.plan import ModelPlanAnswer
 
     if isinstance(answer, PlanAnswer):
         return DeploymentView(answer.verdict, (GroupView("all layers", answer, answer.verdict),))
@@ -503,7 +503,7 @@ def model_planner(model: Any, rs: RuleSet, *, overrides: Optional[Mapping[str, A
                   tensor_parallel_size: int = 1) -> "Planner":
     """A whole model (config.json dict or path) planned as ``attnplan plan --model M --engine E`` plans it
     (``plan_model``: every attention layer group, one KV block for all), under each side's engine layer."""
-    from .model_plan import plan_model
+    from .model.plan import plan_model
 
     def plan(node: NodeFacts, side: Side) -> Any:
         return plan_model(model, node, overrides=overrides, ruleset=rs, engine=side.engine,

@@ -19,11 +19,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from .capability import capability_major
-from .conditions import Pred, compile_condition
-from .engine import default_ruleset
-from .facts import Fact, NodeFacts
-from .rulepack import RuleSet
+from ..policy.capability import capability_major
+from ..policy.conditions import Pred, compile_condition
+from ..policy.engine import default_ruleset
+from ..policy.facts import Fact, NodeFacts
+from ..policy.rulepack import RuleSet
 
 DEFAULT_ARTIFACTORY = "https://edge.urm.nvidia.com/artifactory/sw-kernelinferencelibrary-public-generic-local/"
 DEFAULT_TIMEOUT_S = 3.0
@@ -282,7 +282,7 @@ def probe_node(io: ProbeIO | None = None, *, artifactory_timeout: float = DEFAUL
     jit_cache = io.package_version("flashinfer-jit-cache")
     facts["flashinfer_jit_cache_version"] = (Fact.measured(jit_cache, "package metadata") if jit_cache
                                              else Fact.measured(None, "flashinfer-jit-cache not installed"))
-    # What `import flashinfer` says of its kernel wheels, per FlashInfer release (policy/flashinfer_packages.py):
+    # What `import flashinfer` says of its kernel wheels, per FlashInfer release (node/flashinfer_packages.py):
     # before 0.7.2 a mismatch raises at import, from 0.7.2 the wheel is ignored with a warning.
     from .flashinfer_packages import import_error, package_mismatches
 
