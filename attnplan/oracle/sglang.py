@@ -25,8 +25,10 @@ same files through model/hfconfig.py and hands ``ModelFacts.from_config`` to the
 
 Compared per field: prefill backend, decode backend, page size, whether SGLang refuses and where (``refused_at``:
 startup in a hook, or backend-build in a factory), and the flags it silently replaces (``coerced``, against
-attnplan's Coercions). Named exceptions: ``EXCEPTIONS`` below; attnplan's coercion notes that differ from SGLang's
-code, each judged wrong on attnplan's side and left for the resolver: ``COERCION_GAPS``.
+attnplan's Coercions). Named exceptions: ``EXCEPTIONS`` below. (The four classes of coercion notes this oracle
+first found wrong on attnplan's side - fa3's e5m2 fallback of a backend the user did not type, NVFP4's decode and
+cutedsl_mla's prefill replacing a typed backend unnoted, a page that came back to the user's own - are fixed in the
+rows of backends.yaml engines.sglang.native and resolve.py: 0 left.)
 
 Per release (issue 42): ``--release X`` runs SGLang X's own functions (its sglang/srt: ``release_src``) against
 attnplan asked for ``sglang==X`` (``attnplan_tables``; where attnplan does not model X yet, the newest modelled
@@ -570,47 +572,6 @@ def _attnplan(c: Case, release: str = NEWEST) -> dict[str, Any]:
 _FIELD = {"prefill_attention_backend": "attention_backend", "decode_attention_backend": "attention_backend"}
 
 
-# attnplan's coercion notes that differ from what SGLang silently replaces, each judged against SGLang's code (issue
-# 39 item 2): attnplan's side is wrong in each (the fix is resolver work, reported, not made here). A disagreement
-# of one of these classes (``coercion_gap``) is counted apart by class (the report's ``gaps``, one example each in
-# ``gap_examples``) and left out of the ``coerced`` comparison, as EXCEPTED_RULES' cases are.
-COERCION_GAPS = {
-    "fa3-e5m2-not-the-users": "overrides.py _attention_backend_fa3_fp8_fallback rewrites the base backend fa3 to "
-                              "triton under an fp8_e5m2 KV cache; attnplan notes it as a coercion (sglang.fa3-e5m2) "
-                              "also where it replaces nothing the user gave: --prefill- and --decode-attention-backend "
-                              "both given (no phase reads the base backend), or fa3 was SGLang's own default "
-                              "(get_default_attn_backend / deterministic inference), not the user's flag",
-    "nvfp4-decode-unnoted": "kv_cache_hook.py handle_nvfp4_prefill_kv_dequant_dtype declares decode_attention_backend="
-                            "trtllm_mha (and the prefill backend of the dequant dtype) over the user's "
-                            "--attention-backend: attnplan runs the same phases but notes no coercion "
-                            "(sglang.nvfp4-backends)",
-    "cutedsl-prefill-unnoted": "overrides.py _cutedsl_prefill_backend_fill fills the prefill of --attention-backend "
-                               "cutedsl_mla (never a prefill backend) with trtllm_mla: attnplan runs the same phases "
-                               "but notes no coercion of the backend the user named",
-    "page-round-trip": "a model override's page (qwen3_5.py _qwen3_5_hybrid_overrides: 1) then a backend's page "
-                       "constraint (trtllm_mha: 64) give back the user's --page-size: attnplan notes both steps as "
-                       "coercions although the page the user gave is the page that runs",
-}
-
-
-def coercion_gap(d: dict[str, Any]) -> Optional[str]:
-    """The COERCION_GAPS class of a disagreement on ``coerced`` only (None: not a named class)."""
-    if d["fields"] != ["coerced"]:
-        return None
-    c, want, got = d["case"], set(d["sglang"]["coerced"]), set(d["attnplan"]["coerced"])
-    only_ours, only_theirs = got - want, want - got
-    if (only_ours == {"attention_backend"} and not only_theirs and c["kv"] == "fp8_e5m2"
-            and not (c["attention_backend"] == "fa3" and (c["prefill"] is None or c["decode"] is None))):
-        return "fa3-e5m2-not-the-users"
-    if only_theirs == {"attention_backend"} and not only_ours and c["kv"] == "nvfp4":
-        return "nvfp4-decode-unnoted"
-    if only_theirs == {"attention_backend"} and not only_ours and c["attention_backend"] == "cutedsl_mla":
-        return "cutedsl-prefill-unnoted"
-    if only_ours == {"page_size"} and not only_theirs and d["attnplan"]["page_size"] == c["page"]:
-        return "page-round-trip"
-    return None
-
-
 def user_gave(c: Case, field: str) -> bool:
     """Whether the case's command line sets ``field`` (a coercion is of a value the user gave)."""
     if field == "attention_backend":
@@ -741,8 +702,6 @@ def compare(sample: Optional[int] = None, seed: int = 0, src: Optional[Path] = N
     seen = {f: 0 for f in FIELDS}
     disagreements: list[dict[str, Any]] = []
     excepted = 0
-    gaps: dict[str, int] = {}
-    gap_examples: dict[str, dict[str, Any]] = {}
     for c in pool:
         want, got = _run_case(ns, c), _attnplan(c, release)
         if got.get("rule") in EXCEPTED_RULES and not want["refused"]:
@@ -761,17 +720,9 @@ def compare(sample: Optional[int] = None, seed: int = 0, src: Optional[Path] = N
             else:
                 diff.append(f)
         if diff:
-            d = {"case": c.__dict__, "fields": diff, "sglang": want, "attnplan": got}
-            gap = coercion_gap(d)
-            if gap is None:
-                disagreements.append(d)
-            else:
-                # a named COERCION_GAPS class: counted apart (as the excepted rules are), not compared
-                seen["coerced"] -= 1
-                gaps[gap] = gaps.get(gap, 0) + 1
-                gap_examples.setdefault(gap, d)
+            disagreements.append({"case": c.__dict__, "fields": diff, "sglang": want, "attnplan": got})
     _, modelled, note = attnplan_tables(release)
-    return {"gaps": gaps, "gap_examples": gap_examples, "release": release, "src": str(src),
+    return {"release": release, "src": str(src),
             "attnplan_release": modelled, "note": note,
             "cases": len(pool), "excepted": excepted, "agreement": {f: {"agree": agree[f], "of": seen[f]} for f in FIELDS},
             "disagreements": disagreements, "exceptions": list(EXCEPTIONS)}
@@ -812,8 +763,6 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"  note: {rep['note']}")
         for f, v in rep["agreement"].items():
             print(f"  {f:10s} {v['agree']}/{v['of']} agree")
-        for g, n in rep["gaps"].items():
-            print(f"  named coercion gap {g} ({n} cases, counted apart from coerced): {COERCION_GAPS[g]}")
         for d in rep["disagreements"][:20]:
             print(f"  DISAGREE {d['fields']}: {d['case']}\n    sglang:   {d['sglang']}\n    attnplan: {d['attnplan']}")
         print("named exceptions (not exercised):")

@@ -134,6 +134,10 @@ def resolve(flags: SglangFlags, model: ModelFacts, p: Platform, t: NativeSpec, *
     except _Refused as exc:
         r.refusal = exc.refusal
     run.mark()
+    # A page the user gave that is the page that runs was not coerced, whatever steps passed through on the way
+    # (a model override's page, then a backend's constraint giving the user's own back).
+    if flags.page_size is not None and r.page_size == flags.page_size:
+        r.coercions = [c for c in r.coercions if c.field != "page_size"]
     return r
 
 
