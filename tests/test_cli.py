@@ -186,7 +186,7 @@ def test_rules_command_lists_every_rule(capsys):
 
 
 def test_rules_table_shows_layer_and_provenance(capsys, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "1000")  # wide enough for the table
+    monkeypatch.setenv("COLUMNS", "4000")  # wide enough for the table (sources citing several releases run long)
     rc, out, _ = run(capsys, "rules")
     assert rc == 0 and "layer" in out.splitlines()[0] and "verified" in out.splitlines()[0]
     assert "consistent on H100 (9.0, flashinfer 0.7.2.post1" in out and "source only:" in out
