@@ -66,7 +66,7 @@ _FROM_POLICY = frozenset({
     "simulated_node",
 })
 # The calls that read this machine or a model's files live above the policy (which plans facts only).
-_ELSEWHERE = {"plan_for": "embedded", "require_plan": "embedded", "plan_model": "model",
+_ELSEWHERE = {"plan_for": "embedded", "require_plan": "embedded", "plan_model": "embedded",
               "ModelPlanAnswer": "model", "local_node": "node"}
 
 

@@ -153,7 +153,11 @@ class RayConnectError(AttnplanError):
 
 def _render_rejection(answer: Any) -> str:
     v = getattr(answer, "verdict", None)
-    lines = [f"{v.outcome}: {v.message}" if v is not None else "attention configuration is not supported on this node:"]
+    # A finished answer (attnplan.require_plan) carries the verdict's sentence (render/verdict.py); the planner's
+    # own (policy.require_plan) carries the data it is written from: the deciding rule and its message.
+    says = getattr(v, "says", None)
+    text = (v.message or (f"[{says.rule}] {says.detail}" if says is not None and says.rule else "")) if v is not None else ""
+    lines = [f"{v.outcome}: {text}".rstrip() if v is not None else "attention configuration is not supported on this node:"]
     if v is not None:
         lines.append("rules violated on this node:")
     for v in answer.violations:

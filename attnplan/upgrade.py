@@ -30,6 +30,7 @@ from .policy.engines import EngineSpec, engine_names, parse_engine
 from .policy.errors import InvalidInputError
 from .policy.facts import Fact, NodeFacts
 from .policy.rulepack import RuleSet
+from .render.verdict import finish, verdict_message
 
 UPGRADE_SCHEMA_VERSION = "1"
 
@@ -418,8 +419,8 @@ def diff_group(rs: RuleSet, a: Side, b: Side, before: GroupView, after: GroupVie
     ob = before.verdict.outcome if before.verdict is not None else None
     oa = after.verdict.outcome if after.verdict is not None else None
     if ob != oa:
-        msg = after.verdict.message if after.verdict is not None and oa != "runs" else \
-            (before.verdict.message if before.verdict is not None else "")
+        msg = verdict_message(after.verdict) if after.verdict is not None and oa != "runs" else \
+            (verdict_message(before.verdict) if before.verdict is not None else "")
         out.append(Change(what="outcome", before=ob, after=oa, effect=_effect(ob, oa), rules=causes(None),
                           message=msg))
     # a plan refused after says so once ("plan": newly refused), not as every phase fact gone; a plan accepted
@@ -475,7 +476,8 @@ def diff_deployment(rs: RuleSet, a: Side, b: Side, before: Any, after: Any, *, d
         refs = tuple(rule_ref(rs, r, a, b, fa, fb) for r in rules
                      if r in changed or r not in (vb.verdict.rules if vb.verdict else ())
                      or r not in (va.verdict.rules if va.verdict else ()))
-        msg = va.verdict.message if va.verdict is not None and oa != "runs" else (vb.verdict.message if vb.verdict else "")
+        msg = verdict_message(va.verdict) if va.verdict is not None and oa != "runs" else \
+            (verdict_message(vb.verdict) if vb.verdict else "")
         out.append(Change(what="outcome", before=ob, after=oa, effect=_effect(ob, oa), rules=refs, message=msg))
     if vb.block_size != va.block_size and None not in (vb.block_size, va.block_size):
         out.append(Change(what="kv-block", before=vb.block_size, after=va.block_size,
@@ -495,7 +497,7 @@ def diff_deployment(rs: RuleSet, a: Side, b: Side, before: Any, after: Any, *, d
             groups = [g.model_copy(update={"changes": tuple(c for c in g.changes if c not in common)}) for g in groups]
     bad = worse(ob, oa) or any(worse(g.outcome_before, g.outcome_after) for g in groups)
     return DeploymentDiff(deployment=deployment, device=device, capability=capability, flashinfer_before=fa,
-                          flashinfer_after=fb, before=vb.verdict, after=va.verdict, worse=bad, changes=tuple(out),
+                          flashinfer_after=fb, before=finish(vb.verdict), after=finish(va.verdict), worse=bad, changes=tuple(out),
                           groups=tuple(groups))
 
 
@@ -553,7 +555,7 @@ def upgrade(rs: RuleSet, a: Side, b: Side, deployments: Mapping[str, Planner], t
                 err = errors[0] or errors[1]
                 out.append(DeploymentDiff(deployment=name, device=t.label, capability=t.node.capability_str,
                                           flashinfer_before=fa, flashinfer_after=fb,
-                                          before=_verdict(answers[0]), after=_verdict(answers[1]),
+                                          before=finish(_verdict(answers[0])), after=finish(_verdict(answers[1])),
                                           worse=errors[1] is not None, error=f"{which.label}: {err}"))
                 continue
             out.append(diff_deployment(rs, a, b, answers[0], answers[1], deployment=name, device=t.label,

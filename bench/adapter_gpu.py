@@ -67,7 +67,7 @@ def ceilings():
 
 
 def executor():
-    from attnplan.policy import AttentionConfig, require_plan
+    from attnplan import AttentionConfig, require_plan
 
     from attnplan.adapter import AttentionExecutor
 
@@ -232,7 +232,7 @@ def phase_host(out: Path, rounds: int = 5) -> dict:
     from torch.profiler import ProfilerActivity, profile
 
     from attnplan.adapter import StepInput, build_step
-    from attnplan.policy import AttentionConfig, require_plan
+    from attnplan import AttentionConfig, require_plan
 
     plan = require_plan(AttentionConfig(**LLAMA)).plan
     page = plan.kv_cache.page_size

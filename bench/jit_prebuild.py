@@ -36,7 +36,7 @@ MODELS = {
 
 
 def plan_specs(model: str) -> tuple[list, list]:
-    from attnplan.policy import AttentionConfig, require_plan
+    from attnplan import AttentionConfig, require_plan
 
     from attnplan.adapter.warmup import _module_spec, plan_modules
 

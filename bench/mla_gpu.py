@@ -49,7 +49,7 @@ def ceilings():
 
 
 def executor(**extra):
-    from attnplan.policy import AttentionConfig, require_plan
+    from attnplan import AttentionConfig, require_plan
 
     from attnplan.adapter import AttentionExecutor
 

@@ -244,7 +244,11 @@ def test_a_per_group_flag_on_a_layered_model_is_bad_input(capsys):
 
 def test_public_names():
     assert {"plan_model", "ModelPlanAnswer"} <= set(attnplan.__all__)
-    assert attnplan.plan_model is attnplan.model.plan_model
+    from attnplan import embedded
+
+    # the public call finishes the answer (the verdicts' sentences, render/verdict.py) over the model layer's
+    assert attnplan.plan_model is embedded.plan_model
+    assert attnplan.plan_model("gemma-2-9b", attnplan.simulated_node("B200")).verdict.message
     for name in ("node_json", "explain", "capability_matrix", "matrix_markdown", "make_config"):
         assert name in attnplan.policy.__all__ and hasattr(attnplan.policy, name)
     # a model's files are read above the policy (attnplan/model), which plans facts only

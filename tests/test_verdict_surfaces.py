@@ -10,7 +10,7 @@ import pytest
 
 from attnplan.cli.main import main
 from attnplan.policy import simulated_node
-from attnplan.model import plan_model
+from attnplan import plan_model   # the public call: a finished answer (attnplan/embedded.py)
 from attnplan.rest.app import create_app
 from attnplan.rest.server import BackgroundServer
 from attnplan.model.hfconfig import read_model_config

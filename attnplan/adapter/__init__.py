@@ -1,6 +1,6 @@
 """Execution adapter: run a plan's FlashInfer kernels, checked and warmed up at startup.
 
-    from attnplan.policy import AttentionConfig, require_plan
+    from attnplan import AttentionConfig, require_plan
     from attnplan.adapter import AttentionExecutor, StepInput
 
     ex = AttentionExecutor(require_plan(AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)))

@@ -1,6 +1,6 @@
 """``AttentionExecutor``: run a plan's attention kernels, checked and warmed up at startup.
 
-    answer = require_plan(config)                       # the rules decide (policy)
+    answer = attnplan.require_plan(config)              # the rules decide (this node probed)
     ex = AttentionExecutor(answer)                      # re-checks the plan on this device first
     ex.warmup(progress=print)                           # compiles/loads exactly the plan's kernels
     cache = ex.allocate_kv_cache(num_pages=4096)

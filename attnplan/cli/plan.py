@@ -8,6 +8,7 @@ from attnplan.policy import (EngineSpec, Explanation, RuleSet, capability_matrix
 from attnplan.model import ModelPlanAnswer, explain_groups, plan_model
 from attnplan.node import local_node
 from attnplan.policy.answer import node_json
+from attnplan.render.verdict import finish
 from attnplan.render import (plan_json, render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, render_verdict, rules_json)
 
@@ -156,7 +157,7 @@ def _explain_model(args: argparse.Namespace) -> int:
     if args.json:
         groups = [{"layers": list(g.layers), "kind": g.kind, "status": g.status,
                    **({"grid": _grid_json(e)} if e is not None else {})} for g, e in zip(model.layer_groups, exps)]
-        data = {"verdict": model.verdict.model_dump(mode="json") if model.verdict else None,
+        data = {"verdict": finish(model.verdict).model_dump(mode="json") if model.verdict else None,
                 "status": model.status, "engine": model.engine.model_dump(), "notes": list(model.notes), "layer_groups": groups}
         if one is not None:  # one attention group: today's grid at the top level too
             data.update(_grid_json(next(e for e in exps if e is not None)), status=model.status)
@@ -186,7 +187,7 @@ def run_explain(args: argparse.Namespace) -> int:
     e = explain(config, node, rs, engine=engine)
     answer = plan_for(config, node, ruleset=rs, engine=engine)  # memoised: the verdict of the same command
     if args.json:
-        emit_json({"verdict": answer.verdict.model_dump(mode="json") if answer.verdict else None, **_grid_json(e)})
+        emit_json({"verdict": finish(answer.verdict).model_dump(mode="json") if answer.verdict else None, **_grid_json(e)})
     else:
         print("\n".join((render_verdict(answer.verdict) + [""] if answer.verdict else []) + [render_explain(e)]))
     return verdict_exit(answer, args)

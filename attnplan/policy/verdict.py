@@ -138,7 +138,7 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
     def verdict(outcome: Outcome, modelled: bool, kind: str, rules: tuple[str, ...] = (), **what: Any) -> Verdict:
         s = VerdictSays(kind=kind, outcome=outcome, **says, **what)
         return Verdict(engine=engine, selected=sel, outcome=outcome, modelled=modelled, rules=rules,
-                       message=_interim_message(s), says=s,
+                       says=s,
                        flashinfer_plan="command" if modelled else "if-forced", forced_with=forced)
 
     # The engine's own refusal of its selection (vLLM's validate_configuration of its pick, or no backend at all).
@@ -209,7 +209,7 @@ def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] 
                        detail=v0.message)
     return base.model_copy(update={
         "outcome": outcome, "rules": tuple(dict.fromkeys(v.rule for v, o in extra if o == outcome)),
-        "message": _interim_message(says), "says": says, "modelled": all(v.modelled for v in verdicts)})
+        "message": "", "says": says, "modelled": all(v.modelled for v in verdicts)})
 
 
 def layout_refusal(engine: str, version: str, error: str, source: str) -> Verdict:
@@ -219,7 +219,7 @@ def layout_refusal(engine: str, version: str, error: str, source: str) -> Verdic
                        outcome="fails-at-startup", detail=error)
     return Verdict(engine=f"{engine}=={version}", outcome="fails-at-startup", modelled=False,
                    selected=Selected(prefill="none", decode="none", runs_flashinfer=False, source=source),
-                   rules=("vllm.startup",), message=_interim_message(says), says=says)
+                   rules=("vllm.startup",), says=says)
 
 
 def with_group(v: Verdict, group: str) -> Verdict:
@@ -227,43 +227,4 @@ def with_group(v: Verdict, group: str) -> Verdict:
     if v.says is None:  # a verdict read back from JSON: its text is all there is
         return v.model_copy(update={"message": f"{group}: {v.message}"})
     says = v.says.model_copy(update={"group": group})
-    return v.model_copy(update={"says": says, "message": _interim_message(says)})
-
-
-# -- interim ---------------------------------------------------------------------------------------
-# TRANSITIONAL (issue 36 item 6): the wording of ``Verdict.says`` lives in render/verdict.py (says_message).
-# Until every surface finishes its answers above the planner (render.verdict.finish at the edges), the
-# planner still fills ``Verdict.message`` with the same text so that the contract's field never goes empty;
-# tests/test_verdict_render.py holds the two equal. Delete from here down once the edges finish answers.
-_WORDS = {"fails-at-startup": "fails at startup", "fails-at-graph-capture": "fails at CUDA-graph capture (startup)",
-          "fails-at-first-request": "fails at the first request", "wrong-output": "runs but computes wrong output",
-          "runs": "runs"}
-_WHO = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "attnplan's FlashInfer adapter"}
-
-
-def _interim_message(s: VerdictSays) -> str:
-    who = " ".join(x for x in (_WHO[s.engine], s.version if s.engine != "flashinfer" else None) if x)
-    if s.kind == "no-valid-backend":
-        why = "; ".join(f"{r.backend}: {', '.join(r.reasons)}" for r in s.refusals)
-        text = f"{who} refuses at startup: No valid attention backend found ({why})"
-    elif s.kind == "backend-refused":
-        text = (f"{who} refuses at startup: Selected backend {s.backend} is not valid for this configuration. "
-                f"Reason: {list(s.reasons)}")
-    elif s.kind == "engine-backend-runs":
-        checked = "its own validation passes" if s.validated else "its validation is not modelled"
-        text = f"{who} runs {s.backend} here ({checked}; attnplan does not model its kernels)"
-    elif s.kind == "runs":
-        where = (" (" + " and ".join(s.unmodelled) + " on the engine's own kernels, not modelled)") if s.unmodelled else ""
-        text = f"{who} runs {s.prefill if s.prefill == s.decode else f'{s.prefill} / {s.decode}'} here{where}"
-    elif s.kind == "runs-unjudged":
-        text = (f"{who} runs {s.prefill} / {s.decode} here; the FlashInfer phases it runs are valid; the others run "
-                f"on the engine's own kernels (not modelled)")
-    elif s.kind == "fails":
-        detail = s.detail or ""
-        text = f"[{s.rule}] {detail}" if detail.startswith(who) else f"{who} {_WORDS[s.outcome]}: [{s.rule}] {detail}"
-    elif s.kind == "model-fails":
-        engine = f"{s.engine}=={s.version}" if s.version else s.engine
-        text = f"{engine}: the model {_WORDS[s.outcome]}: [{s.rule}] {s.detail}"
-    else:  # layout-refused
-        text = f"{_WHO[s.engine]} {s.version} refuses at startup: {s.detail}"
-    return f"{s.group}: {text}" if s.group else text
+    return v.model_copy(update={"says": says, "message": ""})

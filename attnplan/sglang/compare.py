@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
+from attnplan.render.verdict import finish
 from attnplan.policy import InvalidInputError, NodeFacts, PlanAnswer, RuleSet
 from attnplan.policy import make_config, plan_for, simulated_node
 from attnplan.model import plan_model, read_layers
@@ -50,7 +51,7 @@ def _row(device: str, node: NodeFacts, engine: str, a: PlanAnswer, page_given: O
         # one standard for both engines: the verdict of each engine's command (policy/verdict.py), its outcome as
         # the row's status; ``flashinfer_plan`` is the status of the FlashInfer plan beneath it
         "group": group, "status": v.outcome if v is not None else a.status, "flashinfer_plan": a.status,
-        "verdict": v.model_dump(mode="json") if v is not None else None,
+        "verdict": finish(v).model_dump(mode="json") if v is not None else None,
         "prefill": _phase(a, "prefill"), "decode": _phase(a, "decode"),
         "page_size": {"given": page_given, "runs": a.plan.kv_cache.page_size if a.plan is not None else None},
         "coercions": [c.model_dump(mode="json") for c in a.coercions],

@@ -31,7 +31,7 @@ from typing import Any, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet
-from attnplan.model import plan_model
+from attnplan.embedded import plan_model   # finished: the verdicts' sentences written (render/verdict.py)
 from attnplan.policy.answer import node_json
 from attnplan.policy.parallel import startup_errors
 

@@ -50,16 +50,19 @@ class ServeAnswer:
     def verdict(self) -> Optional[Verdict]:
         """The verdict of the line (policy/verdict.py): vLLM's own refusal of the parallel split, else the
         model's (every attention layer group's worst), else the one answer's."""
+        from attnplan.render.verdict import finish_verdict
+
         if self.startup_error is not None:
             from attnplan.policy.verdict import layout_refusal
 
             if self.engine == "sglang":
-                return layout_refusal("sglang", self.release or "0.5.23", self.startup_error, SGLANG_LAYOUT_SOURCE)
-            return layout_refusal("vllm", self.release or VLLM_VERSION, self.startup_error,
-                                  "vllm/config/model.py verify_with_parallel_config")
+                return finish_verdict(layout_refusal("sglang", self.release or "0.5.23", self.startup_error,
+                                                     SGLANG_LAYOUT_SOURCE))
+            return finish_verdict(layout_refusal("vllm", self.release or VLLM_VERSION, self.startup_error,
+                                                 "vllm/config/model.py verify_with_parallel_config"))
         if self.model is not None:
-            return self.model.verdict
-        return self.answer.verdict if self.answer is not None else None
+            return finish_verdict(self.model.verdict)
+        return finish_verdict(self.answer.verdict) if self.answer is not None else None
 
 
 def plan_with_engine(config: AttentionConfig, node: Optional[NodeFacts], ruleset: Optional[RuleSet]) -> PlanAnswer:

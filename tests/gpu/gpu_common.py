@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from attnplan.policy import AttentionConfig, plan_for
+from attnplan import AttentionConfig, plan_for   # this machine probed when no node is given (attnplan/embedded.py)
 
 from attnplan.adapter import AttentionExecutor, StepInput, attention_ref
 from attnplan.adapter import kv_cache as kvc

@@ -1,0 +1,92 @@
+"""The verdict's sentence leaves on every surface (issue 36 item 6): the planner decides and leaves the data
+(``Verdict.says``), render/verdict.py writes the sentence, and every answer that leaves attnplan - the CLI's
+``--json``, REST, the Python API, the error of ``require_plan`` - carries it. A surface that handed out the
+planner's answer unfinished would show an empty ``message``: each is driven here and every verdict in its
+output is checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+import attnplan
+from attnplan.cli.main import main
+from attnplan.policy import simulated_node
+from attnplan.rest.app import create_app
+
+GEMMA2_B200 = ["--device", "B200"]
+COMMANDS = [
+    ["plan", "--device", "B200", "--head-dim", "256", "--num-heads", "16", "--num-kv-heads", "8",
+     "--logits-soft-cap", "30", "--json"],
+    ["plan", "--model", "gemma-2-9b", "--device", "B200", "--json"],
+    ["plan", "--model", "deepseek-v3", "--tensor-parallel-size", "8", "--device", "H100", "--json"],
+    ["explain", "--model", "gemma-2-9b", "--device", "H100", "--json"],
+    ["explain", "--device", "A100", "--head-dim", "64", "--num-heads", "32", "--num-kv-heads", "8",
+     "--kv-cache-dtype", "nvfp4", "--json"],
+    ["vllm", "serve", "deepseek-v3", "-tp", "8", "--device", "H100", "--json"],
+    ["vllm", "serve", "gemma-2-9b", "--device", "B200", "--json"],
+    ["vllm", "serve", "gemma-2-9b", "-tp", "3", "--device", "B200", "--json"],
+    ["sglang", "launch_server", "--model-path", "gpt-oss-120b", "--tp", "8", "--device", "B200", "--json"],
+    ["compare", "gemma-2-9b", "--device", "H100", "--json"],
+    ["upgrade", "--from", "vllm==0.31.0", "--to", "vllm==0.33.0", "gemma-2-9b", "--device", "B200", "--json"],
+]
+
+
+def verdicts(o, path="$"):
+    """Every verdict object in a JSON answer (engine, outcome and message or its data)."""
+    if isinstance(o, dict):
+        if "outcome" in o and "engine" in o and ("says" in o or "message" in o):
+            yield path, o
+        for k, v in o.items():
+            yield from verdicts(v, f"{path}.{k}")
+    elif isinstance(o, list):
+        for i, v in enumerate(o):
+            yield from verdicts(v, f"{path}[{i}]")
+
+
+def _check(data) -> int:
+    found = list(verdicts(data))
+    assert found, "no verdict in the answer"
+    empty = [p for p, v in found if not v.get("message")]
+    assert not empty, empty
+    return len(found)
+
+
+@pytest.mark.parametrize("argv", COMMANDS, ids=lambda a: " ".join(a[:3]))
+def test_every_cli_json_verdict_carries_its_sentence(capsys, argv):
+    rc = main(argv)
+    assert rc in (0, 1)
+    _check(json.loads(capsys.readouterr().out))
+
+
+def test_every_rest_verdict_carries_its_sentence():
+    c = TestClient(create_app(node=simulated_node("B200")))
+    bodies = [("/v1/plan", {"config": {"head_dim": 256, "num_qo_heads": 16, "num_kv_heads": 8, "logits_soft_cap": 30.0},
+                            "node": {"device": "B200"}}),
+              ("/v1/plan", {"model": "gemma-2-9b", "node": {"device": "B200"}}),
+              ("/v1/plan/serve", {"line": "vllm serve deepseek-v3 -tp 8", "node": {"device": "H100"}}),
+              ("/v1/plan/launch", {"line": "python -m sglang.launch_server --model-path gemma-2-9b", "node": {"device": "B200"}})]
+    for route, body in bodies:
+        r = c.post(route, json=body)
+        assert r.status_code == 200, (route, r.text[:300])
+        _check(r.json())
+
+
+def test_the_python_api_and_its_error_carry_the_sentence():
+    cfg = {"head_dim": 256, "num_qo_heads": 16, "num_kv_heads": 8, "logits_soft_cap": 30.0}
+    a = attnplan.plan_for(cfg, simulated_node("B200"))
+    assert a.verdict.outcome == "wrong-output" and a.verdict.message.startswith("vLLM 0.33.0 runs but computes wrong")
+    m = attnplan.plan_model("gemma-2-9b", simulated_node("B200"))
+    assert m.verdict.message and all(g.answer.verdict.message for g in m.layer_groups if g.answer)
+    _check(m.to_json())
+    with pytest.raises(attnplan.UnsupportedConfigurationError) as e:
+        attnplan.require_plan(cfg, simulated_node("B200"))
+    assert str(e.value).splitlines()[0] == f"wrong-output: {a.verdict.message}"
+    # the planner's own error, raised below the renderer, still names the deciding rule and its message
+    from attnplan import policy
+
+    with pytest.raises(attnplan.UnsupportedConfigurationError) as low:
+        policy.require_plan(cfg, simulated_node("B200"))
+    assert str(low.value).splitlines()[0].startswith("wrong-output: [vllm.softcap-dropped] ")
