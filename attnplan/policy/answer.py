@@ -68,7 +68,9 @@ class EngineRef(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: Literal["vllm", "sglang", "flashinfer"] = "flashinfer"
+    # one of the rule set's engines (backends.yaml engines:), checked where the answer is built (policy/engines.py
+    # parse_engine / resolve_engine); the default is the adapter layer's, for an answer made with no engine at all
+    name: str = "flashinfer"
     version: Optional[str] = None
 
 
@@ -169,7 +171,7 @@ class VerdictSays(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     kind: SaysKind
-    engine: Literal["vllm", "sglang", "flashinfer"]
+    engine: str = Field(description="the engine the message speaks for: one of the rule set's engines (backends.yaml)")
     version: Optional[str] = None
     outcome: Outcome
     backend: Optional[str] = Field(None, description="the engine's backend the message is about")

@@ -56,8 +56,9 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
             f"{new.selected.prefill} / {new.selected.decode}"
         out.append(Fix(args=args, change=change, outcome=new.outcome, selected=sel))
 
-    if answer.engine.name == "vllm":
-        for name in engine_backend_names(rs, "vllm", cfg.is_mla, answer.engine.version):
+    layer = rs.engines[answer.engine.name]
+    if layer.own_backends_judged_by == "verdict":   # vLLM: its own backends, by name (backends.yaml engine_backend)
+        for name in engine_backend_names(rs, answer.engine.name, cfg.is_mla, answer.engine.version):
             if name == v.selected.decode and v.selected.prefill == name:
                 continue
             changed = cfg.replace(attention_backend=VLLM_TO_ATTNPLAN.get(name, name), engine_attention_backend=None) \
@@ -73,9 +74,9 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
     for args, change, spec in engine_alternatives(rs, engine, cfg.is_mla, v.selected):
         add(args, change, _verdict_only(cfg, node, rs, spec))
     for s in answer.suggestions:
-        flag = suggestion_flag(answer.engine.name, s.field, s.value)
+        flag = suggestion_flag(answer.engine.name, s.field, s.value, rs)
         if s.target == "node":
-            if v.modelled or answer.engine.name == "flashinfer":
+            if v.modelled or layer.adapter:
                 # verified by re-evaluating every rule on the changed node (policy/suggest.py): the plan is valid
                 out.append(Fix(args=None, change=s.message, outcome="runs", selected=s.decode or ""))
             continue

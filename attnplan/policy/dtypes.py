@@ -103,10 +103,5 @@ VLLM_CACHE_DTYPES_ABSENT: dict[str, frozenset[str]] = {
     "0.31.0": frozenset({"ultraquant_4bit", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact"}),
     "0.32.0": frozenset({"octave_k3v4", "octave_k3v3", "octave_k3v3_compact"}),
 }
-# The config's KV dtype -> the spelling each engine's command line takes (a fix is a flag the same command accepts).
-ENGINE_KV_SPELLING: dict[str, dict[str, str]] = {
-    "vllm": {"fp16": "float16", "bf16": "bfloat16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8_e5m2",
-             "nvfp4": "nvfp4", "auto": "auto"},
-    "sglang": {"bf16": "bf16", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "nvfp4": "nvfp4",
-               "auto": "auto"},
-}
+# The config's KV dtype -> the spelling each engine's command line takes is data: backends.yaml
+# engines.<name>.kv_dtype_spelling (issue 36 item 6: no engine names in policy code).

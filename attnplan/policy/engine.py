@@ -174,11 +174,11 @@ def _engine_fields(spec: Any, config: AttentionConfig, base: dict[str, Any], ref
     pre = engine_rows.mla_prefill_choice(spec, base) if config.is_mla and eb is not None else None
     if pre is None:
         return out
-    who = " ".join(x for x in (_DISPLAY.get(ref.name, ref.name), ref.version) if x)
+    who = " ".join(x for x in (spec.display, ref.version) if x)
     if pre["name"] == "none":
         note = f"{who} finds no MLA prefill backend for these dimensions (get_mla_prefill_backend_cls)"
     elif pre["runs_flashinfer"]:
-        note = f"{who}'s MLA prefill {pre['name']} runs FlashInfer {pre['flashinfer']}"
+        note = f"{who}'s MLA prefill {pre['name']} runs FlashInfer {pre['flashinfer_backend']}"
     else:
         note = (f"{who}'s default MLA prefill is {pre['name']} (not FlashInfer); the FlashInfer prefill of the plan "
                 "runs with --attention-config '{\"mla_prefill_backend\": \"TRTLLM_RAGGED\"}'")
@@ -198,7 +198,7 @@ def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any],
     if choice is None:
         return None
     fi_name = choice.pop("flashinfer_name", None)
-    who = " ".join(x for x in (_DISPLAY.get(ref.name, ref.name), ref.version) if x)
+    who = " ".join(x for x in (spec.display, ref.version) if x)
     if choice["name"] == "none":
         note = f"{who} finds no valid attention backend here without --attention-backend"
         if ok:
@@ -212,10 +212,6 @@ def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any],
         note = (f"{who} selects {choice['name']} here (not FlashInfer) without --attention-backend; "
                 f"the plan below is what it runs with --attention-backend {fi_name}")
     return EngineBackend(**choice, note=note, flashinfer_backend_name=fi_name)
-
-
-# How an engine's name is written for people (the data and the JSON keep the lower-case id).
-_DISPLAY = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "FlashInfer"}
 
 
 @functools.lru_cache(maxsize=8)

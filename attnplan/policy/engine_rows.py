@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .conditions import Pred, compile_condition
-from .rulepack import EngineLayer, RuleSet
+from .rulepack import EngineChoiceRow, EngineLayer, RuleSet
 
 
 _COMPILED: dict[int, tuple[Any, Pred]] = {}
@@ -109,9 +109,9 @@ def mla_prefill_choice(spec: EngineLayer, ctx: dict[str, Any]) -> Optional[dict[
             continue
         if any(_cond(r["when"]).test(ctx) for r in row.get("refused_when", [])):
             continue
-        return {"name": row["name"], "runs_flashinfer": bool(row.get("runs_flashinfer", False)),
-                "flashinfer": row.get("flashinfer")}
-    return {"name": "none", "runs_flashinfer": False, "flashinfer": None}
+        pick = EngineChoiceRow.model_validate(row)   # validated at load (rulepack._check_engine_rows): reads its keys
+        return {"name": pick.name, "runs_flashinfer": pick.runs_flashinfer, "flashinfer_backend": pick.flashinfer}
+    return {"name": "none", "runs_flashinfer": False, "flashinfer_backend": None}
 
 
 def engine_choice(spec: EngineLayer, ctx: dict[str, Any], is_mla: bool) -> Optional[dict[str, Any]]:

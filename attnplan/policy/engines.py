@@ -69,10 +69,16 @@ class EngineSpec:
         return ref.name == self.name and (self.version is None or ref.version == self.version)
 
     @classmethod
-    def of(cls, ref: EngineRef) -> "EngineSpec":
-        """The layer an answer was made for (``answer.engine``), to evaluate the same layer again:
-        flashinfer's version is the node's, so it is not pinned."""
-        return cls(ref.name, None if ref.name == "flashinfer" else ref.version)
+    def of(cls, ref: EngineRef, rs: Optional[RuleSet] = None) -> "EngineSpec":
+        """The layer an answer was made for (``answer.engine``), to evaluate the same layer again under
+        ``rs`` (default: the shipped rules): an adapter layer's version (``engines.<name>.adapter``: the
+        flashinfer layer) is the node's FlashInfer, so it is not pinned."""
+        if rs is None:
+            from .shipped import default_ruleset
+
+            rs = default_ruleset()
+        layer = rs.engines.get(ref.name)
+        return cls(ref.name, None if layer is not None and layer.adapter else ref.version)
 
 
 # What the policy functions take as ``engine``: a parsed spec, or what parse_engine parses (text, None,
@@ -97,8 +103,9 @@ def parse_engine(engine: EngineLike, rs: RuleSet) -> EngineSpec:
                                 allowed)
     if name not in rs.engines:
         raise InvalidInputError("engine", f"unknown engine {engine!r}", allowed)
-    if name == "flashinfer" and version:
-        raise InvalidInputError("engine", "the flashinfer layer is the node's flashinfer (give --flashinfer-version)", allowed)
+    if rs.engines[name].adapter and version:
+        raise InvalidInputError("engine", f"the {name} layer is the node's flashinfer (give --flashinfer-version)",
+                                allowed)
     if version and not _covered(rs, name, version):
         raise InvalidInputError("engine", f"{name} {version} is not modelled (covered: {_coverage(rs, name)})", allowed)
     return EngineSpec(name, version or None, request)
@@ -115,9 +122,9 @@ def resolve_engine(engine: EngineLike, node: Optional[NodeFacts], rs: RuleSet) -
     release. Raises InvalidInputError when the vllm installed on the node is not modelled."""
     spec = parse_engine(engine, rs)
     name = spec.name
-    if name == "flashinfer":
+    if rs.engines[name].adapter:   # attnplan's own FlashInfer layer: the node's FlashInfer is its release
         fi = node.flashinfer_version.value if node is not None else None
-        return EngineRef(name="flashinfer", version=str(fi) if fi is not None else None)
+        return EngineRef(name=name, version=str(fi) if fi is not None else None)
     version = spec.version
     if version is None:
         layer = rs.engines[name]

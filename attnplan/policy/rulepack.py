@@ -274,12 +274,43 @@ class ReleasePin(BaseModel):
     notes: list[str] = []               # release notes that change what attnplan answers (cited by upgrade)
 
 
+class EngineFlags(BaseModel):
+    """``engines.<name>.flags``: how the engine's own command line spells a fix (policy/suggest.py
+    suggestion_flag): every key is required, ``null`` where that command has no such flag, so an engine's
+    vocabulary is data and never a branch on its name (issue 36 item 6)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    page_size: str = Field(min_length=1)          # the flag that sets the KV page (vLLM: --block-size)
+    batch_invariant_off: Optional[str]            # what turns batch invariance off (vLLM: an environment variable)
+    attention_backend: Optional[str]              # the flag that names a FlashInfer backend of the plan itself
+    # the --attention-backend value that makes the engine run FlashInfer, per model kind (policy/verdict.py
+    # forced_with); null for a layer that runs nothing else
+    force_flashinfer: Optional[dict[Literal["standard", "mla"], str]]
+
+
 class EngineLayer(BaseModel):
     """One engine layer (docs/contract.md, Engines and versions): the versions modelled and its selection order."""
 
     model_config = ConfigDict(extra="forbid")
 
     doc: str = ""
+    # How people write the engine's name (the data and the JSON keep the lower-case id): policy/engine.py notes.
+    display: str = Field(min_length=1)
+    # attnplan's own FlashInfer layer (the execution adapter): no release of its own, its version is the node's
+    # FlashInfer (policy/engines.py), and it refuses a rejected plan at engine init (policy/verdict.py).
+    adapter: bool = False
+    flags: EngineFlags
+    # The config's KV dtype -> the spelling the engine's --kv-cache-dtype takes (a fix is a flag the same command
+    # accepts); a dtype missing from the table has no spelling there. ``null``: attnplan's own vocabulary.
+    kv_dtype_spelling: Optional[dict[str, str]]
+    # The rule ids the verdict names for this engine (policy/verdict.py: its validation of its own backends, its
+    # refusal of a parallel layout): like the resolver's, a pack set without one fails to load (check_whole).
+    verdict_rules: list[str] = []
+    # Who judges the engine's own (non-FlashInfer) backends: "verdict" - policy/verdict.py from ``engine_backend``
+    # (vLLM's validate_configuration of its pick or of a backend named in its vocabulary); "resolver" - the
+    # engine's resolver (SGLang); null - the engine runs FlashInfer's kernels only (the adapter).
+    own_backends_judged_by: Optional[Literal["verdict", "resolver"]] = None
     covers: Optional[str] = None        # packaging specifier of the versions the data models
     versions: list[str] = []            # the modelled releases, newest last
     # Per modelled release: what it pins (issue 42): the flashinfer-python its wheel requires, and where
@@ -376,7 +407,7 @@ class BackendCatalogSpec(BaseModel):
     calls: dict[str, CallInfoSpec]
     mla_modules: dict[Phase, str]
     engine_sizes: dict[str, EngineSizesSpec] = {}
-    default_engine: str = "vllm"
+    default_engine: str = Field(min_length=1)
     engines: dict[str, EngineLayer]
     force: dict[Literal["standard", "mla"], dict[str, dict[Phase, str]]]
     cubins: Optional[CubinIndexSpec] = None
@@ -464,7 +495,7 @@ class RuleSet:
     revision: str
     files: tuple[str, ...]
     engines: dict[str, EngineLayer] = field(default_factory=dict)
-    default_engine: str = "vllm"
+    default_engine: str = ""            # backends.yaml default_engine (required there: load_ruleset)
     cubins: Optional[CubinIndexSpec] = None
     families: dict[str, FamilySpec] = field(default_factory=dict)
     calls: dict[str, CallInfoSpec] = field(default_factory=dict)
@@ -660,6 +691,13 @@ def _check_engine_layer(file: str, ename: str, eng: EngineLayer, known: set[str]
                     if b not in known:
                         raise RulePackError(file, f"engines.{ename}.selection.{kind}.{phase} names unknown backend {b!r}")
     _check_engine_rows(file, ename, eng, known)
+    if eng.adapter and (eng.versions or eng.covers):   # its release is the node's FlashInfer (policy/engines.py)
+        raise RulePackError(file, f"engines.{ename}.adapter: an adapter layer has no versions/covers of its own")
+    judge = eng.own_backends_judged_by
+    if judge == "verdict" and eng.engine_backend is None:
+        raise RulePackError(file, f"engines.{ename}.own_backends_judged_by: verdict needs engines.{ename}.engine_backend")
+    if judge == "resolver" and eng.resolver is None:
+        raise RulePackError(file, f"engines.{ename}.own_backends_judged_by: resolver needs engines.{ename}.resolver")
 
 
 def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
@@ -858,9 +896,7 @@ def _compiles(file: str, where: str, cond: Any) -> None:
 RESOLVER_RULES: dict[str, frozenset[str]] = {
     "attnplan.sglang.resolve:engine_resolution": frozenset({"sglang.backend-names", "sglang.kv-names"}),
 }
-# The rule ids the verdict names for an engine (policy/verdict.py: its validation of its own backends, its
-# refusal of a parallel layout), per engine: like the resolver's, a pack set without one fails to load.
-VERDICT_RULES: dict[str, frozenset[str]] = {"vllm": frozenset({"vllm.engine-backend", "vllm.startup"})}
+# The rule ids the verdict names for an engine are data: backends.yaml engines.<name>.verdict_rules.
 # The function that validates an engine's native tables (``engines.<name>.native``) against a rule set,
 # per resolver: called at load (by name, like the resolver itself: policy/engines.py).
 RESOLVER_TABLES: dict[str, str] = {
@@ -893,8 +929,8 @@ def check_whole(rs: RuleSet, backends_file: str, packs_where: str) -> None:
     import importlib
 
     ids = {r.id for r in rs.rules}
-    for ename in rs.engines:
-        for rid in sorted(VERDICT_RULES.get(ename, frozenset()) - ids):
+    for ename, eng in rs.engines.items():
+        for rid in sorted(set(eng.verdict_rules) - ids):
             raise RulePackError(packs_where, f"missing: the verdict of every {ename} answer may name this rule",
                                 rule=rid)
     for ename, eng in rs.engines.items():

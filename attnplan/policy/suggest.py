@@ -8,7 +8,7 @@ from typing import Any, Iterable
 from .answer import PlanAnswer, Suggestion
 from .candidates import page_domain
 from .config import KV_CACHE_DTYPES, AttentionConfig
-from .dtypes import ENGINE_KV_SPELLING, kv_element_dtype
+from .dtypes import kv_element_dtype
 from .engine import default_ruleset, evaluate
 from .engines import EngineLike, parse_engine
 from .errors import InvalidInputError
@@ -113,23 +113,26 @@ def apply_suggestion(config: AttentionConfig, node: NodeFacts, s: Suggestion,
                             "to the (config, node) whose answer gave it")
 
 
-# A suggestion's field as the flag the same command takes (the verdict's fixes: policy/api.py fixes_for): the KV
-# dtype in each engine's own spelling (policy/dtypes.py ENGINE_KV_SPELLING), attnplan's own `plan` in its vocabulary.
-_KV_FLAG = ENGINE_KV_SPELLING
-_PAGE_FLAG = {"vllm": "--block-size", "sglang": "--page-size"}
-
-
-def suggestion_flag(engine: str, field: str, value: Any) -> str | None:
-    """The flags that make suggestion (``field``, ``value``) under ``engine``'s command line; None where that
-    command has no such flag (vLLM has no fp16 spelling distinct from float16's, SGLang no fp16 KV cache)."""
+# A suggestion's field as the flag the same command takes (the verdict's fixes: policy/api.py fixes_for): each
+# engine's own spelling is data (backends.yaml engines.<name>.flags and kv_dtype_spelling), never a branch on its name.
+def suggestion_flag(engine: str, field: str, value: Any, ruleset: RuleSet | None = None) -> str | None:
+    """The flags that make suggestion (``field``, ``value``) under ``engine``'s command line (``ruleset``'s
+    ``engines.<engine>``); None where that command has no such flag (vLLM has no fp16 spelling distinct from
+    float16's, SGLang no fp16 KV cache). Raises InvalidInputError for an engine the rules do not name."""
+    rs = ruleset or default_ruleset()
+    layer = rs.engines.get(engine)
+    if layer is None:
+        raise InvalidInputError("engine", f"unknown engine {engine!r}", sorted(rs.engines))
     if field == "kv_cache_dtype":
-        spelled = _KV_FLAG.get(engine, {}).get(str(value), None if engine in _KV_FLAG else str(value))
+        table = layer.kv_dtype_spelling
+        spelled = str(value) if table is None else table.get(str(value))
         return None if spelled is None else f"--kv-cache-dtype {spelled}"
     if field == "page_size":
-        return f"{_PAGE_FLAG.get(engine, '--page-size')} {value}"
+        return f"{layer.flags.page_size} {value}"
     if field == "attention_backend":
         # vLLM's and SGLang's own backends are tried by name (fixes_for); attnplan's plan takes its own
-        return f"--attention-backend {value}" if engine == "flashinfer" else None
+        flag = layer.flags.attention_backend
+        return f"{flag} {value}" if flag is not None else None
     if field == "batch_invariant" and value is False:
-        return {"vllm": "VLLM_BATCH_INVARIANT=0", "sglang": None}.get(engine, "--no-batch-invariant")
+        return layer.flags.batch_invariant_off
     return None

@@ -39,7 +39,7 @@ def worst(outcomes: Iterable[str]) -> Outcome:
 
 def violation_outcome(v: Violation, rs: RuleSet, engine: str) -> Outcome:
     """When the engine meets this violation (its rule's ``outcome``, else its phase's)."""
-    if engine == "flashinfer":  # attnplan's adapter refuses the plan at engine init (policy/api.py require_plan)
+    if rs.engines[engine].adapter:  # attnplan's adapter refuses the plan at engine init (policy/api.py require_plan)
         return "fails-at-startup"
     own = v.outcome
     if own is None:
@@ -92,14 +92,16 @@ def _selected(a: PlanAnswer, rs: RuleSet) -> tuple[Selected, dict[str, bool], Op
     """(the selection, whether each phase runs FlashInfer, the engine's own refusal reasons of a typed backend
     that is not FlashInfer's: None when there is none to judge)."""
     eng, cfg = a.engine.name, a.config
-    if eng == "flashinfer":
+    layer = rs.engines[eng]
+    judged = layer.own_backends_judged_by == "verdict"   # vLLM: its own backends are judged here
+    if layer.adapter:
         p, d = a.backends()
         if p is None:
             p = d = cfg.attention_backend
         src = "attnplan: backends.yaml engines.flashinfer.selection (FlashInfer's kernels, attnplan's order)"
         return Selected(prefill=str(p), decode=str(d), runs_flashinfer=True, source=src), \
             {"prefill": True, "decode": True}, None
-    typed = cfg.engine_attention_backend if eng == "vllm" else None
+    typed = cfg.engine_attention_backend if judged else None
     if typed is not None:  # vLLM's --attention-backend naming one of its own non-FlashInfer backends
         src = "vllm/platforms/cuda.py get_attn_backend_cls (the selected backend's validate_configuration)"
         return Selected(prefill=typed, decode=typed, runs_flashinfer=False, source=src), \
@@ -112,7 +114,7 @@ def _selected(a: PlanAnswer, rs: RuleSet) -> tuple[Selected, dict[str, bool], Op
                         source=src), runs, None
     eb = a.engine_backend
     if cfg.attention_backend != "auto" or eb is None:  # a FlashInfer backend asked for by name
-        name = _vllm_name_of(cfg.attention_backend, cfg.is_mla) if eng == "vllm" else cfg.attention_backend
+        name = _vllm_name_of(cfg.attention_backend, cfg.is_mla) if judged else cfg.attention_backend
         src = eb.source if eb is not None else ""
         return Selected(prefill=name, decode=name, runs_flashinfer=True, source=src), \
             {"prefill": True, "decode": True}, None
@@ -128,12 +130,14 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
     engine = f"{eng}=={a.engine.version}" if a.engine.version else eng
     says = {"engine": eng, "version": a.engine.version}
     sel, runs_fi, _ = _selected(a, rs)
-    typed = a.config.engine_attention_backend if eng == "vllm" else None
+    layer = rs.engines[eng]
+    judged = layer.own_backends_judged_by == "verdict"   # vLLM: its own backends are judged here
+    typed = a.config.engine_attention_backend if judged else None
     forced = None
-    if not any(runs_fi.values()) and eng != "flashinfer":
-        fi = (a.engine_backend.flashinfer_backend_name if a.engine_backend is not None else None) \
-            or ("FLASHINFER_MLA" if a.config.is_mla else "FLASHINFER") if eng == "vllm" else "flashinfer"
-        forced = f"--attention-backend {fi}"
+    force = layer.flags.force_flashinfer   # backends.yaml engines.<name>.flags (None: the adapter, FlashInfer only)
+    if not any(runs_fi.values()) and force is not None:
+        own = a.engine_backend.flashinfer_backend_name if judged and a.engine_backend is not None else None
+        forced = f"--attention-backend {own or force['mla' if a.config.is_mla else 'standard']}"
 
     def verdict(outcome: Outcome, modelled: bool, kind: str, rules: tuple[str, ...] = (), **what: Any) -> Verdict:
         s = VerdictSays(kind=kind, outcome=outcome, **says, **what)
@@ -142,7 +146,7 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
                        flashinfer_plan="command" if modelled else "if-forced", forced_with=forced)
 
     # The engine's own refusal of its selection (vLLM's validate_configuration of its pick, or no backend at all).
-    if eng == "vllm" and not any(runs_fi.values()):
+    if judged and not any(runs_fi.values()):
         if ctx is None:
             from .facts_catalog import base_context
             ctx = base_context(a.config, a.node)
@@ -215,7 +219,7 @@ def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] 
 def layout_refusal(engine: str, version: str, error: str, source: str) -> Verdict:
     """The verdict of a parallel layout the engine refuses before it selects anything (heads vs tensor
     parallelism, DCP limits: rule vllm.startup), quoting the engine's own error."""
-    says = VerdictSays(kind="layout-refused", engine="sglang" if engine == "sglang" else "vllm", version=version,
+    says = VerdictSays(kind="layout-refused", engine=engine, version=version,
                        outcome="fails-at-startup", detail=error)
     return Verdict(engine=f"{engine}=={version}", outcome="fails-at-startup", modelled=False,
                    selected=Selected(prefill="none", decode="none", runs_flashinfer=False, source=source),

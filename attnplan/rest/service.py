@@ -181,7 +181,8 @@ class Service:
         the default; InvalidInputError when the rules do not cover it."""
         if engine is None:
             return None
-        return EngineSpec.of(resolve_engine(self.engine(engine), None, self.rules()))
+        rs = self.rules()
+        return EngineSpec.of(resolve_engine(self.engine(engine), None, rs), rs)
 
     def rules_revision(self) -> str:
         return self.rules().revision

@@ -370,13 +370,14 @@ def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[Rule
     # (the architecture joins in plan_model: policy/engines.py engine_request_for_model)
     spec, backend = with_backend(spec, req.attention_backend)
     # SGLang's --kv-cache-dtype spelling (bf16, fp8_e4m3, ...), said in the vLLM spelling the request's flags use
-    from attnplan.policy.dtypes import ENGINE_KV_SPELLING
+    from attnplan.policy.shipped import default_ruleset
     from attnplan.sglang.flags import kv_dtype
 
-    kv = kv_dtype(req.kv_cache_dtype) if req.kv_cache_dtype not in ENGINE_KV_SPELLING["vllm"].values() else None
+    vllm_kv = default_ruleset().engines["vllm"].kv_dtype_spelling or {}   # backends.yaml engines.vllm.kv_dtype_spelling
+    kv = kv_dtype(req.kv_cache_dtype) if req.kv_cache_dtype not in vllm_kv.values() else None
     update = {"attention_backend": backend}
     if kv is not None:
-        update["kv_cache_dtype"] = ENGINE_KV_SPELLING["vllm"].get(kv, kv)
+        update["kv_cache_dtype"] = vllm_kv.get(kv, kv)
     return spec, req.model_copy(update=update)
 
 
