@@ -21,10 +21,26 @@ from .policy.rulepack import RuleSet
 from .render.verdict import finish
 
 
+# The policy memoises its answers (policy/api.py): each is finished once too, not on every call (the sentence and
+# the copy would double the cost of a repeated plan_for). Keyed by the memoised object itself, which the entry keeps.
+_FINISHED: dict[int, tuple[PlanAnswer, PlanAnswer]] = {}
+
+
+def _finished(answer: PlanAnswer) -> PlanAnswer:
+    hit = _FINISHED.get(id(answer))
+    if hit is not None and hit[0] is answer:
+        return hit[1]
+    if len(_FINISHED) >= 512:   # the policy's own memo holds 512
+        _FINISHED.clear()
+    done = finish(answer)
+    _FINISHED[id(answer)] = (answer, done)
+    return done
+
+
 def plan_for(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,
              engine: EngineLike = None) -> PlanAnswer:
     """``attnplan.policy.plan_for`` on ``node``, or on this machine (probed once) when it is None; finished."""
-    return finish(_plan_for(config, node if node is not None else local_node(), ruleset=ruleset, engine=engine))
+    return _finished(_plan_for(config, node if node is not None else local_node(), ruleset=ruleset, engine=engine))
 
 
 def require_plan(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,

@@ -21,6 +21,8 @@ import yaml
 from attnplan.policy.rulepack import RulePackError, load_ruleset
 from attnplan.policy.shipped import default_ruleset
 from attnplan.policy.suggest import suggestion_flag
+# the same docstring test as the capability-number scan (tests/ is on the path: pytest's prepend import mode)
+from test_no_rules_in_code import _docstrings
 
 POLICY = Path(__file__).resolve().parent.parent / "attnplan" / "policy"
 RULES = POLICY.parent / "rules"
@@ -42,16 +44,6 @@ ALLOWED: tuple[tuple[str, str, int, str], ...] = (
 
 def _engine_names() -> set[str]:
     return set(yaml.safe_load(BACKENDS.read_text())["engines"])
-
-
-def _docstrings(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
-            first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-                ids.add(id(first.value))
-    return ids
 
 
 def _findings() -> Counter:

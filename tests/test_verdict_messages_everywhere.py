@@ -90,3 +90,10 @@ def test_the_python_api_and_its_error_carry_the_sentence():
     with pytest.raises(attnplan.UnsupportedConfigurationError) as low:
         policy.require_plan(cfg, simulated_node("B200"))
     assert str(low.value).splitlines()[0].startswith("wrong-output: [vllm.softcap-dropped] ")
+
+
+def test_a_repeated_public_plan_is_finished_once():
+    # the policy memoises the answer; the public call hands back the one finished copy of it, not a new one per call
+    cfg = {"head_dim": 128, "num_qo_heads": 32, "num_kv_heads": 8}
+    a, b = attnplan.plan_for(cfg, simulated_node("H100")), attnplan.plan_for(cfg, simulated_node("H100"))
+    assert a is b and a.verdict.message

@@ -88,6 +88,10 @@ def test_the_planner_writes_no_sentence(f, device, engine):
     planned = policy.plan_for(f, simulated_node(device), engine=engine).verdict
     assert planned.message == "" and planned.says is not None
     assert plan_for(f, simulated_node(device), engine=engine).verdict.message == says_message(planned.says) != ""
+
+
+@pytest.mark.parametrize("device", ["H100", "B200", "A100"])
+def test_the_model_layer_writes_no_sentence_and_the_public_call_does(device):
     m = model_layer_plan("gemma-2-9b", simulated_node(device))
     assert m.verdict.message == "" and all(g.answer.verdict.message == "" for g in m.layer_groups if g.answer)
     done = plan_model("gemma-2-9b", simulated_node(device))

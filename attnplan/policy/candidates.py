@@ -181,6 +181,11 @@ def output_dtype(rs: Any, backend: str, kv_dtype: str, dtype: str) -> str:
     return (fam.output_dtype_over_kv.get(kv_dtype) if fam is not None else None) or dtype
 
 
+def _all_hold(checks: Iterable[Check], ctx: dict[str, Any]) -> bool:
+    """Every check whose ``when`` holds here requires what holds here."""
+    return all(c.require.test(ctx) for c in checks if c.when is None or c.when.test(ctx))
+
+
 def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, backend: str,
                   pages: tuple[int, ...], with_trace: bool, engine_spec: Any = None,
                   block_divides: bool = False) -> CandidateResult:
@@ -216,18 +221,18 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
             res.trace.append(trace_entry(check, ctx, phase, backend, "pass" if passed else "fail"))
     ok_pages = []
     # the kernel facts are computed where a rule reads them (trtllm.kernel-missing names its backends)
-    trtllm = any(reads_kernel(c) for c in page_checks)
-    plain = [c for c in page_checks if not reads_kernel(c)]
     kernel_checks = [c for c in page_checks if reads_kernel(c)]
+    plain = [c for c in page_checks if not reads_kernel(c)]
+    trtllm = bool(kernel_checks)
     for p in pages:
         ctx[PAGE_SIZE] = p
         # FlashInfer's selection (the costly part of a 10.x plan) runs only for a page every other page
         # check passes: a page one of them refuses is refused whatever its kernel (checks are pure, the
         # page passes when all pass), and the kernel facts are set again for the fixed page below
-        if not all(c.require.test(ctx) for c in plain if c.when is None or c.when.test(ctx)):
+        if not _all_hold(plain, ctx):
             continue
         d = _set_kernel_facts(ctx, phase, backend) if trtllm else None
-        if all(c.require.test(ctx) for c in kernel_checks if c.when is None or c.when.test(ctx)):
+        if _all_hold(kernel_checks, ctx):
             ok_pages.append(p)
             if d is not None and d.ok:
                 res.kernels[p] = d
