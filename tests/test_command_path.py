@@ -49,3 +49,11 @@ def test_an_unknown_command_lists_every_command():
     assert done.returncode == 2
     for name in ("plan", "vllm", "sglang", "preflight", "serve", "verify", "cubins", "upgrade"):
         assert f"'{name}'" in done.stderr
+
+
+def test_the_command_table_names_every_command_each_module_registers():
+    # a command missing from COMMANDS still runs (the whole parser is built), only without its short path
+    from attnplan.cli.main import COMMANDS, build_parser
+
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert set(sub.choices) == {n for _, names in COMMANDS for n in names}
