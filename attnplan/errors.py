@@ -85,14 +85,20 @@ class ConditionError(RuleError):
 class UnsupportedConfigurationError(AttnplanError, ValueError):
     """Raised at engine init (``require_plan``) when no plan satisfies every rule.
 
-    ``answer`` (a ``PlanAnswer``) holds the whole rejection: every violation and every verified suggestion.
+    The error carries the data: ``answer`` (a ``PlanAnswer``) holds the whole rejection, ``verdict`` what the
+    engine does, ``violations``, ``suggestions`` and ``fixes`` what failed and what would not. The verdict's
+    sentence is render/verdict.py's, never written here: ``message`` where the surface that raises words it
+    (``verdict_message``), else the one a finished answer carries (attnplan.require_plan); the planner's own
+    error (``policy.require_plan``, below the renderer) leads with the deciding rule and fact as data.
     """
 
-    def __init__(self, answer: Any):
+    def __init__(self, answer: Any, message: str | None = None):
         self.answer = answer
+        self.verdict = getattr(answer, "verdict", None)
         self.violations = list(answer.violations)
         self.suggestions = list(answer.suggestions)
-        super().__init__(_render_rejection(answer))
+        self.fixes = list(self.verdict.fixes) if self.verdict is not None else []
+        super().__init__(_rejection_text(answer, message))
 
 
 class PlanMismatchError(UnsupportedConfigurationError):
@@ -151,27 +157,42 @@ class RayConnectError(AttnplanError):
     """The Ray cluster could not be reached at all (exit 3, not bad input)."""
 
 
-def _render_rejection(answer: Any) -> str:
+def _fact(v: Any) -> str:
+    """A violation's fact as data: ``fact=observed (required ...)``; empty when it names none."""
+    if not getattr(v, "fact", None):
+        return ""
+    req = f" (required {v.required})" if getattr(v, "required", "") else ""
+    return f"{v.fact}={v.observed!r}{req}"
+
+
+def _rejection_text(answer: Any, message: str | None) -> str:
+    """The error's text: the verdict's sentence as given (``message``, else a finished verdict's ``message``:
+    both written by render/verdict.py), else the deciding rule and fact as data; then every violation (rule,
+    phase/backend, its message or fact), the verified suggestions and the fixes, as the answer carries them."""
     v = getattr(answer, "verdict", None)
-    # A finished answer (attnplan.require_plan) carries the verdict's sentence (render/verdict.py); the planner's
-    # own (policy.require_plan) carries the data it is written from: the deciding rule and its message.
-    says = getattr(v, "says", None)
-    text = (v.message or (f"[{says.rule}] {says.detail}" if says is not None and says.rule else "")) if v is not None else ""
-    lines = [f"{v.outcome}: {text}".rstrip() if v is not None else "attention configuration is not supported on this node:"]
-    if v is not None:
-        lines.append("rules violated on this node:")
-    for v in answer.violations:
-        where = v.phase if v.backend is None else f"{v.phase}/{v.backend}"
-        lines.append(f"  - [{v.rule}] {where}: {v.message}")
+    if v is None:
+        lines = ["attention configuration is not supported on this node:"]
+    else:
+        text = message or v.message
+        if not text and v.rules:   # no sentence (raised below render): the deciding rule and its violation's data
+            deciding = next((x for x in answer.violations if x.rule in v.rules), None)
+            rule = deciding.rule if deciding is not None else v.rules[0]
+            text = f"[{rule}] " + ((deciding.message or _fact(deciding)) if deciding is not None else "")
+        lines = [f"{v.outcome}: {text}".rstrip(), "rules violated on this node:"]
+    for x in answer.violations:
+        where = x.phase if x.backend is None else f"{x.phase}/{x.backend}"
+        lines.append(f"  - [{x.rule}] {where}: {x.message or _fact(x)}".rstrip())
     if answer.suggestions:
         lines.append("verified alternatives (each one alone makes the configuration valid here):")
         for s in answer.suggestions:
             # A suggestion's message may already open with the change ("kv_cache_dtype=auto: then ..."):
             # say it once.
             head = f"{s.field}={s.value}"
-            lines.append(f"  * {s.message}" if s.message.startswith(head) else f"  * {head}: {s.message}")
-    verdict = getattr(answer, "verdict", None)
-    fixes = verdict.fixes if verdict is not None else ()
+            if not s.message:   # unfinished (its sentence is render/notes.py's): the change and its backends
+                lines.append(f"  * {head}" + (f" -> {s.prefill} / {s.decode}" if s.prefill or s.decode else ""))
+            else:
+                lines.append(f"  * {s.message}" if s.message.startswith(head) else f"  * {head}: {s.message}")
+    fixes = v.fixes if v is not None else ()
     if fixes:
         lines.append("fixes (the same command with this change, re-evaluated):")
         lines += [f"  * {f.args or f.change}: {f.outcome}" + (f" ({f.selected})" if f.selected else "") for f in fixes]

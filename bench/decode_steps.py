@@ -34,14 +34,24 @@ step (the shape seen before: issue 41's cache per (batch, q_len, table width)):
   (host: its ``plan`` on prepared host arrays, then replay of a graph holding the attention only;
   XQA: a graph of ``trtllm_batch_decode_with_kv_cache`` alone, host: replay only);
   ``FlashInfer + append``: the same graph with the K/V append at prepared slots in front (the
-  device work every engine's step has; the adapter's graph differs from it by its metadata kernel).
+  device work every engine's step has; the adapter's graph differs from it by its metadata kernel);
+  ``FlashInfer + its own append``: FlashInfer's whole step - its own append kernel
+  (``flashinfer.page.append_paged_kv_cache``, MLA ``append_paged_mla_kv_cache``) over request
+  indices / positions / paged metadata prepared once outside the graph, then its attention;
+  ``adapter unfused, in place``: the adapter's graph built with ``ATTNPLAN_FUSED_APPEND=0`` (metadata
+  launch, then ``kv_cache.append``'s two scatters: the graph before issue 41's fusion), in place.
+  ``fused_append`` in each row says whether the adapter's graph wrote K/V from its metadata kernel.
 Host figures on the device machine's shared host move by up to 2x between runs; the JSON keeps
 every row.
 
 Prefill and mixed steps (general path, a new shape every step): metadata, plan_step, FlashInfer's
 plans with the same arguments, and the eager step end to end (plan_step + append + forward
 against FlashInfer's plans + the same append + its wrappers' runs); plus cProfile of a decode
-plan_step at batch 1 and 64 (fa2).
+plan_step and of ``DecodeGraph.update`` in place at batch 1 and 64 (fa2). The breakdown also
+times, for host-planned calls, the candidates for the gap between FlashInfer's graph-mode plan
+alone and ``DecodeGraph.update`` in place (``host_gap_parts``: refill + plan back to back, the plan
+over pinned host arrays and without ``seq_lens``, one pageable / pinned H2D copy, update's checks;
+the plan, update, refill and copies right after a replay was enqueued; update with gc off).
 """
 
 from __future__ import annotations
@@ -84,7 +94,10 @@ def metadata(ex, inp):
 # plan_or_raise, as the GPU tests build them; no hand-derived plan): fa2 is the kernel-truth plan
 # here, fa3 decode is asked for by name, XQA is vLLM 0.33's decode on 9.0 (serving facts declared).
 PLANS = {
-    "fa2": (LLAMA, "flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa2", "fa2 decode"),
+    # fa2 asked for by name: the rules' own plan on the H100 runs XQA for small decode batches
+    # (rules/decode_choice.yaml; bench/xqa_vs_fa2.py --phase choice times that choice).
+    "fa2": (dict(LLAMA, attention_backend="fa2"), "flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa2",
+            "fa2 decode"),
     "fa3": (dict(LLAMA, attention_backend="fa3"), "flashinfer", lambda a: a.plan.decode.flashinfer_backend == "fa3",
             "fa3 decode"),
     "xqa": (LLAMA, "vllm", lambda a: a.plan.decode.call == "xqa_decode", "XQA decode"),
@@ -100,9 +113,10 @@ def executor_for(name):
     from gpu_common import NoRealPlan, executor_for as over, plan_or_raise
 
     try:
-        return over(plan_or_raise(*PLANS[name]))
+        ex = over(plan_or_raise(*PLANS[name]))
     except NoRealPlan as exc:
         raise SystemExit(f"decode_steps: {name}: {exc}") from None
+    return ex
 
 
 def recorded_plan(wrapper, fn):
@@ -121,12 +135,37 @@ def recorded_plan(wrapper, fn):
     return seen["call"]
 
 
-def fi_graph(ex, cache, step, q, mla_q=None, append=None):
+def fi_append_inputs(ex, step):
+    """What FlashInfer's own append kernel reads, prepared once outside the graph as an engine
+    prepares them (flashinfer/page.py ``append_paged_kv_cache``: each new token's request index
+    and position - ``get_batch_indices_positions`` - and the paged KV indptr / indices / last-page
+    lengths that already count the new tokens), from the step's device lengths and block table."""
+    import torch
+
+    b, page, qd = step.decode, ex.plan.kv_cache.page_size, ex.plan.decode.q_len_per_req
+    seq = b.seq_lens.to(torch.int64)
+    pages = (seq + page - 1) // page
+    indptr = torch.zeros(b.num_reqs + 1, dtype=torch.int32, device=seq.device)
+    indptr[1:] = torch.cumsum(pages, 0)
+    last = (seq - (pages - 1) * page).int()
+    table = b.block_table
+    cols = torch.arange(table.shape[1], device=seq.device)
+    indices = table[cols.view(1, -1) < pages.view(-1, 1)].int().contiguous()      # row-major: request order
+    batch_indices = torch.arange(b.num_reqs, device=seq.device).repeat_interleave(qd).int()
+    positions = (seq.view(-1, 1) - qd + torch.arange(qd, device=seq.device)).reshape(-1).int()
+    return batch_indices, positions, indices, indptr, last
+
+
+def fi_graph(ex, cache, step, q, mla_q=None, append=None, own_append=False):
     """FlashInfer's own CUDA-graph path for the plan's decode call over prepared metadata:
     the per-step host function (the wrapper's plan + replay, or replay alone for XQA).
     ``append``: the new K/V (MLA: latent rows) to append at the step's prepared slots inside the
-    graph, before the attention."""
+    graph, before the attention: our ``kv_cache.append`` (two index_put scatters), or with
+    ``own_append`` FlashInfer's own kernel (``flashinfer.page.append_paged_kv_cache``, MLA:
+    ``append_paged_mla_kv_cache``) over ``fi_append_inputs`` - FlashInfer's whole step, its own
+    append and its own attention."""
     import flashinfer
+    import flashinfer.page  # noqa: F401 - its append kernels
     import torch
 
     from attnplan.adapter import kv_cache as kvc
@@ -138,6 +177,7 @@ def fi_graph(ex, cache, step, q, mla_q=None, append=None):
                       ex.params.kv_lora_rank if mla_q else ex.params.head_dim_vo, dtype=torch.bfloat16, device="cuda")
     parts = (step.slot_pages.clone(), step.slot_offsets.clone())
     slots = step.slots.clone()
+    fi_in = fi_append_inputs(ex, step) if own_append and append is not None else None
     if not call.host_planned:            # XQA: device tensors only
         kw = call.kwargs(backend, step, q, cache, out)
         kw = {k: (v.clone() if isinstance(v, torch.Tensor) and k in ("block_tables", "seq_lens") else v)
@@ -184,7 +224,16 @@ def fi_graph(ex, cache, step, q, mla_q=None, append=None):
         host()
 
     def run():
-        if append is not None:
+        if fi_in is not None:
+            bi, pos, ind, ptr, last = fi_in
+            if len(append) == 1:                     # MLA: latent = [ckv | kpe]
+                rank = ex.params.kv_lora_rank
+                flashinfer.page.append_paged_mla_kv_cache(append[0][:, :rank], append[0][:, rank:], bi, pos,
+                                                          cache.ckv(), cache.kpe(), ind, ptr, last)
+            else:
+                flashinfer.page.append_paged_kv_cache(append[0], append[1], bi, pos, cache.kernel_view(), ind, ptr,
+                                                      last, kv_layout=ex.plan.kv_cache.layout)
+        elif append is not None:
             kvc.append(cache, slots, *append, pages_offsets=parts)
         attend()
     s = torch.cuda.Stream()
@@ -201,7 +250,7 @@ def fi_graph(ex, cache, step, q, mla_q=None, append=None):
             host()
         g.replay()
     # The graph reads these tensors at their captured addresses: they live as long as the step.
-    one_step.keep = (run, out, parts, slots, append)
+    one_step.keep = (run, out, parts, slots, append, fi_in)
     return one_step
 
 
@@ -263,6 +312,22 @@ def decode_rows(name, out_dir, batches, contexts):
             lay = g.layout
             lay.seq_lens.copy_(inp.seq_lens)
             lay.table.copy_(table)
+            row["fused_append"] = getattr(g, "fused", None) is not None     # a tree before the fusion has none
+            # The same graph with the metadata launch and kv_cache.append apart (the tree before
+            # the fusion, in this process): ATTNPLAN_FUSED_APPEND=0 at construction.
+            old_env = os.environ.get("ATTNPLAN_FUSED_APPEND")
+            os.environ["ATTNPLAN_FUSED_APPEND"] = "0"
+            try:
+                g0 = DecodeGraph(ex, bs, width, cache)
+            finally:
+                if old_env is None:
+                    del os.environ["ATTNPLAN_FUSED_APPEND"]
+                else:
+                    os.environ["ATTNPLAN_FUSED_APPEND"] = old_env
+            g0.update(inp.seq_lens, table, seq_cpu)
+            g0.capture()
+            g0.layout.seq_lens.copy_(inp.seq_lens)
+            g0.layout.table.copy_(table)
 
             def adapter_step():
                 g.update(inp.seq_lens, table, seq_cpu)
@@ -271,20 +336,27 @@ def decode_rows(name, out_dir, batches, contexts):
             def adapter_inplace():                 # the engine wrote into the graph's own buffers
                 g.update(lay.seq_lens, lay.table, seq_cpu)
                 g.graph.replay()
+
+            def adapter_unfused_inplace():
+                g0.update(g0.layout.seq_lens, g0.layout.table, seq_cpu)
+                g0.graph.replay()
             if mla:
                 qn = torch.randn(bs * qd, p.num_qo_heads, p.kv_lora_rank, device="cuda").bfloat16()
                 qp = torch.randn(bs * qd, p.num_qo_heads, p.qk_rope_head_dim, device="cuda").bfloat16()
                 lat = torch.randn(bs * qd, p.kv_lora_rank + p.qk_rope_head_dim, device="cuda").bfloat16()
                 fi_step = fi_graph(ex, cache, step, None, mla_q=(qn, qp))
                 fi_append = fi_graph(ex, cache, step, None, mla_q=(qn, qp), append=(lat,))
+                fi_own = fi_graph(ex, cache, step, None, mla_q=(qn, qp), append=(lat,), own_append=True)
             else:
                 q = torch.randn(bs * qd, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
                 kn = torch.randn(bs * qd, p.num_kv_heads, p.head_dim_qk, device="cuda").bfloat16()
                 vn = torch.randn(bs * qd, p.num_kv_heads, p.head_dim_vo, device="cuda").bfloat16()
                 fi_step = fi_graph(ex, cache, step, q)
                 fi_append = fi_graph(ex, cache, step, q, append=(kn, vn))
-            fns = {"adapter": adapter_step, "adapter_inplace": adapter_inplace, "fi": fi_step,
-                   "fi_append": fi_append}
+                fi_own = fi_graph(ex, cache, step, q, append=(kn, vn), own_append=True)
+            fns = {"adapter": adapter_step, "adapter_inplace": adapter_inplace,
+                   "adapter_unfused_inplace": adapter_unfused_inplace, "fi": fi_step, "fi_append": fi_append,
+                   "fi_own_append": fi_own}
             if os.environ.get("DECODE_STEPS_CHECK"):      # name the variant a device fault comes from
                 for k, fn in fns.items():
                     print(f"[check] {name} {bs} x {ctx}: {k}", flush=True)
@@ -301,9 +373,13 @@ def decode_rows(name, out_dir, batches, contexts):
             row["ratio_inplace"] = best["adapter_inplace"] / best["fi"]
             row["ratio_vs_fi_append"] = best["adapter"] / best["fi_append"]
             row["ratio_inplace_vs_fi_append"] = best["adapter_inplace"] / best["fi_append"]
+            # FlashInfer's whole step: its own append kernel, then its own graph's attention.
+            row["ratio_vs_fi_own_append"] = best["adapter"] / best["fi_own_append"]
+            row["ratio_inplace_vs_fi_own_append"] = best["adapter_inplace"] / best["fi_own_append"]
+            row["ratio_unfused_inplace_vs_fi_own_append"] = best["adapter_unfused_inplace"] / best["fi_own_append"]
             rows.append(row)
             print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-            del g, fi_step, fi_append
+            del g, g0, fi_step, fi_append, fi_own
     (out_dir / f"decode-steps-{name}.json").write_text(json.dumps(rows, indent=1))
     return rows
 
@@ -432,12 +508,78 @@ def breakdown(out_dir, n=200, batches=(1, 64)):
                 pa, pk = planned[1:] if planned else recorded_plan(
                     g.wrapper, lambda: g.update(g.layout.seq_lens, g.layout.table, seq_cpu))
                 parts["FlashInfer graph-mode plan alone (same arguments)"] = lambda: g.wrapper.plan(*pa, **pk)
+                parts.update(host_gap_parts(g, seq_cpu, pa, pk))
             for part, fn in parts.items():
                 us = host_median(fn, n)
                 rows.append(dict(plan=name, batch=bs, part=part, us=us))
                 print(f"{name} batch {bs}: {part}: {us:.1f} us", flush=True)
+            if g.wrapper is not None:
+                # The same parts while the previous step's graph still runs (a serving loop's
+                # case): a pageable H2D copy waits for the stream's earlier work before it stages.
+                for part in ("FlashInfer graph-mode plan alone (same arguments)", "DecodeGraph.update, in place (plan only)",
+                             "HostDecodeArrays.fill (numpy, in place)", "pageable H2D copy_, B + 1 int32 (plan's indptr copy)",
+                             "pinned H2D copy_, B + 1 int32"):
+                    us = after_replay(g, parts[part], n)
+                    rows.append(dict(plan=name, batch=bs, part=part + ", right after a replay", us=us))
+                    print(f"{name} batch {bs}: {part}, right after a replay: {us:.1f} us", flush=True)
+                import gc
+
+                gc.disable()
+                try:
+                    us = host_median(parts["DecodeGraph.update, in place (plan only)"], n)
+                finally:
+                    gc.enable()
+                rows.append(dict(plan=name, batch=bs, part="DecodeGraph.update, in place, gc disabled", us=us))
+                print(f"{name} batch {bs}: DecodeGraph.update, in place, gc disabled: {us:.1f} us", flush=True)
             del g
     (out_dir / "decode-steps-breakdown.json").write_text(json.dumps(rows, indent=1))
+
+
+def host_gap_parts(g, seq_cpu, pa, pk):
+    """Candidates for the gap between FlashInfer's graph-mode ``plan`` alone and ``DecodeGraph.update``
+    in place (issue 41: 40.7 against 64 us with ~10 us of our own code, fa2 batch 1, H100), each
+    timed on its own: the refill and the plan back to back (what ``update`` does, minus its checks);
+    the plan over pinned copies of the host arrays (FlashInfer copies indptr and last-page lengths
+    host to device: from pageable memory the driver stages them and syncs the stream first); one
+    such copy alone, pageable and pinned; the plan with our arguments replaced by FlashInfer's own
+    defaults where ours are extra (``seq_lens`` given: FlashInfer derives it otherwise)."""
+    import torch
+
+    host = g.host
+    pinned = {id(t): t.pin_memory() for t in (*pa, *pk.values()) if isinstance(t, torch.Tensor) and t.device.type == "cpu"}
+    pa_pinned = tuple(pinned.get(id(t), t) for t in pa)
+    pk_pinned = {k: pinned.get(id(v), v) for k, v in pk.items()}
+    dev = torch.empty(host.batch_size + 1, dtype=torch.int32, device="cuda")
+    ptr_pinned = host.kv_indptr.pin_memory()
+    pk_no_seq = {k: v for k, v in pk.items() if k != "seq_lens"}
+    plan = g.wrapper.plan
+    return {
+        "fill + FlashInfer plan, back to back": lambda: (host.fill(seq_cpu), plan(*pa, **pk)),
+        "FlashInfer plan, pinned host arrays": lambda: plan(*pa_pinned, **pk_pinned),
+        "FlashInfer plan without seq_lens (FlashInfer derives them)": lambda: plan(*pa, **pk_no_seq),
+        "pageable H2D copy_, B + 1 int32 (plan's indptr copy)": lambda: dev.copy_(host.kv_indptr, non_blocking=True),
+        "pinned H2D copy_, B + 1 int32": lambda: dev.copy_(ptr_pinned, non_blocking=True),
+        "update's checks alone (shape, data_ptr x2)": lambda: (g.layout.table.shape[0] != g.batch_size,
+                                                              g.layout.seq_lens.data_ptr() != g.layout.seq_lens.data_ptr(),
+                                                              g.layout.table.data_ptr() != g.layout.table.data_ptr()),
+    }
+
+
+def after_replay(g, fn, n):
+    """Median host time of ``fn`` called right after the graph's replay was enqueued (synchronized
+    before each replay): what a step's host work costs while the previous step still runs."""
+    import torch
+
+    ts = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        g.graph.replay()
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    ts.sort()
+    return ts[len(ts) // 2] * 1e6
 
 
 def profile(out_dir, n=300, batches=(1, 64)):
@@ -467,12 +609,30 @@ def profile(out_dir, n=300, batches=(1, 64)):
         pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(20)
         text.append(f"== fa2 decode plan_step batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
         print(text[-1][:4000], flush=True)
+        # DecodeGraph.update in place: where its host time goes beside FlashInfer's plan (issue 41).
+        from attnplan.adapter.graphs import DecodeGraph
+
+        g = DecodeGraph(ex, bs, 256, ex.allocate_kv_cache(bs * 256))
+        g.update(inp.seq_lens, table, seq_cpu)
+        for _ in range(30):
+            g.update(g.layout.seq_lens, g.layout.table, seq_cpu)
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(n):
+            g.update(g.layout.seq_lens, g.layout.table, seq_cpu)
+        pr.disable()
+        buf = io.StringIO()
+        pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(25)
+        text.append(f"== fa2 DecodeGraph.update in place batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
+        print(text[-1][:4000], flush=True)
+        del g
     (out_dir / "decode-steps-profile.txt").write_text("\n".join(text))
 
 
 def table(rows):
-    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer | graph step µs: FlashInfer + its own append / in place, unfused | in place ÷ FlashInfer + own append: fused / unfused (adapter ÷) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['plan_step_minus_fi_plan_us']:.0f} / "
                      f"{r['plan_step_copying_minus_fi_plan_us']:.0f} ({r['fi_plan_us']:.0f}) | "
@@ -480,7 +640,10 @@ def table(rows):
                      f"{r['fi_graph_step_us']:.1f} / {r['fi_append_graph_step_us']:.1f} | {r['ratio']:.2f} "
                      f"({r['ratio_inplace']:.2f}) | {r['ratio_vs_fi_append']:.2f} ({r['ratio_inplace_vs_fi_append']:.2f}) | "
                      f"{r['adapter_graph_host_us']:.0f} / {r['adapter_inplace_graph_host_us']:.0f} / "
-                     f"{r['fi_graph_host_us']:.0f} |")
+                     f"{r['fi_graph_host_us']:.0f} | {r['fi_own_append_graph_step_us']:.1f} / "
+                     f"{r['adapter_unfused_inplace_graph_step_us']:.1f} | {r['ratio_inplace_vs_fi_own_append']:.2f}"
+                     f"{'' if r.get('fused_append') else ' (not fused)'} / {r['ratio_unfused_inplace_vs_fi_own_append']:.2f} "
+                     f"({r['ratio_vs_fi_own_append']:.2f}) |")
     return "\n".join(lines)
 
 
@@ -509,6 +672,13 @@ def prebuild_for(names, general):
     t0 = time.perf_counter()
     prebuild(list(mods.values()))
     print(f"[decode steps] prebuilt {len(mods)} modules in {time.perf_counter() - t0:.0f}s: {sorted(mods)}", flush=True)
+    if names:
+        # FlashInfer's append kernels (the "FlashInfer + its own append" graph): one more module.
+        import flashinfer.page
+
+        t0 = time.perf_counter()
+        flashinfer.page.get_page_module()
+        print(f"[decode steps] FlashInfer's page module loaded in {time.perf_counter() - t0:.0f}s", flush=True)
 
 
 def main():

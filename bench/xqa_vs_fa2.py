@@ -2,6 +2,7 @@
 
     python3 bench/xqa_vs_fa2.py --phase probe --out DIR    # XQA stale slots, fp8 query, nvfp4 append
     python3 bench/xqa_vs_fa2.py --phase decode --out DIR   # kernel time + host time + graph steps
+    python3 bench/xqa_vs_fa2.py --phase choice --out DIR   # the plan's per-shape decode choice (issue 41.3)
 
 Shape: Llama-3.1-8B attention (32 q heads, 8 KV heads, head_dim 128, bf16 KV, page 16), batch
 1-256 x context 1k-32k, one cache shared by both backends (NHD: XQA and fa2 read the same pages).
@@ -13,6 +14,12 @@ of step i, as in a serving loop): the adapter's ``DecodeGraph`` for XQA (host: c
 block table, replay a graph holding slots + append + attention), the adapter's ``DecodeGraph`` for
 fa2 (host: the same copies + FlashInfer's plan; metadata in the graph; replay) and FlashInfer's own CUDA-graph decode wrapper
 (host: FlashInfer's plan from prepared host arrays, replay).
+
+Choice (issue 41 item 3): the rules' own ``--engine flashinfer`` plan on this node, which carries both
+decode calls and the measured boundary (``plan.decode_choice``, rules/decode_choice.yaml). Per shape,
+through that one executor and one cache: each decode call forced (``backend.forced_decode``) and the
+one the adapter picks itself, CUDA-event medians of the decode call; whether the pick is within 2 % of
+the fastest valid one; the two calls' outputs against each other; ``plan_step`` host medians.
 """
 
 from __future__ import annotations
@@ -237,6 +244,85 @@ def phase_decode(out: Path, batches=BATCHES, contexts=CONTEXTS, steps: int = 50)
     return res
 
 
+def choice_executor():
+    """The rules' own --engine flashinfer plan with a per-shape decode choice on this node, or SystemExit
+    naming why not (no measured boundary for this GPU / FlashInfer / config: nothing to check)."""
+    from gpu_common import NoRealPlan, executor_for, plan_or_raise
+
+    try:
+        a = plan_or_raise(dict(LLAMA, page_size=PAGE), "flashinfer", lambda a: a.plan.decode_choice is not None,
+                          "a per-shape decode choice (rules/decode_choice.yaml)")
+    except NoRealPlan as exc:
+        raise SystemExit(f"xqa_vs_fa2 --phase choice: {exc}") from None
+    return executor_for(a)
+
+
+def phase_choice(out: Path, batches=BATCHES, contexts=CONTEXTS, tol: float = 0.02) -> dict:
+    import flashinfer
+    import torch
+
+    from attnplan.adapter import StepInput
+    from attnplan.adapter.calls import batch_pages
+
+    from attnplan.adapter.warmup import plan_modules, prebuild
+
+    ex = choice_executor()
+    # the decode calls' modules only (decode steps alone run here; 9.0's fa3 prefill takes minutes to build)
+    prebuild([m for m in plan_modules(ex.plan) if m.phase == "decode"])
+    plan, choice = ex.plan, ex.plan.decode_choice
+    calls = [pp.call for pp in (plan.decode, choice.alternative)]
+    print(json.dumps(dict(choice=choice.id, small=choice.small, large=choice.large,
+                          small_up_to_kv_tokens=choice.small_up_to_kv_tokens, calls=calls)), flush=True)
+    num_pages = max(batches) * max(contexts) // PAGE
+    cache = ex.allocate_kv_cache(num_pages)
+    cache.data.view(torch.bfloat16).normal_()             # random, never zeros (METHOD.md)
+    p = ex.params
+    rows = []
+    for bs in batches:
+        for ctx in contexts:
+            width = ctx // PAGE
+            table = torch.randperm(num_pages, device="cuda", dtype=torch.int32)[: bs * width].view(bs, width)
+            seq_cpu = torch.full((bs,), ctx, dtype=torch.int32)
+            inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
+            q = torch.randn(bs, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
+            row = dict(batch=bs, ctx=ctx, kv_tokens=bs * ctx)
+            outs = []
+            for index, call in enumerate(calls):
+                with ex.backend.forced_decode(index):
+                    step = ex.plan_step(inp)
+                    row[f"{call}_plan_step_us"] = host_median(lambda: ex.plan_step(inp)) * 1e6
+                o = torch.empty_like(q)
+                ex.forward(step, q, cache, o)
+                torch.cuda.synchronize()
+                outs.append(o.float())
+                row[f"{call}_us"] = do_bench(lambda: ex.forward(step, q, cache, o)) * 1e6
+            step = ex.plan_step(inp)                           # the adapter's own pick
+            picked = step.extra["decode_context"].plan.decode.call
+            assert ex.decode_call_for(batch_pages(step.decode, PAGE)).call == picked
+            o = torch.empty_like(q)
+            row["chosen"] = picked
+            row["chosen_us"] = do_bench(lambda: ex.forward(step, q, cache, o)) * 1e6
+            row["chosen_plan_step_us"] = host_median(lambda: ex.plan_step(inp)) * 1e6
+            fastest = min(row[f"{c}_us"] for c in calls)
+            row["chosen_vs_fastest"] = row["chosen_us"] / fastest
+            row["within_2pct"] = row["chosen_vs_fastest"] <= 1 + tol
+            row["calls_rel_diff"] = ((outs[0] - outs[1]).norm() / outs[1].norm()).item()
+            rows.append(row)
+            print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+            del table
+    res = dict(rows=rows, choice=choice.model_dump(mode="json", exclude={"alternative"}), calls=calls,
+               all_within_2pct=all(r["within_2pct"] for r in rows), device=torch.cuda.get_device_name(),
+               flashinfer=flashinfer.__version__, torch=torch.__version__)
+    (out / "decode-choice.json").write_text(json.dumps(res, indent=1))
+    print(f"| batch | ctx | KV tokens | {calls[0]} us | {calls[1]} us | picked | picked us | picked / fastest | within 2 % |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['ctx']} | {r['kv_tokens']} | {r[calls[0] + '_us']:.1f} | {r[calls[1] + '_us']:.1f} "
+              f"| {r['chosen']} | {r['chosen_us']:.1f} | {r['chosen_vs_fastest']:.3f} | {'yes' if r['within_2pct'] else 'NO'} |")
+    print(f"chosen within 2 % of the fastest valid decode call on every shape: {res['all_within_2pct']}", flush=True)
+    return res
+
+
 def phase_host_profile(out: Path, batches=(1, 256), ctx: int = 4096, n: int = 300) -> None:
     """Where a step's host time goes: cProfile of ``build_step`` and of ``plan_step`` (fa2)."""
     import cProfile
@@ -385,7 +471,7 @@ def print_table(rows) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--phase", choices=("probe", "decode", "host-profile"), required=True)
+    ap.add_argument("--phase", choices=("probe", "decode", "host-profile", "choice"), required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
@@ -396,6 +482,8 @@ def main() -> None:
         phase_probe(out)
     elif a.phase == "host-profile":
         phase_host_profile(out)
+    elif a.phase == "choice":
+        phase_choice(out, tuple(int(x) for x in a.batches.split(",")), tuple(int(x) for x in a.contexts.split(",")))
     else:
         phase_decode(out, tuple(int(x) for x in a.batches.split(",")), tuple(int(x) for x in a.contexts.split(",")))
 

@@ -226,7 +226,8 @@ def test_warmup_module_arguments_match_the_wrappers():
     from attnplan.adapter.warmup import MERGE, _module_args, plan_modules
 
     p = plan("H100", **LLAMA)
-    pre, dec = plan_modules(p)
+    pre, dec, *alt = plan_modules(p)       # alt: the per-shape decode choice's XQA module (plan.decode_choice)
+    assert alt and [_module_args(m)[:2] for m in alt] == [("xqa", "xqa")] * len(alt)
     assert _module_args(pre) == ("prefill", "fa3", (torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.int32,
                                                     128, 128, 0, False, False, False))
     assert _module_args(dec)[:2] == ("prefill", "fa2")            # tensor-core decode = prefill module

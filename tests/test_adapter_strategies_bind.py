@@ -102,6 +102,9 @@ def test_strategies_make_calls_that_bind_to_flashinfer(case, recorded):
     ex = AttentionExecutor(answer, device="cpu", backend="flashinfer", check=False)
     for kind in ("prefill_only", "decode_only", "mixed"):
         exercise(ex, kind)
+    for index in range(len(ex.backend.decode_contexts)):     # a per-shape decode choice: each decode call
+        with ex.backend.forced_decode(index):
+            exercise(ex, "decode_only")
     used = {ph: getattr(answer.plan, ph).call for ph in ("prefill", "decode")}
     for phase, call in used.items():
         st = calls.strategy(call)

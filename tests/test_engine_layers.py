@@ -7,6 +7,7 @@ import pytest
 from attnplan import policy
 from attnplan.policy import AttentionConfig, Fact, InvalidInputError, simulated_node
 from attnplan.node import ProbeIO, probe_node
+from attnplan.render import finish
 
 LLAMA = AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 
@@ -85,7 +86,8 @@ def test_non_http_artifactory_never_counts(url):
 
 # -- issue 21: the classes the vLLM oracle found, fixed as data -----------------------------------------
 def _vllm(cfg, device, **node_kw):
-    return policy.plan_for(cfg, simulated_node(device, **node_kw), engine="vllm")
+    # finished: the planner leaves its notes as data, render/ writes them (issue 36 item 6)
+    return finish(policy.plan_for(cfg, simulated_node(device, **node_kw), engine="vllm"))
 
 
 def _rules(a):

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from attnplan.policy import default_ruleset, load_rules, plan_for, simulated_node
+from attnplan import plan_for   # the public call: a finished answer (its notes written by render/)
+from attnplan.policy import default_ruleset, load_rules, simulated_node
 from attnplan.policy.engines import flashinfer_pin, parse_engine, resolve_engine
 from attnplan.policy.errors import InvalidInputError, RulePackError
 from attnplan.rules import BACKENDS_FILE, PACKS_DIR

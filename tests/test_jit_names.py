@@ -12,6 +12,7 @@ from attnplan import policy
 from attnplan.policy import AttentionConfig, simulated_node
 from attnplan.model import plan as mp
 from attnplan.policy.jit_names import clashes, jit_name
+from attnplan.render.verdict import finish
 from attnplan.model.layers import LayerGroup, ModelLayers
 from attnplan.policy.shipped import default_ruleset
 from attnplan.presets import PRESETS_DIR
@@ -37,7 +38,7 @@ def test_sink_modules_of_two_head_sizes_clash_under_one_name():
     vs = clashes(RS, ps)
     assert vs and all(v.rule == "sink.jit-name" for v in vs)
     assert len(vs) == len(names)                               # one per name the two groups share
-    v = vs[0]
+    v = finish(vs[0])   # the planner leaves data (Violation.says); render/notes.py writes the message
     assert v.fact == "head_dim_qk, head_dim_vo"
     assert {o["head_dim_qk"] for o in v.observed} == {64, 128}
     assert "groups 0" in v.message and "groups 1" in v.message and "one library" in v.message

@@ -16,7 +16,8 @@ import pytest
 from attnplan.policy import InvalidInputError, ModelConfigError, plan_for, simulated_node
 from attnplan.model import LayerGroup, explain_groups, layer_groups, plan_model, read_layers
 from attnplan.model.layers import yarn_get_mscale
-from attnplan.render import compact_layers, render_groups
+from attnplan.render import compact_layers, finish, render_groups
+from attnplan.render.notes import notes_text   # the reader's notes are data; render/ words them
 
 MODELS = Path(__file__).parent / "models"
 
@@ -91,7 +92,7 @@ def test_gpt_oss_20b_alternating_window_128_with_sinks_everywhere():
     assert all(g.sinks for g in m.groups)
     assert local.sm_scale == pytest.approx(64 ** -0.5)
     assert (local.num_qo_heads, local.num_kv_heads) == (64, 8)
-    ignored = next(n for n in m.notes if n.startswith("ignored"))
+    ignored = next(n for n in notes_text(m.notes_says) if n.startswith("ignored"))
     assert "quantization_config" in ignored and "num_local_experts" in ignored
 
 
@@ -100,7 +101,7 @@ def test_gpt_oss_layer_types_that_contradict_vllm_follow_vllm():
     data["layer_types"] = list(reversed(data["layer_types"]))  # odd layers sliding
     m = read_layers(data)
     assert one(m.groups, "sliding").layers == tuple(range(0, 24, 2))
-    assert any("disagrees" in n for n in m.notes)
+    assert any("disagrees" in n for n in notes_text(m.notes_says))
 
 
 def test_llama4_scout_chunked_local_and_nope_layers():
@@ -111,7 +112,7 @@ def test_llama4_scout_chunked_local_and_nope_layers():
     assert glob.layers == tuple(range(3, 48, 4)) and not glob.rope and glob.chunk_size is None
     assert len(chunked.layers) == 36 and chunked.rope and chunked.chunk_size == 8192
     assert chunked.sm_scale == glob.sm_scale == pytest.approx(128 ** -0.5)
-    assert any("attn_temperature_tuning" in n for n in m.notes)
+    assert any("attn_temperature_tuning" in n for n in notes_text(m.notes_says))
 
 
 def test_llama4_explicit_no_rope_layers():
@@ -305,7 +306,7 @@ def _hybrid_block(state_bytes: int, token_bytes: int, page: int) -> int:
 
 
 def test_qwen3_next_hybrid_kv_cache_block_holds_the_deltanet_state(h100):
-    a = plan_model(hf("qwen3-next-80b-a3b-instruct"), h100)
+    a = finish(plan_model(hf("qwen3-next-80b-a3b-instruct"), h100))   # its notes written by render/
     lin, full = one(a.layer_groups, "linear_attention"), one(a.layer_groups, "full")
     assert lin.status == "not_served" and lin.prefill is None and "not served by FlashInfer" in lin.notes[0]
     assert full.status == "ok" and a.ok

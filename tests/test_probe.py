@@ -16,6 +16,7 @@ import pytest
 import attnplan
 import attnplan.node.probe as node_probe
 from attnplan import policy
+from attnplan.render import finish
 from attnplan.policy import AttentionConfig, Fact, NodeFacts, Source
 from attnplan.node import NodeCache, ProbeIO, probe_node
 from attnplan.policy.answer import node_json
@@ -217,7 +218,7 @@ def test_10x_gpu_artifactory_unreachable_plans_native():
     node = probe_node(make_io(GPU[100], http=http))
     assert len(http.calls) == 1
     assert node.artifactory_reachable.value is False
-    a = policy.plan_for(CFG, node)
+    a = finish(policy.plan_for(CFG, node))   # its notes written by render/ from the planner's data
     assert a.backends() == ("fa2", "fa2")
     assert any("trtllm.cubins" in n for n in a.notes)
 
@@ -301,7 +302,7 @@ def test_cubin_dir_with_cubins(tmp_path):
     # its checksums.txt is not FlashInfer's (CheckSumHash): FlashInfer would download the table again, and the
     # artifactory does not answer - the node is not ready for trtllm-gen, said naming the file (issue 37)
     assert "checksums.txt" in node.trtllm_kernel_table.value["error"]
-    a = policy.plan_for(CFG, node, engine="flashinfer")
+    a = finish(policy.plan_for(CFG, node, engine="flashinfer"))
     assert a.backends() == ("fa2", "fa2")
     assert any("not FlashInfer's" in f for f in a.notes)
     assert policy.plan_for(CFG, node).backends() == ("fa2", "fa2")
@@ -373,7 +374,7 @@ def test_batch_invariant_env(raw, on):
     node = probe_node(make_io(GPU[100], env=env, which=NVCC))
     assert node.batch_invariant_env.value is on
     assert node.batch_invariant_env.source == Source.measured
-    a = policy.plan_for(CFG, node, engine="flashinfer")
+    a = finish(policy.plan_for(CFG, node, engine="flashinfer"))
     assert a.backends() == (("fa2", "fa2") if on else ("trtllm-gen", "trtllm-gen"))
     if on:
         assert any("trtllm.batch-invariant" in n for n in a.notes)

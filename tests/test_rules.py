@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from attnplan import policy
+from attnplan.render import finish
 from attnplan.policy import AttentionConfig, Fact, NodeFacts, simulated_node
 
 SUPPORTED = policy.SUPPORTED_FLASHINFER
@@ -31,8 +32,9 @@ def mla(**kw) -> AttentionConfig:
 
 
 def run(config: AttentionConfig, node: NodeFacts, engine: str | None = None) -> policy.PlanAnswer:
-    """The whole answer (plan_for: evaluate, then verified suggestions) for one engine layer."""
-    return policy.plan_for(config, node, engine=engine)
+    """The whole answer (plan_for: evaluate, then verified suggestions) for one engine layer, finished: its notes and
+    suggestions worded by render/ from the planner's data (issue 36 item 6)."""
+    return finish(policy.plan_for(config, node, engine=engine))
 
 
 FI = "flashinfer"   # the kernel layer alone

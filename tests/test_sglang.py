@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from attnplan.render import finish
 from attnplan import policy
 from attnplan.model import config_from_hf
 from attnplan.adapter.startup import refuse_foreign_engine_backend
@@ -28,7 +29,8 @@ def sgl(config, device, **flags):
     """SGLang's answer; KV dtype, page size and deterministic mode travel in the config (as launch_server puts them)."""
     over = {k: flags.pop(f) for f, k in (("kv_cache_dtype", "kv_cache_dtype"), ("page_size", "page_size"),
                                          ("enable_deterministic_inference", "batch_invariant")) if f in flags}
-    return policy.plan_for(config.replace(**over), simulated_node(device), engine=SglangEngine(SglangFlags(**flags)))
+    # finished: the planner leaves its notes as data, render/ writes them (issue 36 item 6)
+    return finish(policy.plan_for(config.replace(**over), simulated_node(device), engine=SglangEngine(SglangFlags(**flags))))
 
 
 def test_engine_pack_applies_under_its_engine_only():

@@ -104,13 +104,17 @@ MODELS = Path(__file__).parent / "models"
 
 @pytest.mark.parametrize("name", ["qwen3-next-80b-a3b-instruct", "falcon-h1-7b-instruct", "gemma-3-27b-it"])
 def test_model_notes_are_written_from_the_answers_data(name):
-    m = plan_model(json.loads((MODELS / f"{name}.json").read_text()), simulated_node("H100"))
-    written = model_notes(m)
-    # in the planner's order, each once, and nothing the planner did not write
-    assert [n for n in m.notes if n in written] == written
-    for g in m.layer_groups:
-        assert all(n in g.notes for n in group_notes(g))
+    data = json.loads((MODELS / f"{name}.json").read_text())
+    planned = model_layer_plan(data, simulated_node("H100"))
+    # the planner keeps no copy of the text (it was TRANSITIONAL here): its notes are data until finished
+    assert planned.notes == () and all(g.notes == () for g in planned.layer_groups)
+    m = plan_model(data, simulated_node("H100"))
+    written = model_notes(planned)
+    assert list(m.notes) == written and len(set(written)) == len(written)
+    for g, h in zip(planned.layer_groups, m.layer_groups):
+        assert list(h.notes) == group_notes(g)
     hybrid = m.kv_cache_groups.raised_attention_page_bytes is not None
     assert hybrid == any(n.startswith("hybrid KV cache") for n in written)
     assert hybrid == (name != "gemma-3-27b-it")
     assert m.to_json()["kv_cache_groups"]["raised_attention_page_bytes"] == m.kv_cache_groups.raised_attention_page_bytes
+    assert m.to_json()["kv_cache_groups"]["notes"] == [n for n in written if n.startswith("hybrid KV cache")]

@@ -8,14 +8,15 @@ import pytest
 
 from attnplan import policy
 from attnplan.policy import simulated_node
+from attnplan.render import finish
 
 MLA = {"num_qo_heads": 16, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "page_size": 64}
 
 
 @pytest.mark.parametrize("nope,v,prefill,runs_fi", [(128, 128, "FLASH_ATTN", False), (192, 256, "TRTLLM_RAGGED", True)])
 def test_vllm_mla_prefill_is_named_per_phase(nope, v, prefill, runs_fi):
-    a = policy.plan_for(policy.make_config({**MLA, "qk_nope_head_dim": nope, "v_head_dim": v}), simulated_node("B200"),
-                        engine="vllm")
+    a = finish(policy.plan_for(policy.make_config({**MLA, "qk_nope_head_dim": nope, "v_head_dim": v}), simulated_node("B200"),
+                        engine="vllm"))   # finished: render/ writes the notes from the planner's data
     assert a.ok and a.engine_phases["prefill"].name == prefill and a.engine_phases["prefill"].runs_flashinfer is runs_fi
     assert a.engine_phases["decode"].name == "FLASHINFER_MLA" and a.plan.prefill.backend == "trtllm-ragged"
     if not runs_fi:

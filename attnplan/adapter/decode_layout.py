@@ -116,6 +116,32 @@ class DecodeLayout:
             dst = torch.where(self._col < pages.view(-1, 1), self.kv_indptr[:-1].view(-1, 1) + self._col, b * w)
             self.kv_indices.scatter_(0, dst.view(-1), self.table.reshape(-1))
 
+    def fused_append(self, cache: Any, k: Any, v: Any = None) -> Any:
+        """The one-launch metadata + append arguments (``kv_cache.FusedAppend``) for writing ``k``/``v``
+        (MLA: the latent rows, ``v`` None) into ``cache`` at this layout's slots, or None where that
+        launch does not apply: no Triton kernel (CPU, ``ATTNPLAN_DECODE_METADATA=torch``), a cache
+        that quantizes (``kv_cache.fused_target``), or ``ATTNPLAN_FUSED_APPEND=0`` (benchmarks
+        compare the two). The rows' addresses are baked in: for buffers that stay put (a graph's)."""
+        import os
+
+        if self._kernel is None or os.environ.get("ATTNPLAN_FUSED_APPEND") == "0":
+            return None
+        from . import kv_cache as kvc
+
+        return kvc.fused_target(cache, k, v)
+
+    def compute_append(self, cache: Any, k: Any, v: Any = None, fused: Any = None) -> None:
+        """``compute`` then ``kv_cache.append(cache, slots, k, v)``: one launch with ``fused`` (from
+        ``fused_append`` over the same cache and rows), else the metadata then the scatters - the
+        torch path, and the reference the GPU test holds the fused launch to byte for byte."""
+        if fused is not None:
+            self._kernel(self, fused)
+            return
+        from . import kv_cache as kvc
+
+        self.compute()
+        kvc.append(cache, self.slots, k, v, pages_offsets=(self.slot_pages, self.slot_offsets))
+
     def phase_batch(self, seq_lens: Any, block_table: Any, max_kv_len: int, kv_indices: Any = None,
                     host: Optional["HostDecodeArrays"] = None) -> Any:
         """The decode ``PhaseBatch`` over this layout's outputs (the eager step and the whole-step

@@ -22,7 +22,7 @@ from attnplan.policy import NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigura
 
 from . import kv_cache as kvc
 from .backend import AttentionBackend
-from .calls import needs_finite_page_tail
+from .calls import DEFAULT, DecodeSwitch, decode_phases, needs_finite_page_tail
 from .decode_layout import DecodeLayouts
 from .dtypes import torch_dtype
 from .host_metadata import HostStaging
@@ -33,6 +33,7 @@ from .reference import ReferenceBackend
 from .startup import check_plan
 from .step import StepInput, StepMetadata
 from .warmup import WarmupReport, warmup
+from attnplan.render.verdict import verdict_message
 
 
 class AttentionExecutor:
@@ -43,7 +44,7 @@ class AttentionExecutor:
         ``check`` (default: on for flashinfer): re-evaluate the rules on ``node`` (default: this
         machine, probed now) and refuse a plan that does not hold, before touching the device."""
         if answer.plan is None:
-            raise UnsupportedConfigurationError(answer)
+            raise UnsupportedConfigurationError(answer, verdict_message(answer.verdict) if answer.verdict is not None else None)
         if check if check is not None else backend == "flashinfer":
             self.live = check_plan(answer, node, ruleset=ruleset, strict_selection=strict_selection)
         self.answer = answer
@@ -57,6 +58,7 @@ class AttentionExecutor:
                                       indices=self.plan.metadata.decode_only.needs_paged_kv_indices)
         self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
         self._mla = self.plan.kv_cache.mla
+        self._switch = DecodeSwitch(self.plan) if getattr(self.plan, "decode_choice", None) is not None else None
         if backend == "flashinfer":
             from .flashinfer_backend import FlashInferBackend
 
@@ -69,8 +71,39 @@ class AttentionExecutor:
     # -- startup -------------------------------------------------------------------------------
     def warmup(self, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> WarmupReport:
         """Compile/load every kernel the plan lists, then run one tiny step of each batch kind
-        (prefill-only, decode-only, mixed) so that the first request compiles nothing."""
-        return warmup(self, progress, parallel=parallel)
+        (prefill-only, decode-only, mixed) so that the first request compiles nothing. A plan with a
+        per-shape decode choice lists both decode calls' modules (policy/plan.py build_plan); its tiny
+        steps run the call a tiny batch picks, so each decode call then runs one decode-only step too."""
+        report = warmup(self, progress, parallel=parallel)
+        forced = getattr(self.backend, "forced_decode", None)
+        if getattr(self.plan, "decode_choice", None) is None or forced is None:
+            return report
+        import time
+
+        from .warmup import _built, _jit_dir, exercise
+
+        jit_dir = _jit_dir()
+        before = _built(jit_dir)
+        for index, pp in enumerate(decode_phases(self.plan)):
+            t0 = time.perf_counter()
+            with forced(index):
+                exercise(self, "decode_only")
+            if self.device.type == "cuda":
+                import torch
+
+                torch.cuda.synchronize(self.device)
+            report.batch_kinds[f"decode_only:{pp.call}"] = time.perf_counter() - t0
+        after = _built(jit_dir)
+        report.compiled_during_exercise = sorted({*report.compiled_during_exercise,
+                                                  *(p for p, m in after.items() if before.get(p) != m)})
+        return report
+
+    def decode_call_for(self, num_pages: int) -> Any:
+        """The phase plan of the decode call that runs a decode batch reading ``num_pages`` KV pages:
+        ``plan.decode``, or where the plan carries a measured per-shape choice (``Plan.decode_choice``)
+        the one its boundary picks - the comparison ``plan_step`` makes (calls/_choice.py). For
+        CUDA-graph decode, which captures one call per graph: the key of the graph to replay."""
+        return decode_phases(self.plan)[self._switch.for_pages(num_pages) if self._switch is not None else DEFAULT]
 
     def allocate_kv_cache(self, num_pages: int) -> kvc.PagedKVCache:
         return kvc.allocate(self.plan.kv_cache, num_pages, self.device, zeroed=needs_finite_page_tail(self.plan))

@@ -12,20 +12,29 @@ stream). Calls whose phase plan says ``zero_workspace`` (TRTLLM-gen, XQA) keep s
 theirs, which a wrapper would dirty (seen on the H100: XQA over a workspace a wrapper had used
 gave relative error 1.0), so they get a zeroed buffer of their own (``calls.workspace_layout``).
 
+A plan with a measured per-shape decode choice (``Plan.decode_choice``, issue 41 item 3) runs one of two
+decode calls per step: both are built here at startup (wrappers made, workspaces sized for both), each
+behind its own ``CallContext`` - the backend itself for ``plan.decode``, a view of it whose plan's decode
+is the alternative - and ``plan_step`` picks one by one comparison of the decode batch's pages with the
+boundary (``calls.DecodeSwitch``); the step carries the pick to ``run_decode``.
+
 Importing this module imports flashinfer; ``attnplan.adapter`` imports it only when an executor
 is built with the FlashInfer backend.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import contextlib
+import copy
+from typing import Any, Callable, Iterator, Optional
 
 import flashinfer
 import torch
 
+from attnplan.errors import AdapterCallError
 from attnplan.policy import Plan
 
-from .calls import KernelCall, strategy, workspace_layout
+from .calls import DEFAULT, DecodeSwitch, FixedDecode, KernelCall, strategy, workspace_layout
 from .dtypes import NVFP4, torch_dtype
 from .merge import fold_heads
 from .params import AttentionParams, split_kv_kwargs
@@ -42,7 +51,10 @@ class FlashInferBackend:
         self.params = params
         self.device = torch.device(device)
         self.calls: dict[str, KernelCall] = {ph: strategy(getattr(plan, ph).call) for ph in PHASES}
-        layout = workspace_layout({"prefill": plan.prefill, "decode": plan.decode})
+        alt = plan.decode_choice.alternative if getattr(plan, "decode_choice", None) is not None else None
+        # both decode calls' needs: an XQA alternative gets zeroed memory no wrapper writes
+        layout = workspace_layout({"prefill": plan.prefill, "decode": plan.decode,
+                                   **({"decode_alternative": alt} if alt is not None else {})})
         # Zeroed, not empty: FA2 decode wants a zero first use; semaphores start at zero.
         self.workspace = torch.zeros(max(layout["shared"], 1), dtype=torch.uint8, device=self.device)
         self.device_workspace = (torch.zeros(layout["private"], dtype=torch.uint8, device=self.device)
@@ -60,6 +72,50 @@ class FlashInferBackend:
         self._decode = self.make_wrapper("decode")
         self._prefill = self.make_wrapper("prefill")
         self._wrappers = {"decode": self._decode, "prefill": self._prefill}
+        # the decode calls this backend can run, by DecodeSwitch index: the context each runs in
+        self.switch: Any = None
+        self.decode_contexts: tuple[Any, ...] = (self,)
+        if alt is not None:
+            self.switch = DecodeSwitch(plan)
+            self.decode_contexts = (self, self._alternative_context(alt))
+
+    def _alternative_context(self, alt: Any) -> "FlashInferBackend":
+        """The ``CallContext`` the alternative decode call runs in: this backend (its workspaces, memo,
+        prefill) seen through a plan whose decode is the alternative, with its own strategy, plan()
+        arguments and wrapper, made now - nothing is built per step."""
+        view = copy.copy(self)
+        view.plan = self.plan.model_copy(update={"decode": alt})
+        view.calls = {**self.calls, "decode": strategy(alt.call)}
+        view.q_dtype = {**self.q_dtype, "decode": torch_dtype(alt.query_dtype)}
+        view.common = {**self.common, "decode": {**self.common["decode"], "q_data_type": view.q_dtype["decode"]}}
+        view.switch, view.decode_contexts = None, ()
+        view._decode = view.make_wrapper("decode")
+        view._wrappers = {"decode": view._decode, "prefill": self._prefill}
+        return view
+
+    def decode_context(self, index: int = DEFAULT) -> "FlashInferBackend":
+        """The context of decode call ``index`` (``DEFAULT``: plan.decode; ``ALTERNATIVE``: the plan's
+        decode_choice.alternative): its ``plan.decode``, ``calls["decode"]`` and ``_decode`` wrapper are
+        that call's. CUDA-graph decode captures one per (batch size, call)."""
+        return self.decode_contexts[index]
+
+    def decode_index_for(self, num_pages: int) -> int:
+        """Which decode call runs a decode batch reading ``num_pages`` KV pages (DEFAULT without a choice)."""
+        return DEFAULT if self.switch is None else self.switch.for_pages(num_pages)
+
+    @contextlib.contextmanager
+    def forced_decode(self, index: int) -> Iterator[None]:
+        """Run decode call ``index`` whatever the batch (warm-up exercises each; benchmarks time each)."""
+        if self.switch is None:
+            if index != DEFAULT:
+                raise AdapterCallError("this plan has one decode call")
+            yield
+            return
+        keep, self.switch = self.switch, FixedDecode(index)
+        try:
+            yield
+        finally:
+            self.switch = keep
 
     # -- what the strategies read (calls/_contract.py CallContext) -----------------------------
     def make_wrapper(self, phase: str, **graph_buffers: Any) -> Any:
@@ -87,11 +143,15 @@ class FlashInferBackend:
             batch = getattr(step, phase)
             if batch is None:
                 continue
-            wrapper = self._wrappers[phase]
+            ctx = self
+            if phase == "decode" and self.switch is not None:
+                # one comparison of a host int the metadata holds (calls/_choice.py); the pick rides the step
+                ctx = step.extra["decode_context"] = self.decode_contexts[self.switch.pick(batch)]
+            wrapper = ctx._wrappers[phase]
             if wrapper is not None:
-                self.plan_wrapper(wrapper, batch, phase)
+                ctx.calls[phase].plan(ctx, wrapper, batch, phase)
             else:
-                step.extra.update(self.calls[phase].device_extras(self, getattr(self.plan, phase), batch.num_reqs))
+                step.extra.update(ctx.calls[phase].device_extras(ctx, getattr(ctx.plan, phase), batch.num_reqs))
 
     def plan_ragged(self, step: StepMetadata, key: str, qo_indptr_cpu: Any, kv_indptr_cpu: Any, causal: bool) -> None:
         """MLA prefill: one ragged plan per part (``new`` causal, ``context`` not)."""
@@ -101,8 +161,9 @@ class FlashInferBackend:
     def run_decode(self, step: StepMetadata, q: Any, cache: Any, out: Any, *, k_scale: float = 1.0,
                    v_scale: float = 1.0, sinks: Optional[Any] = None) -> None:
         assert step.decode is not None
-        self.calls["decode"].run(self, self._decode, step, "decode", q, cache, out, k_scale=k_scale,
-                                 v_scale=v_scale, sinks=sinks)
+        ctx = self if self.switch is None else step.extra.get("decode_context", self)
+        ctx.calls["decode"].run(ctx, ctx._decode, step, "decode", q, cache, out, k_scale=k_scale,
+                                v_scale=v_scale, sinks=sinks)
 
     def run_prefill(self, step: StepMetadata, q: Any, cache: Any, out: Any, *, k_scale: float = 1.0,
                     v_scale: float = 1.0, sinks: Optional[Any] = None) -> None:

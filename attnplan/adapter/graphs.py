@@ -2,9 +2,11 @@
 
 The graph holds, in order: the step's metadata from its lengths and block table
 (``DecodeLayout.compute``: KV page indptr, page indices, last-page lengths, each new token's
-slot), the append of the new K/V (MLA: latent rows) at those slots, and the attention call the
-plan names (the strategy of ``PhasePlan.call``, ``calls/``). Per step the host copies the lengths
-and the block table into the graph's buffers (``update``) and replays.
+slot), the append of the new K/V (MLA: latent rows) at those slots - both one Triton launch for a
+16-bit cache (``DecodeLayout.compute_append``, issue 41), the metadata launch then
+``kv_cache.append``'s scatters otherwise - and the attention call the plan names (the strategy
+of ``PhasePlan.call``, ``calls/``). Per step the host copies the lengths and the block table into
+the graph's buffers (``update``) and replays.
 
 Host-planned calls (FlashInfer wrappers: paged_decode, paged_prefill for speculative decode or fa3
 decode, sink, mla_paged_decode) also need FlashInfer's scheduler, which runs on the host: their
@@ -29,7 +31,6 @@ from typing import Any, Optional
 
 import torch
 
-from . import kv_cache as kvc
 from .decode_layout import DecodeLayout, HostDecodeArrays, _copy2
 from .flashinfer_backend import FlashInferBackend
 from .step import StepMetadata
@@ -54,21 +55,27 @@ class _PlanRecorder:
 class DecodeGraph:
     """``DecodeGraph(executor, batch_size, max_pages_per_req, cache)``; then each step
     ``update(seq_lens, block_table, seq_lens_cpu)`` and ``replay(q, k_new, v_new)`` (MLA:
-    ``replay_mla(q_nope, q_pe, latent)``). ``capture()`` once, after the first ``update``."""
+    ``replay_mla(q_nope, q_pe, latent)``). ``capture()`` once, after the first ``update``.
+
+    ``decode``: which of the plan's decode calls the graph captures (a graph holds one kernel): the
+    default, or where the plan carries a measured per-shape choice (``Plan.decode_choice``) the one
+    ``executor.backend.decode_index_for(num_pages)`` names for the batch - the engine keys its
+    graphs by (batch size, that index)."""
 
     def __init__(self, executor: Any, batch_size: int, max_pages_per_req: int, cache: Any, *,
-                 sinks: Optional[Any] = None):
+                 sinks: Optional[Any] = None, decode: int = 0):
         plan = executor.plan
-        backend = executor.backend
-        if not isinstance(backend, FlashInferBackend):
+        if not isinstance(executor.backend, FlashInferBackend):
             raise AdapterCallError("DecodeGraph captures the FlashInfer backend's decode kernels")
+        backend = executor.backend.decode_context(decode)
+        self.backend = backend
         self.ex = executor
         self.cache = cache
         self.batch_size = batch_size
         self.sinks = sinks
         self.mla = plan.kv_cache.mla
         dev = executor.device
-        d = plan.decode
+        d = backend.plan.decode
         p = executor.params
         self.q_len = d.q_len_per_req
         self.call = backend.calls["decode"]
@@ -89,8 +96,11 @@ class DecodeGraph:
             self.v_new = torch.zeros(tokens, p.num_kv_heads, p.head_dim_vo, dtype=q_dtype, device=dev)
             self.out = torch.empty(tokens, p.num_qo_heads, p.head_dim_vo, dtype=backend.o_dtype, device=dev)
         self.graph: Any = None
-        self._parts = (self.layout.slot_pages, self.layout.slot_offsets)
         lay = self.layout
+        # Metadata and append in one launch where the cache stores the rows as they come (a 16-bit
+        # cache: decode_kernel.py, issue 41); else the metadata launch then ``kv_cache.append``.
+        self.fused = lay.fused_append(cache, self.latent) if self.mla else lay.fused_append(cache, self.k_new,
+                                                                                              self.v_new)
         # What the kernels read, as the eager path hands it to them: the layout's buffers.
         self.step = StepMetadata(
             kind="decode_only", needs=plan.metadata.decode_only, num_tokens=tokens, slots=lay.slots,
@@ -129,7 +139,7 @@ class DecodeGraph:
         if self.host_planned:
             # First: FlashInfer's pageable copies wait for work already enqueued.
             if seq_lens_cpu is None:
-                raise AdapterCallError(f"the decode call {self.ex.plan.decode.call!r} plans on the host: "
+                raise AdapterCallError(f"the decode call {self.backend.plan.decode.call!r} plans on the host: "
                                        "pass seq_lens_cpu")
             host = self.host.fill(seq_lens_cpu)
             if self._planned is not None:
@@ -156,22 +166,21 @@ class DecodeGraph:
         # the graph's own buffer (a copy onto itself).
         if not self._record:
             batch.kv_indices = self.layout.indices_upto(host.num_pages)
-            self.call.plan(self.ex.backend, self.wrapper, batch, "decode")
+            self.call.plan(self.backend, self.wrapper, batch, "decode")
             return
         rec = _PlanRecorder(self.wrapper)
-        self.call.plan(self.ex.backend, rec, batch, "decode")
+        self.call.plan(self.backend, rec, batch, "decode")
         if rec.seen is not None:
             self._planned = (self.wrapper.plan, *rec.seen)
 
     # -- captured work ---------------------------------------------------------------------------
     def _run(self) -> None:
-        backend: FlashInferBackend = self.ex.backend
-        self.layout.compute()
+        backend: FlashInferBackend = self.backend
         if self.mla:
-            kvc.append(self.cache, self.layout.slots, self.latent, pages_offsets=self._parts)
+            self.layout.compute_append(self.cache, self.latent, None, self.fused)
             self.call.run_latent(backend, self.wrapper, self.step, self.q_nope, self.q_pe, self.cache, self.out)
             return
-        kvc.append(self.cache, self.layout.slots, self.k_new, self.v_new, pages_offsets=self._parts)
+        self.layout.compute_append(self.cache, self.k_new, self.v_new, self.fused)
         self.call.run(backend, self.wrapper, self.step, "decode", self.q, self.cache, self.out, k_scale=1.0,
                       v_scale=1.0, sinks=self.sinks)
 

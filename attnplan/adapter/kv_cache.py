@@ -113,6 +113,59 @@ def append(cache: PagedKVCache, slots: Any, k: Any, v: Optional[Any] = None, *,
     _scatter(cache.data, plan.layout, 1, page, off, _quantize(v, plan.kv_view_dtype, v_scale).to(cache.data.dtype))
 
 
+@dataclass(frozen=True)
+class FusedAppend:
+    """What one kernel needs to write a step's new rows into ``data`` itself (``decode_kernel``):
+    the rows (``k``: [T, H, D], or MLA's latent [T, 1, rank + rope] seen as one head; ``v``: [T, H, D]
+    or None) with their strides, and the cache's strides as (page, K/V, in-page offset, head, dim)."""
+
+    data: Any
+    num_pages: int
+    strides: tuple[int, int, int, int, int]
+    heads: int
+    dim: int
+    k: Any
+    k_strides: tuple[int, int, int]
+    v: Optional[Any]
+    v_strides: tuple[int, int, int]
+
+
+_CAST_ONLY = ("bfloat16", "float16")
+
+
+def fused_target(cache: PagedKVCache, k: Any, v: Optional[Any] = None, *, k_scale: float = 1.0,
+                 v_scale: float = 1.0) -> Optional[FusedAppend]:
+    """``append(cache, slots, k, v)`` as a plain copy a kernel can do on its own, or None where
+    ``append`` does more: a 16-bit float cache (storage = view), rows of that same dtype and unit
+    scales, so the stored bits are the rows' (``_quantize`` returns x untouched at scale 1); fp8
+    (scale, clamp, cast) and NVFP4 (block quantization) stay with ``append``. ``k``/``v``: the
+    rows as the step hands them, [T, H, D] (MLA: [T, rank + rope])."""
+    plan = cache.plan
+    if plan.kv_storage_dtype not in _CAST_ONLY or plan.kv_view_dtype != plan.kv_storage_dtype:
+        return None
+    if k_scale != 1.0 or (not plan.mla and v_scale != 1.0):
+        return None
+    d = cache.data
+    # Rows of the cache's own dtype: the kernel copies bits, no rounding to agree on.
+    if k.dtype != d.dtype or (v is not None and v.dtype != d.dtype):
+        return None
+    if plan.mla:
+        if k.dim() != 2 or k.shape[1] != d.shape[2]:
+            return None
+        s = d.stride()
+        return FusedAppend(d, d.shape[0], (s[0], 0, s[1], 0, s[2]), 1, int(d.shape[2]), k,
+                           (k.stride(0), 0, k.stride(1)), None, (0, 0, 0))
+    if v is None or v.shape != k.shape or k.dim() != 3:
+        return None
+    s = d.stride()
+    heads, dim = int(d.shape[3] if plan.layout == "NHD" else d.shape[2]), int(d.shape[4])
+    if tuple(k.shape[1:]) != (heads, dim):
+        return None
+    inner = (s[2], s[3]) if plan.layout == "NHD" else (s[3], s[2])       # (offset, head)
+    return FusedAppend(d, d.shape[0], (s[0], s[1], inner[0], inner[1], s[4]), heads, dim, k, tuple(k.stride()), v,
+                       tuple(v.stride()))
+
+
 def _scatter(data: Any, layout: str, kv: int, page: Any, off: Any, x: Any) -> None:
     if layout == "NHD":
         data[page, kv, off] = x          # [T, H, D]

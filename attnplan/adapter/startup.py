@@ -13,6 +13,7 @@ from typing import Optional
 from attnplan.errors import StartupMismatchError
 from attnplan.policy import (EngineSpec, NodeFacts, PlanAnswer, RuleSet, UnsupportedConfigurationError, Violation, evaluate)
 from attnplan.node import probe_node
+from attnplan.render.verdict import finish, verdict_message
 
 # Facts a plan depends on, shown side by side when the plan does not hold here (the rules decide;
 # this only tells the operator what changed between planning and startup).
@@ -57,7 +58,7 @@ def refuse_foreign_engine_backend(answer: PlanAnswer) -> None:
     rule = f"{answer.engine.name}.not-flashinfer"
     vs = tuple(Violation(rule=rule, phase=ph, backend=eb.name, fact="engine_backend", observed=eb.name,  # type: ignore[arg-type]
                          required="an engine backend that runs FlashInfer kernels", layer="engine", outcome="startup",
-                         message=f"{answer.engine.name} runs {eb.name} for {ph} ({eb.note}): the adapter runs FlashInfer "
+                         message=f"{answer.engine.name} runs {eb.name} for {ph} ({finish(eb).note}): the adapter runs FlashInfer "
                                  f"plans only; launch with the engine's FlashInfer backend (e.g. --attention-backend flashinfer)")
                for ph, eb in off)
     raise UnsupportedConfigurationError(answer.model_copy(update={"status": "rejected", "plan": None, "violations": vs}))
@@ -72,7 +73,7 @@ def check_plan(answer: PlanAnswer, node: Optional[NodeFacts] = None, *, ruleset:
     the rules pick here (a plan made for another GPU); off, such a plan may run.
     """
     if answer.plan is None:
-        raise UnsupportedConfigurationError(answer)
+        raise UnsupportedConfigurationError(answer, verdict_message(answer.verdict) if answer.verdict is not None else None)
     refuse_foreign_engine_backend(answer)
     live_node = node if node is not None else probe_node()
     engine = engine_of(answer)  # the layer the plan was made for, carried as a value
@@ -107,6 +108,7 @@ def check_plan(answer: PlanAnswer, node: Optional[NodeFacts] = None, *, ruleset:
     if violations:
         rejected = PlanAnswer(status="rejected", node=live_node, config=answer.config, plan=None,
                               violations=tuple(violations), suggestions=live.suggestions,
-                              notes=live.notes, trace=live.trace, rules_revision=live.rules_revision)
+                              notes=live.notes, notes_says=live.notes_says, trace=live.trace,
+                              rules_revision=live.rules_revision)
         raise StartupMismatchError(rejected, fact_diffs(answer.node, live_node), answer)
     return live

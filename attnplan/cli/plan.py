@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 
 from attnplan.policy import (EngineSpec, Explanation, RuleSet, capability_matrix, explain, matrix_markdown, parse_engine, plan_for, resolve_engine)
-from attnplan.model import ModelPlanAnswer, explain_groups, plan_model
+from attnplan.model import ModelPlanAnswer, explain_groups
+from attnplan.policy import InvalidInputError, NodeFacts
 from attnplan.node import local_node
 from attnplan.policy.answer import node_json
 from attnplan.render.verdict import finish
@@ -108,16 +109,43 @@ def _engine(args: argparse.Namespace, rs: RuleSet) -> EngineSpec:
     return spec
 
 
-def _model(args: argparse.Namespace, rs: RuleSet, engine: EngineSpec) -> ModelPlanAnswer:
-    """--model-config: every layer group of the model, the explicit flags as overrides."""
-    return plan_model(args.model_config, _node(args), overrides=config_fields_from_args(args),
-                      ruleset=rs, engine=engine, tensor_parallel_size=tensor_parallel_from_args(args))
+def model_request(args: argparse.Namespace, rs: RuleSet) -> "tuple[ModelRequest, EngineSpec, NodeFacts]":
+    """``--model-config X [flags]`` as the one request every entry point builds (vllm/request.py ModelRequest: a
+    serve line, a launch line and a REST body are the same object), parsed once: the model, the engine (under
+    SGLang with its own --attention-backend: attnplan/engine_request.py), the tensor-parallel size, and the
+    attention flags in attnplan's vocabulary as ``overrides`` laid over every layer group. Returns the engine
+    (``explain`` grids each group under it) and the node too."""
+    from attnplan.vllm.request import ModelRequest   # the model path's own import: plan --head-dim ... skips it
+
+    raw_backend = getattr(args, "attention_backend", None)
+    engine = _engine(args, rs)   # an engine the rules do not model: exit 2, before anything is read
+    node = _node(args)
+    overrides = config_fields_from_args(args)
+    tp = tensor_parallel_from_args(args)
+    req = ModelRequest.build(model=args.model_config, engine=args.engine, tensor_parallel_size=tp,
+                             attention_backend=raw_backend if engine.name == "sglang" else None, overrides=overrides)
+    return req, engine, node
+
+
+def _model(args: argparse.Namespace, rs: RuleSet) -> tuple[ModelPlanAnswer, EngineSpec]:
+    """--model-config: every layer group of the model, through the one pipeline of model requests
+    (vllm/request.py plan_request), as ``vllm serve``, ``sglang launch_server``, REST and preflight plan it."""
+    from attnplan.vllm.request import plan_request
+
+    req, engine, node = model_request(args, rs)
+    sa = plan_request(req, node, rs, allow_paths=True, model_field="model_config")
+    if sa.startup_error is not None:
+        # plan's flags are attnplan's, not a serve line: a split vLLM refuses is bad input here (exit 2), as the
+        # serve line's fails-at-startup verdict is that line's answer (tests/test_vllm.py pins both)
+        raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + sa.startup_error)
+    assert sa.model is not None
+    return sa.model, engine
 
 
 def run_plan(args: argparse.Namespace) -> int:
     if getattr(args, "model_config", None):
         rs = ruleset_from_args(args)
-        model = _model(args, rs, _engine(args, rs))
+        model, _engine_spec = _model(args, rs)
         one = model.answer()
         if args.json:
             emit_json(plan_json(model, trace=not args.no_trace))
@@ -150,8 +178,7 @@ def _grid_json(e: Explanation) -> dict:
 
 def _explain_model(args: argparse.Namespace) -> int:
     rs = ruleset_from_args(args)
-    engine = _engine(args, rs)
-    model = _model(args, rs, engine)
+    model, engine = _model(args, rs)
     exps = explain_groups(model, rs, engine=engine)
     one = model.answer()
     if args.json:

@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from ..policy.answer import Note
 from ..policy.errors import ModelConfigError
 
 Kind = Literal["full", "sliding", "chunked_local", "linear_attention", "mamba"]
@@ -91,7 +92,9 @@ class ModelLayers(BaseModel):
     model_type: str
     num_layers: int
     groups: tuple[LayerGroup, ...]
-    notes: tuple[str, ...] = ()
+    # What the reading tells about the config, as data (render/notes.py words it): model/plan.py carries it into
+    # the model's answer.
+    notes_says: tuple[Note, ...] = ()
 
     @property
     def attention_groups(self) -> tuple[LayerGroup, ...]:
@@ -212,8 +215,7 @@ def _kinds(c: Mapping[str, Any], mt: str, n: int, notes: list[str]) -> tuple[lis
             # gpt_oss.py OAIAttention.__init__ slides on even layers whatever layer_types says.
             vllm = ["sliding" if i % 2 == 0 else "full" for i in range(n)]
             if vllm != kinds:
-                notes.append("layer_types disagrees with vLLM's gpt_oss.py (sliding window on even layers); "
-                             "planned as vLLM runs it")
+                notes.append(Note(kind="layer-types-overridden", source="vLLM's gpt_oss.py"))
                 kinds = vllm
             return kinds, rope, "vllm gpt_oss.py OAIAttention.__init__ (layer_idx % 2 == 0 slides)"
         return kinds, rope, "config.json layer_types (read by the vLLM model, e.g. gemma3.py Gemma3Attention)"
@@ -327,21 +329,19 @@ def read_layers(hf: Mapping[str, Any]) -> ModelLayers:
                 update={"layers": tuple(sorted(set(same[0].layers) | set(range(n))))})
         else:
             out_list.append(mamba)
-        notes.append("falcon_h1: every layer runs attention and a Mamba-2 mixer in parallel "
-                     "(vLLM names layer i's Mamba mixer num_hidden_layers + i)")
+        notes.append(Note(kind="parallel-mixer", name=mt, mixer="Mamba-2"))
     out = tuple(out_list)
     ignored = [k for k in _IGNORED if k in c and c[k] not in (None, [], {})
                and not (k == "rope_scaling" and "yarn_get_mscale" in scale_src)]
     if "quantization_config" in hf and "quantization_config" not in ignored:
         ignored.append("quantization_config")
     if isinstance(hf.get("text_config"), dict):
-        notes.append("multimodal config: the language model's text_config is planned; vision_config is not attention served here")
+        notes.append(Note(kind="multimodal"))
     if ignored:
-        notes.append("ignored (they do not change attention): " + ", ".join(ignored))
+        notes.append(Note(kind="ignored-fields", named_by=tuple(ignored)))
     if mt in ("llama4", "llama4_text") and any(not r for r in rope):
-        notes.append("llama4 NoPE layers: attn_temperature_tuning scales q by position before the kernel "
-                     "(llama4.py _get_attn_scale); the kernel's sm_scale stays head_dim^-0.5")
-    return ModelLayers(model_type=mt, num_layers=n, groups=out, notes=tuple(notes))
+        notes.append(Note(kind="nope-temperature", name=mt, source="llama4.py _get_attn_scale"))
+    return ModelLayers(model_type=mt, num_layers=n, groups=out, notes_says=tuple(notes))
 
 
 def layer_groups(hf: Mapping[str, Any]) -> tuple[LayerGroup, ...]:

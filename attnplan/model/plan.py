@@ -22,7 +22,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..policy.answer import (ANSWER_SCHEMA_VERSION, AttentionPlan, EngineBackend, EngineRef, Fallback, KVCachePlan, MetadataPlan,
-                     PhasePlan, PlanAnswer, Suggestion, Verdict, Violation, node_json)
+                     Note, PhasePlan, PlanAnswer, Suggestion, Verdict, Violation, drop_empty_says, node_json)
 from ..policy.explain import Explanation, explain
 from ..policy.api import plan_for
 from ..policy.config import AttentionConfig
@@ -70,6 +70,7 @@ class GroupPlan(LayerGroup):
     suggestions: tuple[Suggestion, ...] = ()
     fallbacks: tuple[Fallback, ...] = ()
     notes: tuple[str, ...] = ()
+    notes_says: tuple[Note, ...] = Field((), repr=False, description="what the notes say, as data (render/notes.py)")
     answer: Optional[PlanAnswer] = Field(None, exclude=True, description="the rule answer (its trace, for explain)")
 
 
@@ -99,6 +100,7 @@ class KVCacheGroupsPlan(BaseModel):
         None, description="hybrid models: the attention page once its block was raised to hold one request's "
                           "recurrent state (None: not raised); render/notes.py words its note from it")
     notes: tuple[str, ...] = ()
+    notes_says: tuple[Note, ...] = Field((), repr=False, description="what the notes say, as data (render/notes.py)")
 
 
 class ModelPlanAnswer(BaseModel):
@@ -116,6 +118,7 @@ class ModelPlanAnswer(BaseModel):
         None, description="what the engine selects without --attention-backend, for the first attention layer group "
                           "(each group's answer carries its own)")
     notes: tuple[str, ...] = ()
+    notes_says: tuple[Note, ...] = Field((), repr=False, description="what the notes say, as data (render/notes.py)")
     rules_revision: str = ""
     verdict: Optional[Verdict] = Field(None, description="the command's verdict: its attention groups' worst, with the "
                                                         "model-level violations (policy/verdict.py)")
@@ -136,7 +139,7 @@ class ModelPlanAnswer(BaseModel):
 
     def all_notes(self) -> tuple[str, ...]:
         """The model's notes, then each attention group's (a note every group has once; another one
-        labelled with its group's layers)."""
+        labelled with its group's layers): the text of a finished answer (render/verdict.py finish), joined."""
         out = list(self.notes)
         attn = self.attention_groups
         for g in attn:
@@ -156,7 +159,9 @@ class ModelPlanAnswer(BaseModel):
         extra = tuple(v for v in g.violations if v not in a.violations) + self.violations
         if extra:
             a = a.model_copy(update={"status": "rejected", "plan": None, "violations": a.violations + extra})
-        return a.model_copy(update={"notes": a.notes + tuple(n for n in self.notes if n not in a.notes)})
+        said = _says(a) + tuple(n for n in _says(self) if n not in _says(a))
+        return a.model_copy(update={"notes": a.notes + tuple(n for n in self.notes if n not in a.notes),
+                                    "notes_says": said})
 
     def to_json(self, *, trace: bool = True) -> dict[str, Any]:
         """The JSON contract (docs/contract.md, "Layer groups"): ``layer_groups`` and ``kv_cache_groups``
@@ -165,14 +170,14 @@ class ModelPlanAnswer(BaseModel):
         ``config``, and every group's violations, suggestions and fallbacks, each naming its ``group``."""
         groups = []
         for g in self.layer_groups:
-            d = g.model_dump(mode="json", exclude={"answer"})
+            d = drop_empty_says(g.model_dump(mode="json", exclude={"answer"}))
             if g.answer is not None:   # the engine layer's own pick per group (SGLang), as a uniform answer carries it
                 d.update({k: v for k, v in g.answer.to_json(trace=False).items()
                           if k in ("engine_backend", "engine_phases", "coercions") and v not in (None, [])})
             if trace and not self.uniform and g.answer is not None:
                 d["trace"] = g.answer.to_json()["trace"]
             groups.append(d)
-        kv = self.kv_cache_groups.model_dump(mode="json") if self.kv_cache_groups else None
+        kv = drop_empty_says(self.kv_cache_groups.model_dump(mode="json")) if self.kv_cache_groups else None
         one = self.answer()
         if one is not None:
             data = one.to_json(trace=trace)
@@ -182,9 +187,10 @@ class ModelPlanAnswer(BaseModel):
                             for i, g in enumerate(self.layer_groups) for x in getattr(g, key)]
                       for key in ("violations", "suggestions", "fallbacks")}
             tagged["violations"] += [v.model_dump(mode="json") for v in self.violations]
-            data = {"status": self.status, "engine": self.engine.model_dump(mode="json"), "node": node_json(self.node),
-                    "config": attn[0].config.model_dump(mode="json") if attn and attn[0].config else None,
-                    "plan": None, **tagged, "notes": list(self.all_notes()), "rules_revision": self.rules_revision}
+            data = drop_empty_says({
+                "status": self.status, "engine": self.engine.model_dump(mode="json"), "node": node_json(self.node),
+                "config": attn[0].config.model_dump(mode="json") if attn and attn[0].config else None,
+                "plan": None, **tagged, "notes": list(self.all_notes()), "rules_revision": self.rules_revision})
         data.update(model_type=self.model_type, num_layers=self.num_layers, layer_groups=groups, kv_cache_groups=kv)
         data = {"schema_version": data.pop("schema_version", ANSWER_SCHEMA_VERSION),
                 "verdict": self.verdict.model_dump(mode="json") if self.verdict is not None else None, **data}
@@ -298,7 +304,8 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
     answers = {i: _plan(_group_config(base, g, over, tp), node, rs, engine)
                for i, g in enumerate(model.groups) if g.is_attention}
     violations: list[Violation] = []
-    notes = list(model.notes)
+    # Every note as data, in order (render/notes.py words them): the config reader's first.
+    notes: list[Note] = list(model.notes_says)
 
     # One KV block size for every group (vLLM's cache_config.block_size): the smallest page size
     # every ok group takes, each group re-planned with it when it chose another.
@@ -312,28 +319,23 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
                 if a.ok and a.plan is not None and a.plan.kv_cache.page_size != page:
                     answers[i] = _plan(_group_config(base, model.groups[i], {**over, "page_size": page}), node, rs, engine)
         else:
-            sizes = "; ".join(f"layers {g.layers[0]}.. {sorted(answers[i].plan.kv_cache.page_valid_sizes)}"  # type: ignore[union-attr]
-                              for i, g in enumerate(model.groups) if i in answers and answers[i].ok)
+            sizes = tuple((g.layers[0], tuple(sorted(answers[i].plan.kv_cache.page_valid_sizes)))  # type: ignore[union-attr]
+                          for i, g in enumerate(model.groups) if i in answers and answers[i].ok)
             violations.append(Violation(
                 rule="page-size", phase="both", fact="page_size", observed=None, layer="engine",
-                required="one page size every layer group takes",
-                message=f"no page size suits every layer group (one KV block size for the model): {sizes}"))
+                message="", says=Note(kind="model-page-size", sizes=sizes)))
     kv = (_kv_cache_groups(model, answers, page, rs)
           if page is not None and not violations else None)
     if kv is not None:
-        notes.extend(kv.notes)
+        notes.extend(kv.notes_says)
 
     out: list[GroupPlan] = []
-    # TRANSITIONAL (issue 36 item 6): the notes below (and the hybrid one in _kv_cache_groups) are worded by
-    # render/notes.py from this answer's data; they stay here until the JSON is finished above the planner.
+    # The notes are data (render/notes.py words them where the answer is finished: render/verdict.py finish).
     for i, g in enumerate(model.groups):
         if not g.is_attention:
-            what = g.recurrent.mixer if g.recurrent is not None else g.kind
-            notes.append(f"layers {compact_layers(g.layers, model.num_layers)} ({g.kind}, {what}): "
-                         "not served by FlashInfer attention")
-            out.append(GroupPlan(**g.model_dump(), status="not_served",
-                                 notes=("not served by FlashInfer attention (a recurrent mixer); its state is paged "
-                                        "beside the KV cache",)))
+            notes.append(Note(kind="not-served", layers=compact_layers(g.layers, model.num_layers), group_kind=g.kind,
+                              mixer=g.recurrent.mixer if g.recurrent is not None else g.kind))
+            out.append(GroupPlan(**g.model_dump(), status="not_served", notes_says=(Note(kind="group-not-served"),)))
             continue
         a = answers[i]
         gv = list(a.violations)
@@ -342,11 +344,8 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
             # make_local_attention_virtual_batches: assert attn_chunk_size % block_size == 0.
             gv.append(Violation(
                 rule="chunked-local.block-size", phase="both", fact="page_size", observed=kv.block_size, layer="engine",
-                required=f"a KV block size that divides attention_chunk_size {g.chunk_size}",
-                message=(f"chunked local attention splits requests into {g.chunk_size}-token virtual requests over whole "
-                         f"KV blocks; block size {kv.block_size} does not divide {g.chunk_size} "
-                         "(vllm/v1/attention/backends/utils.py make_local_attention_virtual_batches)"),
-                fix="use a page size that divides the chunk size"))
+                message="", says=Note(kind="chunked-block", chunk=g.chunk_size, block=kv.block_size,
+                                      source="vllm/v1/attention/backends/utils.py make_local_attention_virtual_batches")))
         ok = a.ok and not gv and a.plan is not None
         p = a.plan
         out.append(GroupPlan(
@@ -355,7 +354,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
             prefill=p.prefill if ok and p else None, decode=p.decode if ok and p else None,
             kv_cache=p.kv_cache if ok and p else None, metadata=p.metadata if ok and p else None,
             chunked_local=chunked, violations=tuple(gv), suggestions=a.suggestions, fallbacks=a.fallbacks,
-            notes=a.notes, answer=a))
+            notes=a.notes, notes_says=a.notes_says, answer=a))
     # Modules FlashInfer names alike across groups (backends.yaml calls.<c>.jit_name): one process
     # would load one library for both (policy/jit_names.py).
     violations.extend(clashes(rs, [(i, pp) for i, g in enumerate(out) if g.status == "ok"
@@ -363,7 +362,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
     first = next(iter(answers.values()), None)
     status = "ok" if attn and all(g.status == "ok" for g in out if g.is_attention) and not violations else "rejected"
     if not attn:
-        notes.append("no attention layers: nothing for FlashInfer attention to serve")
+        notes.append(Note(kind="no-attention"))
     n = first.node if first is not None else node
     if n is None:
         from ..node.probe import local_node
@@ -378,7 +377,7 @@ def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = N
         verdict=verdict, status=status, model_type=model.model_type, num_layers=model.num_layers, node=n,
         layer_groups=tuple(out), kv_cache_groups=kv, violations=tuple(violations),
         engine=first.engine if first is not None else EngineRef(),
-        engine_backend=first.engine_backend if first is not None else None, notes=tuple(dict.fromkeys(notes)),
+        engine_backend=first.engine_backend if first is not None else None, notes_says=tuple(dict.fromkeys(notes)),
         rules_revision=first.rules_revision if first is not None else "")
 
 
@@ -395,8 +394,13 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _says(a: Any) -> tuple[Note, ...]:
+    """An answer's notes as data: its ``notes_says``, or its text notes as they are (an answer read back from JSON)."""
+    return a.notes_says or tuple(Note(kind="text", text=n) for n in a.notes)
+
+
 def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page: int, rs: RuleSet) -> KVCacheGroupsPlan:
-    notes: list[str] = []
+    notes: list[Note] = []
     specs = {i: (model.groups[i], _token_bytes(a.config)) for i, a in answers.items()}
     block = page
     state_bytes = None
@@ -419,9 +423,7 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
         need = blocks.kernel_block_min * _cdiv(need, blocks.kernel_block_min)
         if need > block:
             raised = int(need * tok)
-            notes.append(f"hybrid KV cache: attention block raised to {need} tokens so that its page "
-                         f"({raised} bytes) holds one request's recurrent state ({state_bytes} bytes); "
-                         f"kernels still see {page}-token pages")
+            notes.append(Note(kind="hybrid-kv-cache", block=need, page_bytes=raised, state_bytes=state_bytes, page=page))
             block = need
     # kv_cache_planning.py unify_kv_cache_spec_page_size: smaller pages grow their block size by
     # the ratio to the largest page, or are padded when the ratio is not whole.
@@ -459,7 +461,7 @@ def _kv_cache_groups(model: ModelLayers, answers: Mapping[int, PlanAnswer], page
         groups = tuple(out)
     return KVCacheGroupsPlan(kernel_page_size=page, block_size=block, page_bytes=top, layers_per_group=per,
                              groups=groups, recurrent_state_bytes=state_bytes, raised_attention_page_bytes=raised,
-                             notes=tuple(notes))
+                             notes_says=tuple(notes))
 
 
 def model_verdict(answers: list[PlanAnswer], extra: list[Violation], rs: RuleSet,

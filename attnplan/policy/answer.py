@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from .config import AttentionConfig
 from .facts import NodeFacts
@@ -32,6 +32,104 @@ Call = Literal[
 ]
 
 
+NoteKind = Literal[
+    "text",                 # a line written by code outside the planner's data (the engine layer's resolver, a
+                            # release pin): ``text`` is all there is
+    "no-candidate",         # a phase with no backend candidate on this device (``phase``)
+    "block-size",           # the kernels read the largest kernel page dividing the engine's block (``block``, ``page``)
+    "fallback",             # a preferred backend skipped (``phase``, ``backend``, ``used``, ``why``: (rule, message) pairs)
+    "page-size-chosen",     # the smallest page both phases take (``page``, ``prefill``, ``decode``)
+    "engine-selects",       # the engine's own pick without --attention-backend (``engine``, ``backend``, ``runs_flashinfer``,
+                            # ``ok``: the plan was made, ``flashinfer_backend``: its name for FlashInfer's backend)
+    "mla-prefill",          # the engine's MLA prefill pick (``engine``, ``backend``, ``runs_flashinfer``, ``flashinfer_backend``,
+                            # ``args``: the flags that run FlashInfer's prefill where the engine's own is not)
+    "hybrid-kv-cache",      # the attention block raised to hold the recurrent state (``block``, ``page_bytes``, ``state_bytes``, ``page``)
+    "not-served",           # a layer group FlashInfer attention does not serve (``layers``, ``group_kind``, ``mixer``)
+    "group-not-served",     # a layer group's own note: a recurrent mixer, its state paged beside the KV cache
+    "no-attention",         # a model with no attention layer
+    "page-size-clash",      # violation: no page size both phases take (``prefill``, ``decode``, ``prefill_pages``, ``decode_pages``)
+    "model-page-size",      # violation: no page size every layer group takes (``sizes``: (first layer, sizes) pairs)
+    "chunked-block",        # violation: the KV block does not divide the chunk size (``chunk``, ``block``)
+    "jit-name-clash",       # violation: one FlashInfer module name compiled two ways (``call``, ``name``, ``named_by``,
+                            # ``differ``, ``builds``: (groups, values) pairs, ``source``)
+    "layer-types-overridden",  # config.json's layer_types contradicts the engine's model code (``source``), which wins
+    "parallel-mixer",       # every layer runs attention and a recurrent mixer in parallel (``name``: model type, ``mixer``)
+    "multimodal",           # a multimodal config: its text_config is planned
+    "ignored-fields",       # config fields that do not change attention (``named_by``: the fields)
+    "nope-temperature",     # llama4's NoPE layers scale q by position before the kernel (``source``)
+    "suggestion",           # a verified single-field change (``field``, ``value``, ``prefill``, ``decode``; cubins:
+                            # ``on_pypi``, ``wheel_index``, ``pypi_max``)
+]
+
+
+class EngineName(BaseModel):
+    """An engine as a sentence names it: the rule set's ``engines.<name>.display`` (backends.yaml) and release;
+    ``adapter``: attnplan's own FlashInfer adapter, which has no release of its own."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    display: str
+    version: Optional[str] = None
+    adapter: bool = False
+
+
+class Note(BaseModel):
+    """What a note, a violation's text or a suggestion's text says, as data: its kind and what it names
+    (issue 36 item 6: answers carry data; render/notes.py writes the sentence). Fields unused by a kind stay empty."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: NoteKind
+    text: Optional[str] = Field(None, description="kind text: the line as written")
+    phase: Optional[str] = None
+    backend: Optional[str] = None
+    used: Optional[str] = None
+    why: tuple[tuple[str, str], ...] = Field((), description="fallback: the (rule, message) pairs that skipped it")
+    page: Optional[int] = None
+    block: Optional[int] = None
+    prefill: Optional[str] = None
+    decode: Optional[str] = None
+    prefill_pages: tuple[int, ...] = ()
+    decode_pages: tuple[int, ...] = ()
+    engine: Optional[EngineName] = None
+    runs_flashinfer: Optional[bool] = None
+    ok: Optional[bool] = None
+    flashinfer_backend: Optional[str] = None
+    page_bytes: Optional[int] = None
+    state_bytes: Optional[int] = None
+    layers: Optional[str] = Field(None, description="layers, compacted (model/layers.py compact_layers)")
+    group_kind: Optional[str] = None
+    mixer: Optional[str] = None
+    sizes: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    chunk: Optional[int] = None
+    call: Optional[str] = None
+    name: Optional[str] = None
+    named_by: tuple[str, ...] = ()
+    differ: tuple[str, ...] = ()
+    builds: tuple[tuple[tuple[int, ...], tuple[Any, ...]], ...] = Field(
+        (), description="jit-name-clash: (groups, the differing values in ``differ``'s order) per build")
+    source: Optional[str] = None
+    args: Optional[str] = Field(None, description="mla-prefill: the flags that run FlashInfer's prefill instead")
+    field: Optional[str] = None
+    value: Any = None
+    on_pypi: Optional[bool] = None
+    wheel_index: Optional[str] = None
+    pypi_max: Optional[str] = None
+
+    @model_serializer(mode="wrap")
+    def _said(self, handler: Any) -> dict[str, Any]:
+        # the JSON names what the note says, not every field another kind uses (read back, they default)
+        return {k: v for k, v in handler(self).items() if k == "kind" or v not in (None, (), [])}
+
+
+def _drop_says(data: Any) -> Any:
+    """A dumped model without ``says: null``: a text written without data reads as it always did."""
+    if isinstance(data, dict) and "says" in data and data["says"] is None:
+        data.pop("says")
+    return data
+
+
 class Violation(BaseModel):
     """One rule that failed, with what failed (pydantic-error style, docs/contract.md, Errors and exit codes)."""
 
@@ -49,6 +147,13 @@ class Violation(BaseModel):
     group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
     outcome: Optional[Literal["startup", "backend-build", "first-request", "silent-wrong"]] = Field(
         None, description="engine refusals: when the engine fails (docs/contract.md, Engines and versions); absent for rule checks")
+    # A violation built in code (not from a rule pack's reason) carries its facts here; render/notes.py writes its
+    # ``message`` and ``required`` from them (render/verdict.py finish). None: ``message`` is the text (a pack's).
+    says: Optional[Note] = Field(None, repr=False, description="what message and required say, as data (render/notes.py)")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_says(self, handler: Any) -> dict[str, Any]:
+        return _drop_says(handler(self))
 
 
 class Fallback(BaseModel):
@@ -86,9 +191,15 @@ class EngineBackend(BaseModel):
     name: str = Field(description="the engine's backend name, or 'none' when it finds no valid backend")
     runs_flashinfer: bool = Field(description="whether that backend runs the FlashInfer kernels this plan describes")
     source: str = Field("", description="the engine code the choice is read from")
-    note: str = Field("", description="one line for the user: what the engine picks and what the plan below is")
+    note: str = Field("", description="one line for the user: what the engine picks and what the plan below is "
+                                      "(written by render/notes.py from ``says``; the planner leaves it empty)")
     flashinfer_backend_name: Optional[str] = Field(
         None, description="the engine's name for its FlashInfer backend (what --attention-backend takes to run this plan)")
+    says: Optional[Note] = Field(None, repr=False, description="what ``note`` says, as data (render/notes.py)")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_says(self, handler: Any) -> dict[str, Any]:
+        return _drop_says(handler(self))
 
 
 class Coercion(BaseModel):
@@ -115,6 +226,11 @@ class Suggestion(BaseModel):
     prefill: Optional[str] = Field(None, description="prefill backend with this change")
     decode: Optional[str] = Field(None, description="decode backend with this change")
     group: Optional[int] = Field(None, description="layered models: the index in layer_groups this came from")
+    says: Optional[Note] = Field(None, repr=False, description="what ``message`` says, as data (render/notes.py)")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_says(self, handler: Any) -> dict[str, Any]:
+        return _drop_says(handler(self))
 
 
 Outcome = Literal["runs", "wrong-output", "fails-at-first-request", "fails-at-graph-capture", "fails-at-startup"]
@@ -140,6 +256,11 @@ class Fix(BaseModel):
     change: str = Field(description="what changes, for people")
     outcome: Outcome
     selected: str = Field("", description="the engine's backend with this change")
+    says: Optional["Note"] = Field(None, repr=False, description="what ``change`` says, as data (render/notes.py)")
+
+    @model_serializer(mode="wrap")
+    def _without_empty_says(self, handler: Any) -> dict[str, Any]:
+        return _drop_says(handler(self))
 
 
 SaysKind = Literal[
@@ -186,6 +307,10 @@ class VerdictSays(BaseModel):
     detail: Optional[str] = Field(
         None, description="the deciding violation's message (rule data, formatted) or the engine's own error")
     group: Optional[str] = Field(None, description="a failing layer group's layers, on a model of several")
+    display: Optional[str] = Field(None, description="the engine's display name (backends.yaml engines.<name>.display)")
+    adapter: bool = Field(False, description="attnplan's own FlashInfer adapter (backends.yaml engines.<name>.adapter)")
+    detail_says: Optional[Note] = Field(
+        None, description="the deciding violation's data, where its message is written by render/notes.py")
 
 
 class Verdict(BaseModel):
@@ -333,6 +458,22 @@ class AttentionPlan(BaseModel):
     fixed_split_size: Optional[int] = None
 
 
+class DecodeChoice(BaseModel):
+    """Two valid decode calls of one plan and the measured boundary between them (rules/decode_choice.yaml,
+    issue 41 item 3): the adapter runs ``small`` for a decode batch that reads at most
+    ``small_up_to_kv_tokens`` KV tokens, ``large`` otherwise; ``alternative`` is the phase plan of the one
+    that is not ``plan.decode`` (both passed every rule for the config)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(description="the measured entry in rules/decode_choice.yaml")
+    small: str = Field(description="the decode backend of a batch that reads at most small_up_to_kv_tokens KV tokens")
+    large: str = Field(description="the decode backend of any larger batch")
+    small_up_to_kv_tokens: int = Field(gt=0)
+    alternative: PhasePlan = Field(description="the phase plan of the decode call that is not plan.decode")
+    verified: str = Field(description="where the threshold was measured: GPU, FlashInfer, command, log")
+
+
 class Plan(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -341,6 +482,10 @@ class Plan(BaseModel):
     decode: PhasePlan
     kv_cache: KVCachePlan
     metadata: MetadataPlan
+    # attnplan's own adapter on a GPU with a measured per-shape decode choice (--engine flashinfer): the
+    # other valid decode call and the boundary; None elsewhere, and then left out of every dump (pydantic
+    # >= 2.11 exclude_if), so vLLM / SGLang plans, uniform or per layer group, read as before
+    decode_choice: Optional[DecodeChoice] = Field(None, exclude_if=lambda v: v is None)
 
 
 class PlanAnswer(BaseModel):
@@ -359,9 +504,10 @@ class PlanAnswer(BaseModel):
     engine_backend: Optional[EngineBackend] = Field(
         None, description="what the engine selects for this node and config when no backend is asked for")
     notes: tuple[str, ...] = ()
+    # The data ``notes`` is written from, in order (render/notes.py); empty: ``notes`` is all there is.
+    notes_says: tuple[Note, ...] = Field((), repr=False, description="what the notes say, as data (render/notes.py)")
     trace: tuple[TraceEntry, ...] = ()
     rules_revision: str = ""
-    engine_backend: Optional[EngineBackend] = None
     # An engine that picks per phase (SGLang): its backend for each phase, and its silent coercions.
     engine_phases: Optional[dict[str, EngineBackend]] = None
     coercions: tuple[Coercion, ...] = ()
@@ -391,9 +537,23 @@ class PlanAnswer(BaseModel):
         for v in data.get("violations", ()):
             if v.get("outcome") is None:
                 v.pop("outcome", None)
+        drop_empty_says(data)
         if not trace:
             data.pop("trace", None)
         return data
+
+
+def drop_empty_says(data: dict[str, Any]) -> dict[str, Any]:
+    """An answer's JSON without the data keys that say nothing (``says: null``, ``notes_says: []``): an answer
+    whose text is all there is reads as it always did."""
+    if not data.get("notes_says"):
+        data.pop("notes_says", None)
+    items = [*data.get("violations", ()), *data.get("suggestions", ())]
+    items += [data.get("engine_backend")] + list((data.get("engine_phases") or {}).values())
+    for item in items:
+        if isinstance(item, dict) and "says" in item and item["says"] is None:
+            item.pop("says")
+    return data
 
 
 def node_json(node: NodeFacts) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Optional, Union
 
-from .answer import Fix, PlanAnswer, Verdict
+from .answer import Fix, Note, PlanAnswer, Verdict
 from .backend_names import VLLM_TO_ATTNPLAN
 from .config import AttentionConfig, make_config
 from .engine import default_ruleset, evaluate
@@ -47,14 +47,14 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
     out: list[Fix] = []
     seen: set[str] = set()
 
-    def add(args: Optional[str], change: str, new: Verdict) -> None:
+    def add(args: Optional[str], change: str, new: Verdict, says: Optional[Note] = None) -> None:
         key = args or change
         if key in seen:
             return
         seen.add(key)
         sel = new.selected.decode if new.selected.prefill == new.selected.decode else \
             f"{new.selected.prefill} / {new.selected.decode}"
-        out.append(Fix(args=args, change=change, outcome=new.outcome, selected=sel))
+        out.append(Fix(args=args, change=change, outcome=new.outcome, selected=sel, says=says))
 
     layer = rs.engines[answer.engine.name]
     if layer.own_backends_judged_by == "verdict":   # vLLM: its own backends, by name (backends.yaml engine_backend)
@@ -78,7 +78,7 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
         if s.target == "node":
             if v.modelled or layer.adapter:
                 # verified by re-evaluating every rule on the changed node (policy/suggest.py): the plan is valid
-                out.append(Fix(args=None, change=s.message, outcome="runs", selected=s.decode or ""))
+                out.append(Fix(args=None, change=s.message, outcome="runs", selected=s.decode or "", says=s.says))
             continue
         if flag is None:
             continue
@@ -86,7 +86,7 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
             changed = cfg.replace(**{s.field: s.value})
         except Exception:  # noqa: BLE001 - a suggestion the config cannot take is no fix
             continue
-        add(flag, s.message, _verdict_only(changed, node, rs, engine))
+        add(flag, s.message, _verdict_only(changed, node, rs, engine), s.says)
     # a fix makes the command do better than it does: what happens first comes later, or it runs
     better = [f for f in out if OUTCOMES.index(f.outcome) < OUTCOMES.index(v.outcome)]
     better.sort(key=lambda f: OUTCOMES.index(f.outcome))

@@ -284,3 +284,63 @@ def evaluate_candidate(config: AttentionConfig, node: NodeFacts, phase: str, bac
             pages = (block,) if block is not None else page_domain(rs)
     return run_candidate(active_checks(rs, ref, node.flashinfer_version.value), base_context(config, node),
                          phase, backend, pages, trace, spec, divides)
+
+
+@dataclass(frozen=True)
+class DecodeChoiceMatch:
+    """A measured per-shape decode choice that holds for this plan (``decode_choice_for``): the data entry
+    (rulepack.DecodeChoiceEntry) and the other decode candidate, which passed every rule as the chosen one did."""
+
+    entry: Any
+    alternative: CandidateResult
+
+
+def _device_name(node: NodeFacts) -> Optional[str]:
+    """The node's GPU as devices.yaml names it (the probe's "NVIDIA H100 80GB HBM3" is H100), else None."""
+    from .devices import catalog
+
+    name = node.gpu_name.value
+    dev = catalog().find(name) if isinstance(name, str) else None
+    return dev.name if dev is not None else None
+
+
+def decode_choice_for(rs: RuleSet, engine: Any, node: NodeFacts, base: dict[str, Any],
+                      decode: list[CandidateResult], chosen: CandidateResult, page: int) -> Optional[DecodeChoiceMatch]:
+    """The measured per-shape decode choice (rules/decode_choice.yaml, issue 41 item 3) for a plan whose
+    decode is ``chosen`` at ``page``, or None - the plan keeps its one decode kernel. An entry holds when it
+    speaks for this engine layer (``engine``: the answer's EngineRef), this GPU (devices.yaml name and
+    capability), this FlashInfer (an unknown version is not the measured one), and this config shape
+    (``when``, judged at the plan's page), and when the other backend it names is one of this phase's
+    candidates that passed every rule too (``decode``: the phase's results, in the selection's order - a
+    forced backend is the only one, so forcing never switches) at the same page, with the same query and
+    output dtypes (the plan's one cache takes the layout either needs: plan.py build_plan). Nothing here decides for an engine that
+    picks its own kernel: the loader admits entries for adapter layers only."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    if not rs.decode_choices:
+        return None
+    device = _device_name(node)
+    fi = node.flashinfer_version.value
+    ctx = dict(base)
+    ctx[PAGE_SIZE] = page
+    for entry in rs.decode_choices:
+        spec = entry.spec
+        if spec.engine != engine.name or device not in spec.devices or base.get("node.capability") != entry.capability:
+            continue
+        try:
+            if fi is None or not SpecifierSet(spec.flashinfer).contains(Version(str(fi)), prereleases=True):
+                continue
+        except InvalidVersion:
+            continue
+        if chosen.backend not in (spec.small, spec.large) or (entry.when is not None and not entry.when.test(ctx)):
+            continue
+        other = spec.large if chosen.backend == spec.small else spec.small
+        alt = next((r for r in decode if r.backend == other), None)
+        if alt is None or not alt.ok or page not in alt.pages or alt.query_dtype != chosen.query_dtype:
+            continue
+        kv, dtype = base["config.kv_dtype"], base["config.dtype"]
+        if output_dtype(rs, other, kv, dtype) != output_dtype(rs, chosen.backend, kv, dtype):
+            continue
+        return DecodeChoiceMatch(entry, alt)
+    return None

@@ -10,8 +10,8 @@ import functools
 from typing import Any, Optional
 
 from . import engine_rows
-from .answer import EngineBackend, Fallback, PlanAnswer, TraceEntry, Violation
-from .candidates import CandidateResult, reads_page, page_domain, run_candidate, trace_entry, violation
+from .answer import EngineBackend, EngineName, Fallback, Note, PlanAnswer, TraceEntry, Violation
+from .candidates import CandidateResult, decode_choice_for, reads_page, page_domain, run_candidate, trace_entry, violation
 from .config import AttentionConfig
 from .engines import EngineLike, active_checks, engine_resolution, parse_engine, release_node, resolve_engine, selection_for
 from .facts import NodeFacts
@@ -78,7 +78,9 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     base = base_context(config, node)
     violations: list[Violation] = list(res.violations) if res is not None else []
     entries: list[TraceEntry] = []
-    notes: list[str] = [*pin_notes, *(res.notes if res is not None else ())]
+    # Every note as data, in order (render/notes.py words them): the release pin's and the engine resolver's lines
+    # are written where they are made (policy/engines.py release_node, the engine's resolver) and travel as text.
+    notes: list[Note] = [Note(kind="text", text=n) for n in (*pin_notes, *(res.notes if res is not None else ()))]
 
     for check in checks:
         if check.scope != "pair":
@@ -121,16 +123,16 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
                 for r in results[phase]:
                     violations.extend(r.violations)
                 if not results[phase]:
-                    notes.append(f"{phase}: no backend candidate for this device")
+                    notes.append(Note(kind="no-candidate", phase=phase))
         if not violations:
             # Each phase has a backend, but no page size suits both of them.
             p0, d0 = next(r for r in results["prefill"] if r.ok), next(r for r in results["decode"] if r.ok)
             violations.append(Violation(
                 rule="page-size", phase="both", backend=None, fact=PAGE_SIZE, observed=display(PAGE_SIZE, config.page_size),
-                required=f"a size both {p0.backend} {p0.pages} and {d0.backend} {d0.pages} take",
-                message=f"no page size suits both prefill {p0.backend} and decode {d0.backend} (one KV cache)"))
+                message="", says=Note(kind="page-size-clash", prefill=p0.backend, decode=d0.backend,
+                                      prefill_pages=tuple(p0.pages), decode_pages=tuple(d0.pages))))
         return PlanAnswer(status="rejected", node=node, config=config, plan=None, engine=ref,
-                          violations=tuple(violations), notes=tuple(notes), trace=tuple(entries),
+                          violations=tuple(violations), notes_says=tuple(notes), trace=tuple(entries),
                           rules_revision=rs.revision,
                           **(extra or _engine_fields(spec, config, base, ref, ok=False)))
 
@@ -138,8 +140,8 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     if divides:
         page = common[-1]
         if page != block:
-            notes.append(f"block_size {block}: the kernels read pages of {page}, the largest kernel page dividing it "
-                         "(vLLM v1/worker/utils.py select_common_block_size)")
+            notes.append(Note(kind="block-size", block=block, page=page,
+                              source="vLLM v1/worker/utils.py select_common_block_size"))
     else:
         page = config.page_size if config.page_size is not None else common[0]
     fallbacks: list[Fallback] = []
@@ -147,19 +149,20 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
         for r in results[phase]:
             if r is pick:
                 break
-            why = "; ".join(f"[{v.rule}] {v.message}" for v in r.violations) or "no page size shared with the other phase"
-            notes.append(f"{phase}: {r.backend} skipped ({why}); using {pick.backend}")
+            notes.append(Note(kind="fallback", phase=phase, backend=r.backend, used=pick.backend,
+                              why=tuple((v.rule, v.message) for v in r.violations)))
             fallbacks.append(Fallback(phase=phase, skipped=r.backend,  # type: ignore[arg-type]
                                       rules=tuple(dict.fromkeys(v.rule for v in r.violations)) or ("page-size",),
                                       used=pick.backend))
     if config.page_size is None:
-        notes.append(f"page_size {page} chosen: the smallest that prefill {p.backend} and decode {d.backend} both take")
+        notes.append(Note(kind="page-size-chosen", page=page, prefill=p.backend, decode=d.backend))
     plan = build_plan(config, p.backend, d.backend, page, common, rs, capability=base["node.capability"],
                       batch_invariant=bool(base["config.batch_invariant"]),
                       query_dtypes=(p.query_dtype, d.query_dtype), block_size=block if divides else None,
                       kernels=(p.kernels.get(page), d.kernels.get(page)),
-                      decode_tensor_cores=d.tensor_cores)
-    return PlanAnswer(status="ok", node=node, config=config, plan=plan, notes=tuple(notes), engine=ref,
+                      decode_tensor_cores=d.tensor_cores,
+                      decode_choice=decode_choice_for(rs, ref, node, base, results["decode"], d, page))
+    return PlanAnswer(status="ok", node=node, config=config, plan=plan, notes_says=tuple(notes), engine=ref,
                       fallbacks=tuple(fallbacks), trace=tuple(entries), rules_revision=rs.revision,
                       **(extra or _engine_fields(spec, config, base, ref)))
 
@@ -174,17 +177,14 @@ def _engine_fields(spec: Any, config: AttentionConfig, base: dict[str, Any], ref
     pre = engine_rows.mla_prefill_choice(spec, base) if config.is_mla and eb is not None else None
     if pre is None:
         return out
-    who = " ".join(x for x in (spec.display, ref.version) if x)
-    if pre["name"] == "none":
-        note = f"{who} finds no MLA prefill backend for these dimensions (get_mla_prefill_backend_cls)"
-    elif pre["runs_flashinfer"]:
-        note = f"{who}'s MLA prefill {pre['name']} runs FlashInfer {pre['flashinfer_backend']}"
-    else:
-        note = (f"{who}'s default MLA prefill is {pre['name']} (not FlashInfer); the FlashInfer prefill of the plan "
-                "runs with --attention-config '{\"mla_prefill_backend\": \"TRTLLM_RAGGED\"}'")
+    # the flags that run FlashInfer's ragged prefill under vLLM 0.33 (its MLA prefill choice: --attention-config)
+    force = "--attention-config '{\"mla_prefill_backend\": \"TRTLLM_RAGGED\"}'"
+    says = Note(kind="mla-prefill", engine=engine_name(spec, ref), backend=pre["name"],
+                runs_flashinfer=pre["runs_flashinfer"], flashinfer_backend=pre.get("flashinfer_backend"),
+                source="get_mla_prefill_backend_cls", args=None if pre["runs_flashinfer"] else force)
     src = "vllm/platforms/interface.py Platform.get_mla_prefill_backend_cls"
     out["engine_phases"] = {
-        "prefill": EngineBackend(name=pre["name"], runs_flashinfer=pre["runs_flashinfer"], source=src, note=note),
+        "prefill": EngineBackend(name=pre["name"], runs_flashinfer=pre["runs_flashinfer"], source=src, says=says),
         "decode": eb}
     return out
 
@@ -198,20 +198,15 @@ def engine_backend_for(spec: Any, config: AttentionConfig, base: dict[str, Any],
     if choice is None:
         return None
     fi_name = choice.pop("flashinfer_name", None)
-    who = " ".join(x for x in (spec.display, ref.version) if x)
-    if choice["name"] == "none":
-        note = f"{who} finds no valid attention backend here without --attention-backend"
-        if ok:
-            note += f"; the plan below is for --attention-backend {fi_name}"
-    elif not ok:   # a rejection: say what vLLM picks, claim nothing about a plan
-        note = (f"{who} selects {choice['name']} here{'' if choice['runs_flashinfer'] else ' (not FlashInfer)'} "
-                "without --attention-backend")
-    elif choice["runs_flashinfer"]:
-        note = f"{who} selects {choice['name']} here without --attention-backend: the plan below is what it runs"
-    else:
-        note = (f"{who} selects {choice['name']} here (not FlashInfer) without --attention-backend; "
-                f"the plan below is what it runs with --attention-backend {fi_name}")
-    return EngineBackend(**choice, note=note, flashinfer_backend_name=fi_name)
+    # ``ok``: the plan was made (a rejection's note claims nothing about a plan); render/notes.py words it
+    says = Note(kind="engine-selects", engine=engine_name(spec, ref), backend=choice["name"],
+                runs_flashinfer=choice["runs_flashinfer"], ok=ok, flashinfer_backend=fi_name)
+    return EngineBackend(**choice, says=says, flashinfer_backend_name=fi_name)
+
+
+def engine_name(spec: Any, ref: Any) -> EngineName:
+    """The engine as a sentence names it: its display name in the rule set (backends.yaml engines.<name>.display)."""
+    return EngineName(name=ref.name, display=spec.display, version=ref.version, adapter=bool(spec.adapter))
 
 
 @functools.lru_cache(maxsize=8)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
-from .answer import JitModule, PhasePlan, Violation
+from .answer import JitModule, Note, PhasePlan, Violation
 from .rulepack import RuleSet
 
 
@@ -57,17 +57,11 @@ def clashes(ruleset: RuleSet, plans: Iterable[tuple[int, PhasePlan]]) -> list[Vi
         assert spec is not None
         builds = list(variants.values())
         differ = [k for k in spec.compiled if len({repr(w[k]) for w, _, _ in builds}) > 1]
-        said = "; ".join(f"groups {', '.join(map(str, gs))}: " + ", ".join(f"{k}={w[k]}" for k in differ)
-                         for w, gs, _ in builds)
         out.append(Violation(
             rule=spec.rule, phase="both", fact=", ".join(differ), observed=[{k: w[k] for k in differ} for w, _, _ in builds],
-            required=f"every layer group's {call} module compiled alike under one name",
-            message=(f"FlashInfer names the {call} module {name!r} by {', '.join(spec.named_by)} alone and compiles "
-                     f"{', '.join(differ)} into it; this model needs it twice ({said}): one process loads one "
-                     f"library for both, so a group runs a kernel built for the other's {', '.join(differ)} "
-                     f"(output left unwritten, hangs; {spec.source})"),
-            fix=(f"serve these groups with one {', '.join(differ)}, or one of them on another backend "
-                 "(the backend is part of the name)"),
+            message="", says=Note(kind="jit-name-clash", call=call, name=name, named_by=tuple(spec.named_by),
+                                  differ=tuple(differ), source=spec.source,
+                                  builds=tuple((tuple(gs), tuple(w[k] for k in differ)) for w, gs, _ in builds)),
             outcome="silent-wrong"))  # it builds, loads and runs: one group computes with the other's kernel
     return out
 

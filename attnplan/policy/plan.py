@@ -183,7 +183,14 @@ def _split_kv_disabled(ruleset: RuleSet, config: AttentionConfig, backends: tupl
 def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: int,
                valid_pages: tuple[int, ...], ruleset: RuleSet, *, capability: int | None = None,
                batch_invariant: bool = False, query_dtypes: tuple[str | None, str | None] = (None, None),
-               block_size: int | None = None, kernels: tuple[Any, Any] = (None, None), decode_tensor_cores: bool | None = None) -> Plan:
+               block_size: int | None = None, kernels: tuple[Any, Any] = (None, None), decode_tensor_cores: bool | None = None,
+               decode_choice: Any = None) -> Plan:
+    """The executable plan of the chosen (prefill, decode) at ``page_size``. ``decode_choice``: a measured
+    per-shape decode choice that holds here (candidates.decode_choice_for): the plan then carries the other
+    decode call too (``Plan.decode_choice``), and what it derives for the one cache, the metadata and the
+    modules covers both decode calls - the adapter switches between them per step."""
+    alt = decode_choice.alternative if decode_choice is not None else None
+    decodes = (decode,) if alt is None else (decode, alt.backend)
     kv_storage_dtype, kv_view_dtype = kv_storage_view_dtypes(config)
     nvfp4 = config.kv_dtype == "nvfp4"
     if config.is_mla:
@@ -192,20 +199,45 @@ def build_plan(config: AttentionConfig, prefill: str, decode: str, page_size: in
         heads, hk, hv = config.kv_heads, config.qk_head_dim, config.vo_head_dim
     kv = KVCachePlan(
         # HND when any phase's family needs it (trtllm-gen); the native kernels read HND too, so one cache serves both.
-        layout="HND" if (_hnd(ruleset, prefill) or _hnd(ruleset, decode)) else "NHD",
+        layout="HND" if any(_hnd(ruleset, b) for b in (prefill, *decodes)) else "NHD",
         page_size=page_size, kv_storage_dtype=kv_storage_dtype, kv_view_dtype=kv_view_dtype, num_kv_heads=heads,
         head_dim_k=hk, head_dim_v=hv, mla=config.is_mla,
         nvfp4_scale_dtype=NVFP4_SCALE_DTYPE if nvfp4 else None,
         nvfp4_block_size=NVFP4_BLOCK if nvfp4 else None,
         page_valid_sizes=valid_pages, block_size=block_size,
     )
+    decode_pp = phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant, query_dtypes[1], kernels[1],
+                           engine_tensor_cores=decode_tensor_cores)
+    extra: dict[str, Any] = {}
+    if alt is not None:
+        from .answer import DecodeChoice
+
+        alt_pp = phase_plan(config, "decode", alt.backend, ruleset, page_size, batch_invariant, alt.query_dtype,
+                            alt.kernels.get(page_size), engine_tensor_cores=alt.tensor_cores)
+        # The decode phase loads both calls' modules: warm-up builds every module the phases list, and the
+        # alternative's carry what their loader reads from a phase plan (the call, FlashInfer's backend
+        # argument, ...), which plan.decode does not hold for them.
+        decode_pp = decode_pp.model_copy(update={"modules": decode_pp.modules + _own_phase_params(alt_pp)})
+        spec = decode_choice.entry.spec
+        extra["decode_choice"] = DecodeChoice(
+            id=spec.id, small=spec.small, large=spec.large, small_up_to_kv_tokens=spec.small_up_to_kv_tokens,
+            alternative=alt_pp, verified=decode_choice.entry.provenance())
     return Plan(
         attention=attention_plan(config, page_size=page_size, batch_invariant=batch_invariant,
                                  fixed_split_tokens=ruleset.sizes().decode_fixed_split_tokens,
-                                 split_kv_disabled=_split_kv_disabled(ruleset, config, (prefill, decode), capability)),
+                                 split_kv_disabled=_split_kv_disabled(ruleset, config, (prefill, *decodes), capability)),
         prefill=phase_plan(config, "prefill", prefill, ruleset, page_size, batch_invariant, query_dtypes[0], kernels[0]),
-        decode=phase_plan(config, "decode", decode, ruleset, page_size, batch_invariant, query_dtypes[1], kernels[1],
-                          engine_tensor_cores=decode_tensor_cores),
+        decode=decode_pp,
         kv_cache=kv,
-        metadata=metadata_needs(config, uses_trtllm_api(ruleset, prefill), uses_trtllm_api(ruleset, decode)),
+        metadata=metadata_needs(config, uses_trtllm_api(ruleset, prefill),
+                                all(uses_trtllm_api(ruleset, b) for b in decodes)),
+        **extra,
     )
+
+
+def _own_phase_params(pp: PhasePlan) -> tuple[JitModule, ...]:
+    """``pp``'s modules with what a module's loader reads from its phase plan written into its params
+    (adapter/warmup.py _with_phase fills only the keys a module lacks, from plan.decode)."""
+    own = {"call": pp.call, "flashinfer_backend": pp.flashinfer_backend, "q_len_per_req": pp.q_len_per_req,
+           "use_tensor_cores": pp.use_tensor_cores}
+    return tuple(m.model_copy(update={"params": {**own, **m.params}}) for m in pp.modules)

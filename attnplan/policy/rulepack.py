@@ -413,6 +413,122 @@ class BackendCatalogSpec(BaseModel):
     cubins: Optional[CubinIndexSpec] = None
 
 
+class MeasuredRecord(BaseModel):
+    """One measurement behind a measured threshold (rules/decode_choice.yaml): the GPU, the FlashInfer, the
+    bench command that measured it, its log, and the numbers it gave."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device: str = Field(min_length=1)
+    capability: str = Field(min_length=1)
+    flashinfer: str = Field(min_length=1)
+    date: str = Field(min_length=1)
+    command: str = Field(min_length=1)
+    log: str = Field(min_length=1)
+    measured: str = Field(min_length=1)
+
+
+class DecodeChoiceSpec(BaseModel):
+    """One per-shape decode choice (rules/decode_choice.yaml, issue 41 item 3): on these GPUs, under this
+    engine layer and FlashInfer, for the configs ``when`` holds for, the decode kernel ``small`` runs a decode
+    batch that reads at most ``small_up_to_kv_tokens`` KV tokens and ``large`` any other - where the rules
+    accept both for the config. Measured, so ``verified`` names the command, the log and the numbers."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str
+    engine: str = Field(min_length=1)
+    devices: list[str] = Field(min_length=1)       # devices.yaml names
+    capability: str
+    flashinfer: str                                # a version specifier
+    small: str
+    large: str
+    small_up_to_kv_tokens: int = Field(gt=0)
+    when: Optional[dict[str, Any]] = None
+    source: str = Field(min_length=1)
+    verified: list[MeasuredRecord] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class DecodeChoiceEntry:
+    """A loaded ``DecodeChoiceSpec``: its data, the capability as the rules compare it, ``when`` compiled."""
+
+    spec: DecodeChoiceSpec
+    capability: int
+    when: Optional[Pred]
+    file: str
+
+    def provenance(self) -> str:
+        """One line: where and with what the threshold was measured."""
+        return "; ".join(f"{r.device} ({r.capability}, flashinfer {r.flashinfer}, {r.date}): {r.command}, {r.log}"
+                         for r in self.spec.verified)
+
+
+DECODE_CHOICE_FILE = "decode_choice.yaml"   # beside backends.yaml; absent: nothing measured, no switch
+
+
+def _load_decode_choices(backends_path: Path, catalog: "BackendCatalogSpec") -> tuple[tuple[DecodeChoiceEntry, ...], str]:
+    """The measured per-shape decode choices beside ``backends_path`` (and the file's text, for the
+    revision), all or nothing: every name they use must mean something in the catalog and the device
+    catalog, every threshold be measured (``verified``) on a GPU the entry names."""
+    from .capability import parse_capability
+    from .devices import catalog as device_catalog
+    from .errors import InvalidInputError
+
+    path = backends_path.parent / DECODE_CHOICE_FILE
+    if not path.exists():
+        return (), ""
+    data, text = _load_yaml(path)
+    file = str(path)
+    if not isinstance(data, dict) or set(data) != {"decode_choice"} or not isinstance(data["decode_choice"], list):
+        raise RulePackError(file, "the file holds one key, decode_choice: a list of entries")
+    out: list[DecodeChoiceEntry] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data["decode_choice"]):
+        rid = raw.get("id") if isinstance(raw, dict) else None
+        try:
+            spec = DecodeChoiceSpec.model_validate(raw)
+        except ValidationError as exc:
+            raise RulePackError(file, f"decode_choice[{i}]: {_pydantic_msg(exc)}", rule=rid if isinstance(rid, str) else None) from None
+        where = f"decode_choice[{i}]"
+        if not RULE_ID.match(spec.id) or spec.id in seen:
+            raise RulePackError(file, f"{where}: ids are unique lower-case words joined by '.' or '-'", rule=spec.id)
+        seen.add(spec.id)
+        eng = catalog.engines.get(spec.engine)
+        if eng is None:
+            raise RulePackError(file, f"{where}: engine {spec.engine!r} has no engines entry", rule=spec.id)
+        if not eng.adapter:
+            # an engine that picks its own kernel cannot switch at run time on attnplan's data
+            raise RulePackError(file, f"{where}: engine {spec.engine!r} is not attnplan's adapter (engines.<name>.adapter)",
+                                rule=spec.id)
+        for role in ("small", "large"):
+            b = getattr(spec, role)
+            if b not in catalog.backends or "decode" not in catalog.backends[b].phases:
+                raise RulePackError(file, f"{where}: {role} {b!r} is no decode backend of {backends_path.name}", rule=spec.id)
+        if spec.small == spec.large:
+            raise RulePackError(file, f"{where}: small and large name the same backend", rule=spec.id)
+        try:
+            cap = parse_capability(spec.capability)
+            for d in spec.devices:
+                dev = device_catalog().find(d)
+                if dev is None or dev.name != d or dev.capability_int != cap:
+                    raise RulePackError(file, f"{where}: device {d!r} is not a devices.yaml name of capability "
+                                              f"{spec.capability}", rule=spec.id)
+            for r in spec.verified:
+                if parse_capability(r.capability) != cap or r.device not in spec.devices:
+                    raise RulePackError(file, f"{where}: a verified record ({r.device}, {r.capability}) is not a "
+                                              "measurement on a device and capability the entry names", rule=spec.id)
+        except InvalidInputError as exc:
+            raise RulePackError(file, f"{where}: {exc}", rule=spec.id) from None
+        _specifier(file, spec.flashinfer, "flashinfer range", rule=spec.id)
+        try:
+            when = compile_condition(spec.when) if spec.when is not None else None
+        except ConditionError as exc:
+            raise RulePackError(file, f"{where}.when: {exc}", rule=spec.id) from None
+        out.append(DecodeChoiceEntry(spec, cap, when, file))
+    return tuple(out), text
+
+
 @dataclass(frozen=True)
 class Check:
     rule: "Rule"
@@ -504,6 +620,8 @@ class RuleSet:
     # (engine, release) -> that release's layer: the engine's data with every item whose ``versions`` range
     # excludes the release dropped (_release_layers). ``engines[name]`` is the newest release's.
     releases: dict[tuple[str, str], EngineLayer] = field(default_factory=dict)
+    # rules/decode_choice.yaml: measured per-shape decode choices (policy/candidates.py decode_choice_for)
+    decode_choices: tuple[DecodeChoiceEntry, ...] = ()
 
     def layer(self, name: str, version: Optional[str] = None) -> EngineLayer:
         """The engine layer of ``name`` at ``version``: the modelled release itself, or for a release the
@@ -762,7 +880,10 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
                 if b not in known:
                     raise RulePackError(str(backends_path), f"force.{kind}.{name} names unknown backend {b!r}")
 
+    decode_choices, choice_text = _load_decode_choices(backends_path, catalog)
     digest = hashlib.sha256(catalog_text.encode())
+    if choice_text:
+        digest.update(DECODE_CHOICE_FILE.encode() + b"\0" + choice_text.encode())
     read = 0
     rules: list[Rule] = []
     seen: dict[str, str] = {}
@@ -837,6 +958,7 @@ def load_ruleset(pack_paths: list[Path], backends_path: Path) -> RuleSet:
         mla_modules=dict(catalog.mla_modules),
         engine_sizes=dict(catalog.engine_sizes),
         releases=releases,
+        decode_choices=decode_choices,
     )
 
 

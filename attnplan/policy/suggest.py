@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from .answer import PlanAnswer, Suggestion
+from .answer import Note, PlanAnswer, Suggestion
 from .candidates import page_domain
 from .config import KV_CACHE_DTYPES, AttentionConfig
 from .dtypes import kv_element_dtype
@@ -51,8 +51,9 @@ def _node_candidates(node: NodeFacts, rs: RuleSet) -> Iterable[tuple[str, Any, N
             yield "flashinfer_version", v, node.with_fact(**update)
 
 
-def _cubin_words(value: Any, rs: RuleSet) -> str:
-    """Where flashinfer-cubin ``value`` can really come from (the package index stops at cubins.pypi_max)."""
+def _cubin_source(value: Any, rs: RuleSet) -> dict[str, Any]:
+    """Where flashinfer-cubin ``value`` can really come from (the package index stops at cubins.pypi_max), as the
+    suggestion's data (render/notes.py words it)."""
     from packaging.version import InvalidVersion, Version
 
     idx = rs.cubins
@@ -61,18 +62,8 @@ def _cubin_words(value: Any, rs: RuleSet) -> str:
     except InvalidVersion:
         on_pypi = False
     if on_pypi:
-        return f"pip install flashinfer-cubin=={value} (trtllm-gen cubins from the wheel)"
-    return (f"install flashinfer-cubin {value} from FlashInfer's wheel index ({idx.wheel_index}; the package index "
-            f"stops at {idx.pypi_max}), or point FLASHINFER_CUBIN_DIR at a directory holding its trtllm-gen cubins")
-
-
-_FIELD_WORDS = {
-    "kv_cache_dtype": "kv_cache_dtype={value}",
-    "page_size": "page_size={value}",
-    "batch_invariant": "turn batch-invariant mode off",
-    "attention_backend": "let attnplan choose the backend (attention_backend=auto)",
-    "flashinfer_version": "install flashinfer-python=={value}",
-}
+        return {"on_pypi": True}
+    return {"on_pypi": False, "wheel_index": idx.wheel_index, "pypi_max": idx.pypi_max}
 
 
 def suggestions_for(config: AttentionConfig, node: NodeFacts, rs: RuleSet | None = None, *,
@@ -86,9 +77,10 @@ def suggestions_for(config: AttentionConfig, node: NodeFacts, rs: RuleSet | None
         if answer.status != "ok" or answer.plan is None:
             return
         pb, db = answer.plan.prefill.backend, answer.plan.decode.backend
-        what = _cubin_words(value, rs) if field_ == "flashinfer_cubin" else _FIELD_WORDS[field_].format(value=value)
+        where = _cubin_source(value, rs) if field_ == "flashinfer_cubin" else {}
+        says = Note(kind="suggestion", field=field_, value=value, prefill=pb, decode=db, **where)
         out.append(Suggestion(field=field_, value=value, target=target,  # type: ignore[arg-type]
-                              message=f"{what}: then prefill runs {pb}, decode runs {db}", prefill=pb, decode=db))
+                              message="", says=says, prefill=pb, decode=db))
 
     for field_, value in _config_candidates(config, node, rs):
         try:

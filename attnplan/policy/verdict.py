@@ -128,9 +128,9 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
     What its message says is data (``Verdict.says``); render/verdict.py writes the sentence."""
     eng = a.engine.name
     engine = f"{eng}=={a.engine.version}" if a.engine.version else eng
-    says = {"engine": eng, "version": a.engine.version}
-    sel, runs_fi, _ = _selected(a, rs)
     layer = rs.engines[eng]
+    says = {"engine": eng, "version": a.engine.version, "display": layer.display, "adapter": layer.adapter}
+    sel, runs_fi, _ = _selected(a, rs)
     judged = layer.own_backends_judged_by == "verdict"   # vLLM: its own backends are judged here
     typed = a.config.engine_attention_backend if judged else None
     forced = None
@@ -193,7 +193,13 @@ def verdict_for(a: PlanAnswer, rs: RuleSet, ctx: Optional[dict[str, Any]] = None
     outcome = worst(o for _, o in counted)
     rules = tuple(dict.fromkeys(v.rule for v, o in counted if o == outcome))
     first = next(v for v, o in counted if o == outcome)
-    return verdict(outcome, modelled, "fails", rules, rule=first.rule, detail=first.message)
+    return verdict(outcome, modelled, "fails", rules, rule=first.rule, **_detail(first))
+
+
+def _detail(v: Violation) -> dict[str, Any]:
+    """The deciding violation as the verdict's data: its message (a rule pack's reason, formatted, or the engine's
+    own words), or its data where render/notes.py writes its message (``Violation.says``)."""
+    return {"detail_says": v.says} if v.says is not None and not v.message else {"detail": v.message}
 
 
 def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] = ()) -> Optional[Verdict]:
@@ -210,17 +216,24 @@ def combine(verdicts: list[Verdict], extra: Iterable[tuple[Violation, Outcome]] 
     v0, _ = next((v, o) for v, o in extra if o == outcome)
     name, _, version = base.engine.partition("==")
     says = VerdictSays(kind="model-fails", engine=name, version=version or None, outcome=outcome, rule=v0.rule,
-                       detail=v0.message)
+                       display=base.says.display if base.says is not None else None,
+                       adapter=base.says.adapter if base.says is not None else False, **_detail(v0))
     return base.model_copy(update={
         "outcome": outcome, "rules": tuple(dict.fromkeys(v.rule for v, o in extra if o == outcome)),
         "message": "", "says": says, "modelled": all(v.modelled for v in verdicts)})
 
 
-def layout_refusal(engine: str, version: str, error: str, source: str) -> Verdict:
+def layout_refusal(engine: str, version: str, error: str, source: str, ruleset: Optional[RuleSet] = None) -> Verdict:
     """The verdict of a parallel layout the engine refuses before it selects anything (heads vs tensor
-    parallelism, DCP limits: rule vllm.startup), quoting the engine's own error."""
-    says = VerdictSays(kind="layout-refused", engine=engine, version=version,
-                       outcome="fails-at-startup", detail=error)
+    parallelism, DCP limits: rule vllm.startup), quoting the engine's own error. The engine's display name is
+    the rule set's (``ruleset``, else the shipped one)."""
+    if ruleset is None:
+        from .shipped import default_ruleset
+        ruleset = default_ruleset()
+    layer = ruleset.engines.get(engine)
+    says = VerdictSays(kind="layout-refused", engine=engine, version=version, outcome="fails-at-startup", detail=error,
+                       display=layer.display if layer is not None else None,
+                       adapter=layer.adapter if layer is not None else False)
     return Verdict(engine=f"{engine}=={version}", outcome="fails-at-startup", modelled=False,
                    selected=Selected(prefill="none", decode="none", runs_flashinfer=False, source=source),
                    rules=("vllm.startup",), says=says)

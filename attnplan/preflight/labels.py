@@ -22,7 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-from attnplan.policy import (AttnplanError, EngineSpec, NodeFacts, RuleSet, default_ruleset, parse_engine, plan_for,
+from attnplan.embedded import plan_for   # finished, as plan_model_locally's model answers are
+from attnplan.policy import (AttnplanError, EngineSpec, NodeFacts, RuleSet, default_ruleset, parse_engine,
                              resolve_engine)
 from attnplan.policy.engines import EngineLike
 from attnplan.policy import representative as rep

@@ -43,7 +43,8 @@ def declared_or_probed(labels: dict[str, str], declare_label: Optional[str]) -> 
 def plan_item(item: dict[str, Any], node: NodeFacts, engine: Optional[EngineSpec]) -> dict[str, Any]:
     """One config's answer JSON on this node: ``{"config": ...}`` planned as ``plan_for``, or
     ``{"request": ...}`` (a whole model, ``ModelRequest``) as the REST service answers it."""
-    from attnplan.policy import default_ruleset, plan_for
+    from attnplan.embedded import plan_for   # finished, as the REST service's answer
+    from attnplan.policy import default_ruleset
 
     if "request" in item:
         from attnplan.vllm.request import ModelRequest, answer_json, plan_request

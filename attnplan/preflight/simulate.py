@@ -12,7 +12,8 @@ import re
 import time
 from typing import Any, Optional, Sequence
 
-from attnplan.policy import InvalidInputError, NodeFacts, RuleSet, default_ruleset, plan_for, simulated_node
+from attnplan.embedded import plan_for   # finished: the sentences render/ writes, as an HTTP node's JSON has them
+from attnplan.policy import InvalidInputError, NodeFacts, RuleSet, default_ruleset, simulated_node
 
 from .model import NamedConfig, Outcome
 

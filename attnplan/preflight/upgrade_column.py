@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from attnplan.policy import EngineSpec, InvalidInputError, RuleSet, plan_for
+from attnplan.embedded import plan_for   # finished, as plan_request's model answers are
+from attnplan.policy import EngineSpec, InvalidInputError, RuleSet
 from attnplan.policy.engines import engine_names, parse_engine
 
 from .model import NamedConfig, Outcome, UpgradeCell

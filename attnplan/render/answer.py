@@ -1,10 +1,10 @@
 """An answer finished for a surface: its sentences written by ``render/`` from the data the planner leaves
 (issue 36 item 6: answers carry data; every sentence is rendered here).
 
-``plan_json`` is the JSON contract of a PlanAnswer or ModelPlanAnswer with every verdict's ``message``
-written by render/verdict.py. Today the planner still fills the same text (policy/verdict.py
-``_interim_message``, held equal by tests/test_verdict_render.py), so ``plan_json(a) == a.to_json()``; a
-surface that calls this instead of ``to_json`` keeps its output when the planner stops writing sentences.
+``plan_json`` is the JSON contract of a PlanAnswer or ModelPlanAnswer with every text field (the verdict's
+``message``, the notes, suggestions, the engine's note, violations built in code) written by render/verdict.py
+``finish`` from the data beside it (``says``, ``notes_says``): the planner leaves those fields empty, so a surface
+calls this (or ``finish``) rather than ``to_json`` on the planner's answer.
 """
 
 from __future__ import annotations

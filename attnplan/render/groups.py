@@ -24,7 +24,9 @@ def render_groups(a: ModelPlanAnswer) -> str:
     from .tables import engine_line
 
     from .tables import plan_heading, render_verdict
+    from .verdict import finish
 
+    a = finish(a)   # every sentence written from the answer's data (render/notes.py)
     head = paint("OK", "32;1") if a.ok else paint("REJECTED", "31;1")
     line = engine_line(a)
     if a.verdict is not None:
@@ -83,6 +85,9 @@ def render_groups_explain(a: ModelPlanAnswer, explanations: Sequence[Optional[Ex
     table (``explanations`` from ``attnplan.model.explain_groups``, one per layer group)."""
     from .tables import render_explain
 
+    from .verdict import finish
+
+    a = finish(a)
     out = [render_groups(a)]
     for g, e in zip(a.layer_groups, explanations):
         if e is None:

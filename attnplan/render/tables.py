@@ -44,7 +44,9 @@ def engine_line(answer: Any) -> Optional[str]:
     """The first line of every rendered answer that carries the engine's own backend choice (issue 21):
     what the engine selects without --attention-backend, and what the plan below is. ``answer``: a
     PlanAnswer or a ModelPlanAnswer (anything with ``engine_backend``)."""
-    eb = getattr(answer, "engine_backend", None)
+    from .verdict import finish
+
+    eb = finish(getattr(answer, "engine_backend", None))   # its note written from its data
     if eb is None or not eb.note:
         return None
     return paint(eb.note, "33;1") if not eb.runs_flashinfer else eb.note
@@ -56,8 +58,9 @@ _OUTCOME_COLOR = {"runs": "32;1", "wrong-output": "35;1"}
 def render_verdict(v: Any) -> list[str]:
     """The verdict block that leads every rendered answer (policy/answer.py Verdict): the outcome of the command
     as typed, the engine's own pick, the rules that decide it and the fixes, each re-evaluated."""
-    from .verdict import verdict_message
+    from .verdict import finish, verdict_message
 
+    v = finish(v)   # its message and fixes written from their data
     out = [f"{paint(v.outcome.upper(), _OUTCOME_COLOR.get(v.outcome, '31;1'))}  {verdict_message(v)}"]
     sel = v.selected
     picked = sel.prefill if sel.prefill == sel.decode else f"prefill {sel.prefill}, decode {sel.decode}"
@@ -81,6 +84,9 @@ def plan_heading(v: Any) -> Optional[str]:
 
 
 def render_answer(a: PlanAnswer) -> str:
+    from .verdict import finish
+
+    a = finish(a)   # every sentence written from the answer's data (render/notes.py)
     out: list[str] = []
     if a.verdict is not None:
         out += render_verdict(a.verdict) + [""]
@@ -107,6 +113,11 @@ def render_answer(a: PlanAnswer) -> str:
             ("workspace", f"{p.prefill.workspace_bytes >> 20} MiB", f"{p.decode.workspace_bytes >> 20} MiB"),
         ]
         out.append(table(("", "prefill", "decode"), rows))
+        c = p.decode_choice
+        if c is not None:   # --engine flashinfer on a GPU with a measured boundary (rules/decode_choice.yaml)
+            by = {p.decode.backend: p.decode.call, c.alternative.backend: c.alternative.call}
+            out.append(f"decode per batch shape: {c.small} ({by[c.small]}) for a decode batch reading at most "
+                       f"{c.small_up_to_kv_tokens} KV tokens, {c.large} ({by[c.large]}) above - measured ({c.id})")
         kv = p.kv_cache
         extra = f", nvfp4 scales {kv.nvfp4_scale_dtype}/{kv.nvfp4_block_size}" if kv.nvfp4_scale_dtype else ""
         out.append("")

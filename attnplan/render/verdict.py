@@ -1,20 +1,23 @@
 """The verdict's sentence (docs/contract.md "The verdict"): written here from the data the planner puts in
 ``Verdict.says`` (policy/answer.py VerdictSays); the planner decides, this module only words it.
 
-``verdict_message`` is the one wording of every verdict kind; ``finish`` fills ``Verdict.message`` (the JSON
-contract's text) on an answer, a model answer or anything carrying verdicts, for the surfaces that finish an
-answer above the planner (attnplan/lines.py). A verdict read back from JSON (a preflight HTTP node) carries no
-``says``: its ``message`` is already the text.
+``verdict_message`` is the one wording of every verdict kind; ``finish`` writes every text field of an answer
+(the verdict's ``message``, and through render/notes.py its notes, the engine's note, suggestions and the
+violations built in code) from its data, on an answer, a model answer or anything carrying them, for the surfaces
+that finish an answer above the planner (attnplan/lines.py, attnplan/embedded.py). A verdict or note read back
+from JSON without its data (an older preflight HTTP node) keeps its text: it is all there is.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from attnplan.policy.answer import Verdict, VerdictSays
+from pydantic import BaseModel
 
-# The engine as the user knows it; attnplan's own adapter (--engine flashinfer) has no release of its own.
-WHO = {"vllm": "vLLM", "sglang": "SGLang", "flashinfer": "attnplan's FlashInfer adapter"}
+from attnplan.policy.answer import EngineBackend, EngineName, Fix, Suggestion, Verdict, VerdictSays, Violation
+
+from .notes import engine_words, note_text, notes_text, violation_text
+
 # An outcome as a verb phrase after the engine's name.
 OUTCOME_WORDS = {"fails-at-startup": "fails at startup",
                  "fails-at-graph-capture": "fails at CUDA-graph capture (startup)",
@@ -23,9 +26,16 @@ OUTCOME_WORDS = {"fails-at-startup": "fails at startup",
 
 
 def who(s: VerdictSays) -> str:
-    """``vLLM 0.33.0``, ``SGLang 0.5.23``, ``attnplan's FlashInfer adapter``."""
-    version = s.version if s.engine != "flashinfer" else None
-    return " ".join(x for x in (WHO.get(s.engine, s.engine), version) if x)
+    """``vLLM 0.33.0``, ``SGLang 0.5.23``, ``attnplan's FlashInfer adapter``: the display name the answer carries
+    (backends.yaml engines.<name>.display), the engine's rule-set name where it carries none."""
+    return engine_words(EngineName(name=s.engine, display=s.display or s.engine, version=s.version, adapter=s.adapter))
+
+
+def _detail(s: VerdictSays) -> str:
+    """The deciding violation's message: its text, or written from its data (render/notes.py)."""
+    if s.detail is None and s.detail_says is not None:
+        return note_text(s.detail_says)
+    return s.detail or ""
 
 
 def _pair(prefill: Optional[str], decode: Optional[str]) -> str:
@@ -60,7 +70,7 @@ def _runs_unjudged(s: VerdictSays) -> str:
 
 def _fails(s: VerdictSays) -> str:
     # an engine's own refusal already says who refuses and when ("SGLang 0.5.23 refuses at startup: ...")
-    detail = s.detail or ""
+    detail = _detail(s)
     if detail.startswith(who(s)):
         return f"[{s.rule}] {detail}"
     return f"{who(s)} {OUTCOME_WORDS[s.outcome]}: [{s.rule}] {detail}"
@@ -68,11 +78,11 @@ def _fails(s: VerdictSays) -> str:
 
 def _model_fails(s: VerdictSays) -> str:
     engine = f"{s.engine}=={s.version}" if s.version else s.engine
-    return f"{engine}: the model {OUTCOME_WORDS[s.outcome]}: [{s.rule}] {s.detail}"
+    return f"{engine}: the model {OUTCOME_WORDS[s.outcome]}: [{s.rule}] {_detail(s)}"
 
 
 def _layout_refused(s: VerdictSays) -> str:
-    return f"{WHO.get(s.engine, 'vLLM')} {s.version} refuses at startup: {s.detail}"
+    return f"{who(s)} refuses at startup: {s.detail}"
 
 
 _SAY: dict[str, Callable[[VerdictSays], str]] = {
@@ -101,27 +111,61 @@ def finish_verdict(v: Optional[Verdict]) -> Optional[Verdict]:
     return v if text == v.message else v.model_copy(update={"message": text})
 
 
-def finish(answer: Any) -> Any:
-    """A verdict, or an answer (PlanAnswer, ModelPlanAnswer, or any pydantic answer with ``verdict``,
-    ``layer_groups`` or ``answer``) with every verdict's ``message`` written here; answers are frozen, so a copy where it changes."""
-    if isinstance(answer, Verdict):
-        return finish_verdict(answer)
-    if answer is None or not hasattr(answer, "model_copy"):
-        return answer
+# Fields that hold no sentence: not walked by ``finish`` (an answer's node, plan, config and trace are most of it).
+_NO_TEXT = frozenset({"node", "plan", "config", "trace", "attention", "prefill", "decode", "kv_cache", "metadata",
+                      "chunked_local", "selected", "coercions", "layers", "groups", "engine",
+                      "says", "notes_says", "detail_says"})
+
+
+def _finish_one(m: BaseModel) -> dict[str, Any]:
+    """The text fields of one model written from its own data (empty: nothing to write)."""
     update: dict[str, Any] = {}
-    v = getattr(answer, "verdict", None)
-    if isinstance(v, Verdict):
-        done = finish_verdict(v)
-        if done is not v:
-            update["verdict"] = done
-    inner = getattr(answer, "answer", None)
-    if inner is not None and hasattr(inner, "model_copy"):
-        done_inner = finish(inner)
-        if done_inner is not inner:
-            update["answer"] = done_inner
-    groups = getattr(answer, "layer_groups", None)
-    if isinstance(groups, tuple) and groups and hasattr(groups[0], "model_copy"):
-        done_groups = tuple(finish(g) for g in groups)
-        if any(a is not b for a, b in zip(done_groups, groups)):
-            update["layer_groups"] = done_groups
+    if isinstance(m, Verdict):
+        if m.says is not None:
+            update["message"] = says_message(m.says)
+    elif isinstance(m, Violation):
+        if m.says is not None:
+            update.update(violation_text(m.says))
+    elif isinstance(m, Suggestion):
+        if m.says is not None:
+            update["message"] = note_text(m.says)
+    elif isinstance(m, Fix):
+        if m.says is not None:
+            update["change"] = note_text(m.says)
+    elif isinstance(m, EngineBackend):
+        if m.says is not None:
+            update["note"] = note_text(m.says)
+    says = getattr(m, "notes_says", None)
+    if says:
+        update["notes"] = notes_text(says)
+    return {k: v for k, v in update.items() if getattr(m, k) != v}
+
+
+def _finish_value(v: Any) -> Any:
+    if isinstance(v, BaseModel):
+        return finish(v)
+    if isinstance(v, tuple) and v and isinstance(v[0], BaseModel):
+        done = tuple(finish(x) for x in v)
+        return v if all(a is b for a, b in zip(done, v)) else done
+    if isinstance(v, dict) and v and any(isinstance(x, BaseModel) for x in v.values()):
+        done_d = {k: finish(x) for k, x in v.items()}
+        return v if all(done_d[k] is v[k] for k in v) else done_d
+    return v
+
+
+def finish(answer: Any) -> Any:
+    """A verdict, or an answer (PlanAnswer, ModelPlanAnswer, or any pydantic answer carrying them: ``answer``,
+    ``model``, ``layer_groups``) with every text field written here from its data (the verdict's ``message``, the
+    notes, the engine's note, suggestions, violations built in code); answers are frozen, so a copy where it
+    changes, the same object where nothing does."""
+    if answer is None or not isinstance(answer, BaseModel):
+        return answer
+    update = _finish_one(answer)
+    for name in type(answer).model_fields:
+        if name in _NO_TEXT or name in update:
+            continue
+        value = getattr(answer, name)
+        done = _finish_value(value)
+        if done is not value:
+            update[name] = done
     return answer.model_copy(update=update) if update else answer

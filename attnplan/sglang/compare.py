@@ -14,8 +14,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 from attnplan.render.verdict import finish
 from attnplan.policy import InvalidInputError, NodeFacts, PlanAnswer, RuleSet
-from attnplan.policy import make_config, plan_for, simulated_node
-from attnplan.model import plan_model, read_layers
+from attnplan.embedded import plan_for, plan_model
+from attnplan.policy import make_config, simulated_node
+from attnplan.model import read_layers
 from attnplan.policy.parallel import per_rank_fields, startup_errors
 from attnplan.model.hfconfig import model_info, read_model_config
 

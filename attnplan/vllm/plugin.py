@@ -74,7 +74,7 @@ def check_vllm_config(vllm_config: Any, node: Any = None) -> Optional[PlanAnswer
                  v.selected.decode, verdict_message(v))
         return answer
     if (v is not None and not v.runs) or (v is None and answer.status != "ok"):
-        raise UnsupportedConfigurationError(answer)
+        raise UnsupportedConfigurationError(answer, verdict_message(v) if v is not None else None)
     log.info("attnplan: attention plan ok: prefill %s, decode %s", *answer.backends())
     return answer
 

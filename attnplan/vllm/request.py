@@ -2,9 +2,10 @@
 
 ``ModelRequest`` holds what ``attnplan vllm serve`` reads from a serve line (the model, tensor /
 pipeline / decode-context parallelism, dtype, KV-cache dtype, block size, attention backend,
-speculative tokens, ``--hf-overrides``) plus the engine layer to plan for. The CLI (``preflight``,
-``labels``), the REST service (``POST /v1/plan``, ``POST /v1/plan/serve``) and the preflight
-nodes (HTTP and Ray) build one and call :func:`plan_request`; a pasted ``vllm serve ...`` line
+speculative tokens, ``--hf-overrides``) plus the engine layer to plan for. The CLI (``plan`` and
+``explain --model-config``, whose flags in attnplan's vocabulary ride as ``overrides``; ``preflight``,
+``labels``), the REST service (``POST /v1/plan``, ``POST /v1/plan/serve``) and the preflight nodes
+(HTTP and Ray) build one and call :func:`plan_request`; a pasted ``vllm serve ...`` line
 becomes one through :func:`ModelRequest.from_serve_text`, which hands the words to
 ``attnplan.vllm.args.parse_serve_line`` (vLLM's own parser when installed): there is no second
 parser.
@@ -157,12 +158,17 @@ class ModelRequest(BaseModel):
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def line_fields(self) -> dict[str, Any]:
-        """The attention fields the serve flags set on every layer group (vllm/serve.py LINE_FIELDS)."""
-        return {**self.overrides, **flag_fields(
+        """The attention fields the serve flags set on every layer group (vllm/serve.py LINE_FIELDS), over
+        ``overrides``; a flag left at its default (``--kv-cache-dtype auto``) leaves an override's value standing
+        (``attnplan plan --model X --kv-cache-dtype fp8`` carries it as an override, in attnplan's spelling)."""
+        flags = flag_fields(
             dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
             attention_backend=self.attention_backend, num_speculative_tokens=self.num_speculative_tokens,
             decode_context_parallel_size=self.decode_context_parallel_size, attention_config=self.attention_config,
-            release=(self.engine or "").partition("==")[2].strip() or None)}
+            release=(self.engine or "").partition("==")[2].strip() or None)
+        if self.kv_cache_dtype == "auto" and "kv_cache_dtype" in self.overrides:
+            del flags["kv_cache_dtype"]
+        return {**self.overrides, **flags}
 
     def model_label(self) -> str:
         """The model as a reader sees it: the reference, or ``config.json <model_type> sha256:<12>``."""
@@ -298,9 +304,11 @@ def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = Non
 # -- planning -----------------------------------------------------------------------------
 def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None, *,
                  allow_paths: bool = True, parser: str = "request",
-                 presets: Optional[Mapping[str, Any]] = None) -> ServeAnswer:
+                 presets: Optional[Mapping[str, Any]] = None, model_field: str = "model") -> ServeAnswer:
     """Every attention layer group of the model, for one rank, on ``node`` (None: this machine),
-    or vLLM's startup refusal (tensor parallelism that does not divide the heads, DCP limits)."""
+    or vLLM's startup refusal (tensor parallelism that does not divide the heads, DCP limits).
+    ``model_field``: what the caller calls the model in a bad-input error (``model``: a serve line's or a REST
+    body's; ``model_config``: ``attnplan plan --model-config``'s, the ``ModelConfigError`` as raised)."""
     from attnplan.model.hfconfig import model_info
     from attnplan.model.layers import text_config
 
@@ -308,7 +316,7 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
         data = req.load(allow_paths=allow_paths, presets=presets)
         info = model_info(text_config(data), req.model_label())
     except ModelConfigError as exc:
-        raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
+        raise _model_error(exc, model_field) from None
     fields = info.fields
     line = req.serve_line(parser)
     heads = int(fields["num_qo_heads"])
@@ -316,11 +324,17 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     # SGLang's data-parallel attention: each attention group holds tp / attn_dp ranks (runtime_context.py
     # derive_attn_tp_size), and the heads split over those
     dp = req.sglang.attn_dp_size if req.sglang is not None else 1
+    # the split as the layer groups will see it: an override's heads or DCP size (attnplan plan --model X
+    # --num-heads N / --dcp-world-size N) over the model's, as model/plan.py plan_model checks each group
+    heads = _override_int(req.overrides, "num_qo_heads") or heads
+    kv_heads = _override_int(req.overrides, "num_kv_heads") or int(fields.get("num_kv_heads") or fields["num_qo_heads"])
+    dcp = (req.decode_context_parallel_size if req.decode_context_parallel_size > 1
+           else _override_int(req.overrides, "dcp_world_size") or 1)
     if req.tensor_parallel_size % dp:
         errs = [f"tp_size ({req.tensor_parallel_size}) must be divisible by the attention data-parallel size ({dp})"]
     else:
-        errs = startup_errors(heads, int(fields.get("num_kv_heads") or heads), req.tensor_parallel_size // dp,
-                              req.decode_context_parallel_size, mla=fields.get("kv_lora_rank") is not None)
+        errs = startup_errors(heads, kv_heads, req.tensor_parallel_size // dp, dcp,
+                              mla=fields.get("kv_lora_rank") is not None)
     if dp > 1 and not errs:
         notes.append(f"data-parallel attention: {dp} groups of {req.tensor_parallel_size // dp} attention rank(s); "
                      f"each rank plans heads/{req.tensor_parallel_size // dp}")
@@ -338,9 +352,24 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
         model = plan_model(data, node, overrides=over, ruleset=ruleset, engine=engine,
                            tensor_parallel_size=req.tensor_parallel_size // dp)
     except ModelConfigError as exc:
-        raise InvalidInputError("model", str(exc).removeprefix("model_config: ")) from None
+        if exc.path == "config.json" and isinstance(req.model, str):   # the planner read it as data: name it
+            exc = ModelConfigError(req.model, str(exc).removeprefix(f"{exc.field}: config.json: "))
+        raise _model_error(exc, model_field) from None
     first = next((g.config for g in model.attention_groups if g.config is not None), None)
     return ServeAnswer(line, req.ranks, first, model.answer(), notes=notes, model=model)
+
+
+def _model_error(exc: ModelConfigError, field: str) -> InvalidInputError:
+    """A model that cannot be read, as bad input naming the caller's field for it."""
+    if field == exc.field:
+        return exc
+    return InvalidInputError(field, str(exc).removeprefix(f"{exc.field}: "))
+
+
+def _override_int(overrides: Mapping[str, Any], key: str) -> Optional[int]:
+    """A positive integer override, else None (a bad value is the attention config's to refuse, by field)."""
+    v = overrides.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 1 else None
 
 
 def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[RuleSet] = None) -> tuple[Any, ModelRequest]:

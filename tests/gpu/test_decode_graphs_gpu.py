@@ -184,3 +184,116 @@ def test_fused_metadata_kernel_equals_the_torch_ops(seed):
             n = int(ref.kv_indptr[-1])
             assert n == int(((seq + page - 1) // page).sum())
             assert torch.equal(fused.kv_indices[:n], ref.kv_indices[:n])
+
+
+# -- issue 41: metadata and append in one launch ----------------------------------------------------
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+@pytest.mark.parametrize("page,q", [(16, 1), (16, 3), (32, 1), (32, 3)])
+@pytest.mark.parametrize("mla", [False, True], ids=["kv", "mla"])
+def test_fused_append_kernel_equals_metadata_then_append(layout, page, q, mla):
+    """The one launch (decode_kernel.py, APPEND) against ``compute_torch`` + ``kv_cache.append`` on
+    a copy of the same cache: every metadata output and the whole cache byte for byte, at the
+    model's own row sizes (8 x 128 heads, MLA's 576-wide latent), lengths crossing page ends."""
+    from attnplan.adapter.decode_layout import DecodeLayout
+    from attnplan.policy import KVCachePlan
+
+    if mla and layout == "HND":
+        pytest.skip("an MLA cache has no head axis: one layout")
+    gen = torch.Generator(device="cuda").manual_seed(page * 10 + q)
+    plan = KVCachePlan(layout=layout, page_size=page, kv_storage_dtype="bfloat16", kv_view_dtype="bfloat16",
+                       num_kv_heads=1 if mla else 8, head_dim_k=576 if mla else 128, head_dim_v=512 if mla else 128,
+                       mla=mla)
+    b = 37
+    ends = [q, page, page + 1, 2 * page - 1, 3 * page, 40 * page + 2, 64 * page - 1]
+    seq = torch.tensor([max(q, ends[i % len(ends)]) for i in range(b)], dtype=torch.int32, device="cuda")
+    width = 64 + 1
+    n_pages = b * (width + 2)
+    table = torch.randperm(n_pages, device="cuda", generator=gen).view(b, width + 2)[:, :width].int()
+    caches = []
+    for _ in range(2):
+        c = kvc.allocate(plan, n_pages, "cuda")
+        c.data.copy_(torch.randn(c.data.shape, device="cuda", generator=torch.Generator(device="cuda").manual_seed(5)))
+        caches.append(c)
+    k = torch.randn(b * q, *((576,) if mla else (8, 128)), device="cuda", generator=gen).bfloat16()
+    v = None if mla else torch.randn(b * q, 8, 128, device="cuda", generator=gen).bfloat16()
+    for indices in (True, False):
+        fused = DecodeLayout(b, q, page, width, "cuda", bound=(seq, table), indices=indices)
+        ref = DecodeLayout(b, q, page, width, "cuda", bound=(seq, table), indices=indices)
+        args = fused.fused_append(caches[0], k, v)
+        assert args is not None, "a bf16 cache fed bf16 rows takes the fused launch"
+        fused.compute_append(caches[0], k, v, args)
+        ref.compute_torch()
+        kvc.append(caches[1], ref.slots, k, v)
+        torch.cuda.synchronize()
+        for name in ("slots", "slot_pages", "slot_offsets", "kv_indptr", "last_page_len"):
+            assert torch.equal(getattr(fused, name), getattr(ref, name)), (name, indices)
+        if indices:
+            n = int(ref.kv_indptr[-1])
+            assert torch.equal(fused.kv_indices[:n], ref.kv_indices[:n])
+        assert torch.equal(caches[0].data.view(torch.int16), caches[1].data.view(torch.int16)), indices
+    # Each request's last new row is where the block table says (not a no-op on both sides).
+    ar = torch.arange(b, device="cuda")
+    pos = seq.long() - 1
+    pages, offs = table[ar, pos // page].long(), pos % page
+    view = caches[0].kernel_view()
+    got = view[pages, offs] if mla else view[pages, 0, offs] if layout == "NHD" else view[pages, 0, :, offs]
+    assert torch.equal(got.reshape(b, -1), k.view(b, q, -1)[:, -1])
+
+
+@pytest.mark.parametrize("name", ["xqa", "fa2", "fa2-spec-q3", "mla-fa2"])
+def test_graph_with_fused_append_equals_the_unfused_graph(name, monkeypatch):
+    """The same steps through two DecodeGraphs over copies of one cache, one with metadata + append
+    in one launch (the default for a bf16 cache), one with ``ATTNPLAN_FUSED_APPEND=0`` (metadata
+    launch then ``kv_cache.append``): byte-equal caches after every step, outputs alike (same
+    attention kernel over the same bytes; a kernel's own reduction order may differ run to run, so
+    both are held to the reference's tolerance)."""
+    if name.startswith("mla"):
+        ex = AttentionExecutor(MLA_PLANS[name](), device="cuda")
+        gen = torch.Generator(device="cuda").manual_seed(3)
+        page, bs, longest = ex.plan.kv_cache.page_size, 5, 700
+        width = (longest + page - 1) // page
+        table = torch.randperm(bs * width, device="cuda", generator=gen).view(bs, width).int()
+        base = ex.allocate_kv_cache(bs * width)
+        base.data.normal_(generator=gen)
+        lat = [torch.randn(longest, 576, device="cuda", generator=gen).bfloat16() for _ in range(bs)]
+    else:
+        ex = ex_for(name)
+        qd, bs = ex.plan.decode.q_len_per_req, 5
+        first = Batch(ex, [qd] * bs, random_lens(bs - 1, qd, 700) + [700], bs, poison="finite")
+        table, base, width = first.table, first.cache, first.table.shape[1]
+    graphs, caches, errs = [], [], []
+    for env in ("1", "0"):
+        monkeypatch.setenv("ATTNPLAN_FUSED_APPEND", env)
+        cache = kvc.PagedKVCache(base.plan, base.data.clone(), None if base.scales is None else base.scales.clone())
+        g = DecodeGraph(ex, bs, width, cache)
+        assert (g.fused is not None) == (env == "1"), "bf16 caches fuse unless told not to"
+        graphs.append(g)
+        caches.append(cache)
+    for i in range(3):
+        if name.startswith("mla"):
+            seq = random_lens(bs - 1, 1, longest) + [longest if i == 0 else 1]
+            q_nope, q_pe, latent, ref = mla_step(ex, table, base, lat, seq, gen)
+            for c in caches:        # the history both graphs read: the same bytes
+                c.data.copy_(base.data)
+            seq_t = torch.tensor(seq, dtype=torch.int32)
+            inputs = (seq_t.cuda(), table, seq_t)
+            feed = (q_nope, q_pe, latent)
+        else:
+            b = first if i == 0 else Batch(ex, [qd] * bs, random_lens(bs, qd, 700), bs, reuse=first, poison="finite")
+            for c in caches:
+                c.data.copy_(base.data)
+            inputs = (b.input.seq_lens, b.table, b.input.seq_lens_cpu)
+            feed = (b.q, *b.new_kv())
+            ref = b.reference()
+        outs = []
+        for g in graphs:
+            g.update(*inputs)
+            if i == 0:
+                g.capture()
+            outs.append((g.replay_mla(*feed) if name.startswith("mla") else g.replay(*feed)).clone())
+        torch.cuda.synchronize()
+        assert torch.equal(caches[0].data.view(torch.uint8), caches[1].data.view(torch.uint8)), i
+        errs.append((rel_err(outs[0], ref), rel_err(outs[1], ref)))
+    print(f"fused-append graph {name}: caches byte-equal over 3 steps; rel errs fused / unfused "
+          f"{[f'{a:.2e}/{b:.2e}' for a, b in errs]}")
+    assert max(max(e) for e in errs) <= TOL

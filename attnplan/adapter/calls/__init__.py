@@ -18,12 +18,13 @@ from typing import Any
 
 from attnplan.policy import default_ruleset
 
+from ._choice import ALTERNATIVE, DEFAULT, DecodeSwitch, FixedDecode, batch_pages
 from ._contract import CallContext, JitBuild, JitGetter, KernelCall
 from ._jit import MERGE
 from ._registry import STRATEGIES, build_registry
 from attnplan.errors import AdapterCallError
 
-__all__ = ["CallContext", "JitBuild", "JitGetter", "KernelCall", "MERGE_JIT", "STRATEGIES", "build_registry",
+__all__ = ["ALTERNATIVE", "DEFAULT", "DecodeSwitch", "FixedDecode", "batch_pages", "decode_phases", "CallContext", "JitBuild", "JitGetter", "KernelCall", "MERGE_JIT", "STRATEGIES", "build_registry",
            "needs_finite_page_tail", "registry", "strategy", "workspace_layout"]
 
 # FlashInfer's merge of partial states by LSE (flashinfer/cascade.py merge_state_in_place): the
@@ -46,9 +47,17 @@ def strategy(call: str) -> KernelCall:
                          f"{sorted(registry())}") from None
 
 
+def decode_phases(plan: Any) -> tuple[Any, ...]:
+    """Every decode call a plan may run: ``plan.decode``, and where the plan carries a measured per-shape
+    choice (``Plan.decode_choice``, issue 41 item 3) the alternative too (index ``ALTERNATIVE``)."""
+    choice = getattr(plan, "decode_choice", None)
+    return (plan.decode,) if choice is None else (plan.decode, choice.alternative)
+
+
 def needs_finite_page_tail(plan: Any) -> bool:
-    """Whether some phase's kernel needs the unused slots of last pages finite (``KernelCall``)."""
-    return any(strategy(getattr(plan, p).call).finite_page_tail for p in ("prefill", "decode"))
+    """Whether some phase's kernel needs the unused slots of last pages finite (``KernelCall``): any
+    decode call the plan may run counts (an XQA alternative reads the fa2 plan's cache too)."""
+    return any(strategy(pp.call).finite_page_tail for pp in (plan.prefill, *decode_phases(plan)))
 
 
 def workspace_layout(phases: Any) -> dict[str, Any]:
