@@ -1,7 +1,7 @@
 """Engine command lines as the one request (issue 36: one parse, one pipeline, one answer).
 
 A pasted ``vllm serve MODEL [flags]`` and a pasted ``[python -m] sglang.launch_server --model-path MODEL [flags]``
-both become a ``ModelRequest`` (vllm/request.py: the flags every engine shares, and SGLang's own in its
+both become a ``ModelRequest`` (attnplan/request.py: the flags every engine shares, and SGLang's own in its
 ``sglang`` fields) and are planned by ``plan_request``; ``plan_launch`` is that pipeline for a parsed launch line.
 This module sits above both engines' packages (vllm/ and sglang/ import neither it nor each other's planners),
 so neither engine's code depends on the other's.
@@ -16,7 +16,7 @@ from attnplan.render.verdict import finish
 from attnplan.sglang.launch import LaunchAnswer, LaunchLine, parse_launch_text
 from pydantic import ValidationError
 
-from attnplan.vllm.request import ModelRequest, SglangLineFields, plan_request, request_error
+from attnplan.request import ModelRequest, SglangLineFields, plan_request, request_error
 
 
 def is_launch_line(text: Any) -> bool:

@@ -14,7 +14,7 @@ import pytest
 from attnplan.policy import AttentionConfig, plan_for, simulated_node
 from attnplan.policy.errors import InvalidInputError
 from attnplan.vllm.args import line_from_namespace
-from attnplan.vllm.request import ModelRequest
+from attnplan.request import ModelRequest
 from attnplan.vllm.serve import attention_config_fields
 
 LLAMA = dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, dtype="bfloat16")

@@ -12,7 +12,7 @@ from attnplan.model import config_from_hf
 from attnplan.cli.main import main as cli_main
 from attnplan.policy import simulated_node
 from attnplan.sglang import SglangEngine, SglangFlags
-from attnplan.sglang.compare import compare
+from attnplan.compare import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 LLAMA = str(ROOT / "examples" / "llama-3.1-8b.json")

@@ -14,6 +14,7 @@ from attnplan.cli.main import main
 from attnplan.policy import ModelConfigError
 from attnplan.model import config_from_hf
 from attnplan.model.hfconfig import fields_from_hf, model_info, read_model, resolve_model
+from attnplan.render.notes import note_text
 
 MODELS = Path(__file__).parent / "models"
 LLAMA = MODELS / "vllm-llama-3.1-8b"
@@ -58,8 +59,10 @@ def test_impossible_values_are_refused(bad):
 def test_unread_fields_are_named_in_a_note():
     info = model_info({**load("vllm-llama-3.1-8b"), "attention_chunk_size": 8192}, use_transformers=False)
     assert info.reader == "attnplan"
-    assert any("attention_chunk_size" in n for n in info.notes)
-    assert not any("vocab_size" in n for n in info.notes)
+    n, = info.notes_says                                  # data, worded by render/notes.py
+    assert n.kind == "unread-fields" and "attention_chunk_size" in n.named_by and "vocab_size" not in n.named_by
+    assert note_text(n) == ("config.json: fields not read by attnplan's parser (install transformers to read them as "
+                            "the model does): attention_chunk_size")
 
 
 def run_cli(capsys, *argv):

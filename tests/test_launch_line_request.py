@@ -15,7 +15,7 @@ from attnplan.policy import InvalidInputError, simulated_node
 from attnplan.lines import plan_launch
 from attnplan.sglang.launch import parse_launch_text
 from attnplan.lines import is_launch_line, request_from_launch_line, request_from_line
-from attnplan.vllm.request import ModelRequest, plan_request
+from attnplan.request import ModelRequest, plan_request
 
 LINES = [
     "python -m sglang.launch_server --model-path gemma-2-9b",

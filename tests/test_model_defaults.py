@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from attnplan.model.hfconfig import CLASS_DEFAULTS, model_info
-from attnplan.vllm.request import ModelRequest, check_request
+from attnplan.request import ModelRequest, check_request
 
 HEADS, HIDDEN = 128, 8192  # divisible by every class's default KV heads (Qwen2: 32, DeepSeek-V3: 128)
 # A file's variants: nothing left to the class but the size, and one field given as JSON null.

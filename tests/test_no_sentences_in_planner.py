@@ -19,7 +19,7 @@ from attnplan import policy
 from attnplan.model import plan_model as model_layer_plan
 from attnplan.policy import simulated_node
 from attnplan.policy.answer import EngineBackend, Note, NoteKind, Suggestion, Violation
-from attnplan.render import finish, render_answer
+from attnplan.render import compact_layers, finish, render_answer
 from attnplan.render.notes import note_text, notes_text, violation_text
 
 ROOT = Path(__file__).resolve().parents[1] / "attnplan"
@@ -40,18 +40,18 @@ _ALLOWED_CALLS = {"Field", "InvalidInputError", "ModelConfigError", "RulePackErr
 _CITATIONS = {"source", "src", "SOURCE", "description"}
 
 # Modules that still hold sentences, each with why (keep this short; an entry goes when its module is reworded).
-# Every module this change made data-only (engine, suggest, jit_names, verdict, answer, model/plan) holds none.
+# Every module this change made data-only (engine, suggest, jit_names, verdict, answer, model/plan; then engines, api
+# and model/hfconfig: the release pin, the engine's own fixes and the config reader's notes are Note kinds) holds none.
 ALLOWED = {
     "policy/facts_catalog.py": "each fact's description, for `attnplan rules` and the docs (like a Field description)",
     "policy/parallel.py": "vLLM's own startup errors, quoted verbatim (the engine's words: data, as a pack's reason)",
     "policy/matrix.py": "the capability matrix document's header (docs/capability-matrix.md), not an answer",
     "policy/devices.py": "a declared fact's provenance (Fact.detail): node facts move to their own package",
-    "policy/candidates.py": "a violation's `required` for an engine block (another change owns candidates.py)",
-    "policy/engines.py": "the release-pin note: travels as Note(kind='text') until policy/engines.py words it as data",
-    "policy/api.py": "Fix.change of vLLM's own backends and use_trtllm_attention (suggestion fixes carry Fix.says)",
+    "policy/candidates.py": "a trace entry's page-size input as judged (`block N (kernel pages dividing it that pass: "
+                            "...)`): a fact's display in the trace, like facts_catalog's, which `explain --json` "
+                            "(cli/plan.py) dumps from unfinished entries; no answer text",
     "model/layers.py": "an error's value (_show, for ModelConfigError) and a layer group's `source` (where its kinds "
                        "were read): its notes are data (ModelLayers.notes_says)",
-    "model/hfconfig.py": "the config reader's notes (ModelInfo.notes, read by the CLI's flag readers)",
 }
 # A module in ALLOWED is still scanned for what it was allowed: a new sentence elsewhere fails.
 SCANNED = sorted(set(SCANNED) | {ROOT / f for f in ALLOWED})
@@ -285,3 +285,111 @@ def test_a_fix_made_of_a_suggestion_carries_its_words():
     made = [f for f in a.verdict.fixes if f.args is None or f.args.startswith("--kv-cache-dtype")]
     assert made and all(f.change for f in made)
     assert {f.change for f in made} <= {s.message for s in a.suggestions}
+
+
+# -- what the last sentences of the planner became (issue 36 item 6) ---------------------------------------------
+def test_the_config_readers_notes_are_data():
+    # model/hfconfig.py: Llama-4-Scout's integer attn_temperature_tuning is refused by transformers' class, so
+    # attnplan's own parser reads it and names the fields it does not read: both as data, worded in render/
+    from attnplan.model.hfconfig import model_info
+
+    pytest.importorskip("transformers")
+    info = model_info(json.loads((MODELS / "llama-4-scout-17b-16e-instruct.json").read_text()), "scout.json")
+    refused, unread = info.notes_says
+    assert (refused.kind, refused.name, unread.kind, unread.source) == ("config-class-refused", "llama4",
+                                                                        "unread-fields", "scout.json")
+    assert note_text(refused) == (f"transformers' llama4 config class refused this config.json ({refused.value}); "
+                                  "read by attnplan's own parser") and refused.value
+    assert note_text(unread) == ("scout.json: fields not read by attnplan's parser (install transformers to read them "
+                                 "as the model does): " + ", ".join(unread.named_by)) and "attn_scale" in unread.named_by
+
+
+def test_the_release_pin_note_is_data():
+    # policy/engines.py release_node: a node that declares another FlashInfer than the release pins is told so
+    rs = policy.default_ruleset()
+    a = policy.plan_for(LLAMA, simulated_node("H100", flashinfer_version="0.7.2.post1"), engine="vllm==0.32.0")
+    n, = [n for n in a.notes_says if n.kind == "release-pin"]
+    pin = rs.engines["vllm"].releases["0.32.0"]
+    assert (n.engine.name, n.engine.version, n.pin, n.installed, n.source) == ("vllm", "0.32.0", pin.flashinfer,
+                                                                               "0.7.2.post1", pin.source)
+    assert finish(a).notes[0] == note_text(n) == (
+        f"vllm 0.32.0 pins flashinfer-python=={pin.flashinfer} ({pin.source}); this node has 0.7.2.post1: the kernel "
+        "rules answer for the installed 0.7.2.post1, a combination vllm 0.32.0's release was not built against")
+
+
+def _rules_with(tmp_path, edit):
+    import yaml
+
+    from attnplan.policy.rulepack import load_ruleset
+
+    rules = ROOT / "rules"
+    data = yaml.safe_load((rules / "backends.yaml").read_text())
+    edit(data)
+    out = tmp_path / "backends.yaml"
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return load_ruleset(sorted((rules / "packs").glob("*.yaml")), out)
+
+
+def test_the_engines_own_fixes_are_data_named_by_the_rules(tmp_path):
+    # policy/api.py fixes_for: vLLM's own backends and its use_trtllm_attention, worded with the display name the
+    # rule set gives the engine (backends.yaml engines.vllm.display), never a literal
+    cfg = {**LLAMA, "head_dim": 256, "logits_soft_cap": 30.0}
+    for rs, display in ((policy.default_ruleset(), "vLLM"),
+                        (_rules_with(tmp_path, lambda d: d["engines"]["vllm"].update(display="vLLM-X")), "vLLM-X")):
+        v = policy.plan_for(cfg, simulated_node("B200"), ruleset=rs).verdict
+        own = [f for f in v.fixes if f.says is not None and f.says.kind in ("run-backend", "trtllm-off")]
+        assert {f.says.kind for f in own} == {"run-backend", "trtllm-off"} and all(f.change == "" for f in own)
+        for f, done in zip(own, (finish(f) for f in own)):
+            assert f.says.engine.display == display
+            if f.says.kind == "run-backend":
+                assert f.args == f"--attention-backend {f.says.backend}" and done.change == f"run {display}'s {f.says.backend}"
+            else:
+                assert done.change == f"keep {display}'s FlashInfer off trtllm-gen / XQA (its native wrappers run)"
+
+
+def test_the_mla_prefill_flag_is_data(tmp_path):
+    # policy/engine.py: the flags that run FlashInfer's MLA prefill are backends.yaml engines.vllm.flags data
+    from attnplan.policy.errors import RulePackError
+
+    flag = "--attention-config '{\"mla_prefill_backend\": \"X\"}'"
+    for rs in (policy.default_ruleset(),
+               _rules_with(tmp_path, lambda d: d["engines"]["vllm"]["flags"].update(mla_prefill_flashinfer=flag))):
+        a = policy.plan_for(DSV3_RANK, simulated_node("B200"), ruleset=rs)
+        pre = a.engine_phases["prefill"]
+        assert not pre.runs_flashinfer and pre.says.args == rs.engines["vllm"].flags.mla_prefill_flashinfer
+        assert finish(pre).note.endswith(f"runs with {pre.says.args}")
+    assert flag in finish(pre).note
+    with pytest.raises(RulePackError, match="mla_prefill_flashinfer"):
+        _rules_with(tmp_path, lambda d: d["engines"]["vllm"]["flags"].pop("mla_prefill_flashinfer"))
+
+
+def test_explains_engine_rules_come_from_the_rules(tmp_path):
+    # render/tables.py: whose engine rules an explanation evaluates, from the rule set (no table of names in render)
+    from attnplan.render.tables import engine_rules_words
+
+    rs = policy.default_ruleset()
+    assert {n: engine_rules_words(n, rs) for n in rs.engines} == {
+        "vllm": "vLLM", "sglang": "SGLang's, applied by its resolver", "flashinfer": "none"}
+    renamed = _rules_with(tmp_path, lambda d: d["engines"]["sglang"].update(display="SGL"))
+    assert engine_rules_words("sglang", renamed) == "SGL's, applied by its resolver"
+    import attnplan.render.tables as rt
+    assert not hasattr(rt, "_ENGINE_RULES")
+
+
+def test_a_groups_own_note_is_labelled_by_render():
+    # model/plan.py all_notes_says: a note one attention group has (not every one) carries its group's layers as
+    # data; render/notes.py words "layers X: <note>"
+    data = json.loads((MODELS / "gemma-2-9b.json").read_text())
+    node = simulated_node("B200")
+    m = model_layer_plan(data, node, engine="flashinfer", overrides={"kv_cache_dtype": "fp8"})
+    said = m.all_notes_says()
+    own = [n for n in said if n.group_layers]
+    assert own and m.all_notes() == ()          # data until finished
+    groups = {compact_layers(g.layers, m.num_layers): g for g in m.attention_groups}
+    for n in own:
+        g = groups[n.group_layers]
+        bare = n.model_copy(update={"group_layers": None})
+        assert bare in g.notes_says and not all(bare in h.notes_says for h in m.attention_groups)
+        assert note_text(n) == f"layers {n.group_layers}: {note_text(bare)}"
+    done = plan_model(data, node, engine="flashinfer", overrides={"kv_cache_dtype": "fp8"})
+    assert done.all_notes() == notes_text(said) and done.to_json()["notes"] == list(notes_text(said))

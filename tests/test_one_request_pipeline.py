@@ -1,9 +1,11 @@
 """One request, one pipeline, one answer (issue 36 item 6).
 
 ``attnplan plan --model-config X [flags]`` and ``explain --model-config`` build the same request a pasted
-``vllm serve`` / ``sglang launch_server`` line and a REST body build (vllm/request.py ``ModelRequest``) and go
+``vllm serve`` / ``sglang launch_server`` line and a REST body build (attnplan/request.py ``ModelRequest``) and go
 through the same pipeline (``plan_request``): spied here, and their answers compared with the serve line's, the
-launch line's and ``POST /v1/plan``'s, verdict and plan JSON alike.
+launch line's and ``POST /v1/plan``'s, verdict and plan JSON alike. ``attnplan compare`` plans each engine's command
+as that request too (attnplan/compare.py): a row is the serve / launch line's answer; a split the engine refuses is
+its fails-at-startup (exit 1) on ``plan`` as on ``vllm serve``.
 
 The rejection error (attnplan/errors.py ``UnsupportedConfigurationError``) carries the data and takes the verdict's
 sentence from the surface that raises it (render/verdict.py words it); below the renderer it names the deciding
@@ -19,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import attnplan
-import attnplan.vllm.request as vreq
+import attnplan.request as vreq
 from attnplan import policy
 from attnplan.cli.main import main
 from attnplan.policy import simulated_node
@@ -56,8 +58,11 @@ def spy(monkeypatch):
         seen.append(req)
         return real(req, *a, **kw)
 
+    import attnplan.compare as cmp
+
     monkeypatch.setattr(vreq, "plan_request", wrapped)
     monkeypatch.setattr(lines, "plan_request", wrapped)
+    monkeypatch.setattr(cmp, "plan_request", wrapped)
     return seen
 
 
@@ -66,10 +71,11 @@ def test_model_config_is_planned_as_the_one_request(capsys, spy, command):
     rc, _ = _json(capsys, command, "--model-config", "deepseek-v3", "--device", "H100", "--tensor-parallel-size", "8",
                   "--kv-cache-dtype", "fp8", "--json")
     assert rc == 0
-    assert len(spy) == 1, "plan/explain --model-config planned outside vllm/request.py plan_request"
+    assert len(spy) == 1, "plan/explain --model-config planned outside attnplan/request.py plan_request"
     req = spy[0]
     assert isinstance(req, vreq.ModelRequest)
-    assert (req.model, req.tensor_parallel_size, req.overrides["kv_cache_dtype"]) == ("deepseek-v3", 8, "fp8")
+    # the engine command's flags on the request's own fields, as a serve line sets them (request_from_fields)
+    assert (req.model, req.tensor_parallel_size, req.kv_cache_dtype) == ("deepseek-v3", 8, "fp8")
 
 
 def test_sglang_backend_rides_in_the_request_as_a_launch_line_s(capsys, spy):
@@ -108,11 +114,58 @@ def test_plan_and_a_launch_line_give_one_answer(capsys, spy):
     assert plan["verdict"] == launch["verdict"] and plan == launch["per_rank"]
 
 
-def test_a_split_vllm_refuses_stays_bad_input_for_plan(capsys):
-    # the pipeline answers vLLM's own refusal (fails-at-startup for a serve line); plan's flags make it exit 2
-    rc = main(["plan", "--model-config", "gemma-2-9b", "--device", "H100", "--tensor-parallel-size", "3"])
-    err = capsys.readouterr().err
-    assert rc == 2 and "tensor_parallel_size: vLLM refuses this at startup" in err
+@pytest.mark.parametrize("command", ["plan", "explain"])
+def test_a_split_vllm_refuses_is_the_serve_line_s_answer(capsys, command):
+    # the pipeline answers vLLM's own refusal: fails-at-startup, exit 1, as `vllm serve -tp 3` (issue 36 item 1)
+    rc, data = _json(capsys, command, "--model-config", "gemma-2-9b", "--device", "H100", "--tensor-parallel-size", "3",
+                     "--json")
+    rc_serve, serve = _json(capsys, "vllm", "serve", "gemma-2-9b", "--device", "H100", "-tp", "3", "--json")
+    assert rc == rc_serve == 1 and data["verdict"] == serve["verdict"]
+    assert data["verdict"]["outcome"] == "fails-at-startup" and data["startup_error"] == serve["startup_error"]
+
+
+# (model, device, tp, compare's --kv-cache-dtype, vLLM's spelling, SGLang's): a model of one group that runs, one
+# computing wrong output on B200, a layered model with an fp8 cache, a split both engines refuse at startup
+COMPARE_CASES = [
+    ("llama-3.1-8b", "H100", 1, "auto", "auto", "auto"),
+    ("gemma-2-9b", "B200", 1, "auto", "auto", "auto"),
+    (GEMMA3, "H100", 2, "fp8", "fp8", "fp8_e4m3"),
+    ("gemma-2-9b", "H100", 3, "bf16", "bfloat16", "bf16"),
+]
+
+
+@pytest.mark.parametrize("model,device,tp,kv,vllm_kv,sglang_kv", COMPARE_CASES,
+                         ids=["llama-H100", "gemma-2-B200", "gemma-3-fp8-tp2", "gemma-2-tp3"])
+def test_a_compare_row_is_the_serve_and_launch_answer(capsys, spy, model, device, tp, kv, vllm_kv, sglang_kv):
+    # attnplan compare plans each engine's command as the one request (attnplan/compare.py): its rows say what
+    # `vllm serve` and `sglang launch_server` say for the same command, verdict and per-rank plan alike
+    from attnplan.compare import compare
+
+    rep = compare(model, [device], tp=tp, kv_cache_dtype=kv)
+    assert [r.engine for r in spy] == ["vllm", "sglang"], "compare planned outside attnplan/request.py plan_request"
+    _rc, serve = _json(capsys, "vllm", "serve", model, "--device", device, "-tp", str(tp), "--kv-cache-dtype", vllm_kv,
+                       "--json", "--no-trace")
+    _rc, launch = _json(capsys, "sglang", "launch_server", "--model-path", model, "--tp", str(tp), "--kv-cache-dtype",
+                        sglang_kv, "--device", device, "--json", "--no-trace")
+    assert spy[2] == spy[0] and spy[3] == spy[1]   # the very request a pasted line builds
+    for eng, line in (("vllm", serve), ("sglang", launch)):
+        cmd = next(c for c in rep["commands"] if c["engine"] == eng)
+        assert cmd["verdict"] == line["verdict"] and cmd["per_rank"] == line["per_rank"]
+        rows = [r for r in rep["rows"] if r["engine"] == eng]
+        if not any(r["group"] for r in rows):   # one attention group (or a refused split): the row is the command's
+            assert [r["verdict"] for r in rows] == [line["verdict"]]
+        assert {r["status"] for r in rows} >= {line["verdict"]["outcome"]}
+
+
+def test_compare_says_what_the_engine_commands_say_of_a_split(capsys):
+    # a split the engines refuse is their fails-at-startup (exit 1 for `vllm serve -tp 3`), not bad input (422)
+    client = TestClient(create_app(node=simulated_node("H100")))
+    r = client.post("/v1/compare", json={"model": "gemma-2-9b", "devices": ["H100"], "tp": 3})
+    assert r.status_code == 200, r.text[:300]
+    assert {row["status"] for row in r.json()["rows"]} == {"fails-at-startup"}
+    assert main(["vllm", "serve", "gemma-2-9b", "-tp", "3", "--device", "H100"]) == 1
+    assert main(["compare", "gemma-2-9b", "--device", "H100", "--tp", "3"]) == 1      # the CLI says the same
+    assert main(["compare", "gemma-2-9b", "--device", "H100", "--tp", "2"]) == 0
 
 
 def test_an_unreadable_model_names_plan_s_flag(capsys, tmp_path):

@@ -422,7 +422,7 @@ def test_preflight_json_and_no_progress_when_stderr_is_not_a_terminal(capsys):
 def _model_answer_json(device: str = "H100", **req):
     from attnplan.policy import default_ruleset
     from attnplan.preflight.configs import inline_model, model_request
-    from attnplan.vllm.request import answer_json, plan_request
+    from attnplan.request import answer_json, plan_request
 
     r = inline_model(model_request(str(ROOT / "tests" / "models" / "gemma-3-27b-it.json"), None, req, None))
     nc = NamedConfig("gemma", None, None, r)

@@ -10,7 +10,7 @@ import pytest
 from attnplan.policy import default_ruleset, simulated_node
 from attnplan.preflight.model import NamedConfig
 from attnplan.preflight.model_answers import model_answer, model_cell, served_model_answer
-from attnplan.vllm.request import ModelRequest, answer_json, plan_request
+from attnplan.request import ModelRequest, answer_json, plan_request
 
 MODELS = Path(__file__).parent / "models"
 

@@ -10,7 +10,7 @@ import pytest
 
 from attnplan.errors import AttnplanError, InvalidInputError
 from attnplan.policy import simulated_node
-from attnplan.sglang.compare import compare
+from attnplan.compare import compare
 from attnplan.sglang.flags import architecture_of
 from attnplan.lines import plan_launch
 from attnplan.sglang.launch import parse_launch_line

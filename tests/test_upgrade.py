@@ -302,7 +302,7 @@ def test_cli_sglang_line_worse_is_exit_1(capsys):
 
 def test_cli_serve_line_matches_attnplan_vllm_serve(capsys):
     from attnplan.vllm.args import parse_serve_line
-    from attnplan.vllm.request import plan_serve
+    from attnplan.request import plan_serve
 
     words = ["llama-3.1-8b", "-tp", "2"]
     want = [plan_serve(parse_serve_line(words), simulated_node("GB300", flashinfer_version=v)).verdict

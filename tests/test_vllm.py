@@ -98,12 +98,29 @@ def test_dtype_auto_reads_the_model_dtype(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv", [
     ["--speculative-config", "{bad json"], ["--speculative-config", "[1, 2]"],
-    ["--speculative-config", '{"method": "eagle"}'], ["--tensor-parallel-size", "3"],
-    ["--tensor-parallel-size", "0"],
+    ["--speculative-config", '{"method": "eagle"}'], ["--tensor-parallel-size", "0"],
+    ["--tensor-parallel-size", "-2"], ["--tensor-parallel-size", "two"], ["--kv-cache-dtype", "bf16"],
 ])
-def test_plan_bad_vllm_flags_exit_2(capsys, argv):
+def test_plan_malformed_vllm_flags_exit_2(capsys, argv):
+    # malformed input (a split that is no positive integer, a --kv-cache-dtype vLLM's CacheDType lacks): exit 2
     rc, _out, err = cli(capsys, "plan", "--device", "H100", "--model", LLAMA, *argv)
     one_line_exit_2(rc, err)
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_plan_of_a_split_vllm_refuses_is_its_startup_failure(capsys, as_json):
+    # vLLM refuses -tp 3 for 32 heads at startup (an outcome, fails-at-startup): plan says what `vllm serve -tp 3`
+    # says, in vLLM's words, with its exit code (1), table and --json alike
+    extra = ["--json", "--no-trace"] if as_json else []
+    rc, out, err = cli(capsys, "plan", "--device", "H100", "--model", LLAMA, "--tensor-parallel-size", "3", *extra)
+    rc_serve, serve, _ = cli(capsys, "vllm", "serve", LLAMA, "-tp", "3", "--device", "H100", *extra)
+    assert rc == rc_serve == 1 and not err
+    if as_json:
+        assert json.loads(out)["verdict"] == json.loads(serve)["verdict"]
+        assert json.loads(out)["verdict"]["outcome"] == "fails-at-startup"
+    else:
+        assert out.startswith("FAILS-AT-STARTUP") and "must be divisible by tensor parallel size (3)" in out
+        assert out.splitlines()[0] in serve.splitlines()
 
 
 # -- attnplan vllm serve ---------------------------------------------------------------------

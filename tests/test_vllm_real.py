@@ -97,7 +97,7 @@ def test_vllm_parser_reads_a_serve_line():
 def test_config_from_vllm_matches_the_serve_line_mapping(llama_tp4_fp8):
     from attnplan.vllm.args import parse_serve_line
     from attnplan.vllm.mapping import config_from_vllm
-    from attnplan.vllm.request import plan_serve
+    from attnplan.request import plan_serve
     from attnplan.policy import simulated_node
 
     live = config_from_vllm(llama_tp4_fp8)
@@ -201,7 +201,7 @@ def test_config_from_vllm_mla_matches_the_serve_line_mapping():
     from attnplan.policy import simulated_node
     from attnplan.vllm import config_from_vllm
     from attnplan.vllm.args import parse_serve_line
-    from attnplan.vllm.request import plan_serve
+    from attnplan.request import plan_serve
 
     dsv3 = str(MODELS / "vllm-deepseek-v3")
     vc = engine_config(dsv3, tensor_parallel_size=8, block_size=64)

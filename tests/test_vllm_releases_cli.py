@@ -82,7 +82,7 @@ def test_upgrade_reports_what_loads_not_who_decided_it():
 def test_cache_dtype_spellings_per_release(kv, release, ok):
     """config/cache.py CacheDType grew between releases: a spelling the release lacks is refused as it refuses it
     (a spelling it has but no FlashInfer kernel attnplan models reads is the other bad input, naming those)."""
-    from attnplan.vllm.request import ModelRequest
+    from attnplan.request import ModelRequest
 
     req = ModelRequest.build(model="llama-3.1-8b", engine=f"vllm=={release}", kv_cache_dtype=kv)
     try:

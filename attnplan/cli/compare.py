@@ -30,7 +30,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnplan.sglang.compare import compare, render_compare
+    from attnplan.compare import compare, render_compare
 
     devices = [d.strip() for d in args.device.split(",") if d.strip()]
     rep = compare(args.model, devices, tp=args.tp, kv_cache_dtype=args.kv_cache_dtype, page_size=args.page_size,
@@ -40,4 +40,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(render_compare(rep))
     # 0 when every engine's command runs on every GPU (each row's verdict), 1 otherwise
-    return 0 if all(r["status"] in ("runs", "ok") for r in rep["rows"]) else 1
+    # the verdict of each engine command, as `vllm serve` / `sglang launch_server` give it (a split the engine
+    # refuses is its startup failure: exit 1)
+    return 0 if all((c["verdict"] or {}).get("outcome") == "runs" for c in rep["commands"]) else 1

@@ -133,12 +133,13 @@ def config_from_args(args: argparse.Namespace) -> AttentionConfig:
     config.json fields attnplan's own parser did not read go to stderr."""
     from attnplan.model.hfconfig import read_model
     from attnplan.policy.parallel import per_rank_fields, startup_errors
+    from attnplan.render.notes import notes_text
 
     fields = config_fields_from_args(args)
     model = getattr(args, "model_config", None)
     if model is not None:
         info = read_model(model)
-        for note in info.notes:
+        for note in notes_text(info.notes_says):   # the reader's notes are data (render/notes.py words them)
             verbosity.note(note)
         fields = {**info.fields, **{k: v for k, v in fields.items() if v is not None}}
     elif "num_qo_heads" not in fields:

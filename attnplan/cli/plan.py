@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from attnplan.policy import (EngineSpec, Explanation, RuleSet, capability_matrix, explain, matrix_markdown, parse_engine, plan_for, resolve_engine)
-from attnplan.model import ModelPlanAnswer, explain_groups
-from attnplan.policy import InvalidInputError, NodeFacts
+from attnplan.model import explain_groups
+from attnplan.policy import NodeFacts
 from attnplan.node import local_node
 from attnplan.policy.answer import node_json
 from attnplan.render.verdict import finish
@@ -110,42 +110,56 @@ def _engine(args: argparse.Namespace, rs: RuleSet) -> EngineSpec:
 
 
 def model_request(args: argparse.Namespace, rs: RuleSet) -> "tuple[ModelRequest, EngineSpec, NodeFacts]":
-    """``--model-config X [flags]`` as the one request every entry point builds (vllm/request.py ModelRequest: a
-    serve line, a launch line and a REST body are the same object), parsed once: the model, the engine (under
-    SGLang with its own --attention-backend: attnplan/engine_request.py), the tensor-parallel size, and the
-    attention flags in attnplan's vocabulary as ``overrides`` laid over every layer group. Returns the engine
-    (``explain`` grids each group under it) and the node too."""
-    from attnplan.vllm.request import ModelRequest   # the model path's own import: plan --head-dim ... skips it
+    """``--model-config X [flags]`` as the one request every entry point builds (attnplan/request.py ModelRequest: a
+    serve line, a launch line and a REST body are the same object), parsed by the one parse of a model's flags
+    (``request_from_fields``, as ``preflight --model-config`` and ``labels`` parse theirs): the engine command's
+    flags (``--kv-cache-dtype`` in the engine's own spelling, ``--block-size``, ``--tensor-parallel-size``, ...) on
+    the request's fields, the attention fields in attnplan's vocabulary (``--head-dim``, ``--sliding-window``, ...)
+    as ``overrides`` laid over every layer group; under SGLang its own --attention-backend name
+    (attnplan/engine_request.py). Returns the engine (``explain`` grids each group under it) and the node too."""
+    from attnplan.request import request_from_fields   # the model path's own import: plan --head-dim skips it
 
     raw_backend = getattr(args, "attention_backend", None)
     engine = _engine(args, rs)   # an engine the rules do not model: exit 2, before anything is read
     node = _node(args)
-    overrides = config_fields_from_args(args)
-    tp = tensor_parallel_from_args(args)
-    req = ModelRequest.build(model=args.model_config, engine=args.engine, tensor_parallel_size=tp,
-                             attention_backend=raw_backend if engine.name == "sglang" else None, overrides=overrides)
+    fields = config_fields_from_args(args)
+    fields["tensor_parallel_size"] = tensor_parallel_from_args(args)   # malformed (0, -1, "x"): exit 2
+    if engine.name == "sglang":   # SGLang's own backend name rides in the request, as a launch line sets it
+        fields["attention_backend"] = raw_backend
+    req = request_from_fields(args.model_config, fields, engine=args.engine)
     return req, engine, node
 
 
-def _model(args: argparse.Namespace, rs: RuleSet) -> tuple[ModelPlanAnswer, EngineSpec]:
+def _model(args: argparse.Namespace, rs: RuleSet) -> "tuple[ServeAnswer, EngineSpec]":
     """--model-config: every layer group of the model, through the one pipeline of model requests
-    (vllm/request.py plan_request), as ``vllm serve``, ``sglang launch_server``, REST and preflight plan it."""
-    from attnplan.vllm.request import plan_request
+    (attnplan/request.py plan_request), as ``vllm serve``, ``sglang launch_server``, REST and preflight plan it."""
+    from attnplan.request import plan_request
 
     req, engine, node = model_request(args, rs)
-    sa = plan_request(req, node, rs, allow_paths=True, model_field="model_config")
-    if sa.startup_error is not None:
-        # plan's flags are attnplan's, not a serve line: a split vLLM refuses is bad input here (exit 2), as the
-        # serve line's fails-at-startup verdict is that line's answer (tests/test_vllm.py pins both)
-        raise InvalidInputError("tensor_parallel_size", "vLLM refuses this at startup: " + sa.startup_error)
-    assert sa.model is not None
-    return sa.model, engine
+    return plan_request(req, node, rs, allow_paths=True, model_field="model_config"), engine
+
+
+def _refused_at_startup(sa, args: argparse.Namespace) -> int:
+    """A split the engine refuses at startup (tensor parallelism that does not divide the heads, DCP limits): its
+    ``fails-at-startup`` verdict in the engine's own words, exit 1, as ``vllm serve`` / ``sglang launch_server`` say
+    for the same command (issue 36 item 1: one input, one answer on every surface). A malformed split (0, -1, not
+    an integer) never gets here: bad input, exit 2 (cli/options.py tensor_parallel_from_args)."""
+    v = sa.verdict
+    if args.json:
+        emit_json({"verdict": v.model_dump(mode="json") if v is not None else None, "status": "startup_error",
+                   "startup_error": sa.startup_error, "notes": list(sa.notes)})
+    else:
+        print("\n".join(render_verdict(v)))
+    return verdict_exit(sa, args)
 
 
 def run_plan(args: argparse.Namespace) -> int:
     if getattr(args, "model_config", None):
         rs = ruleset_from_args(args)
-        model, _engine_spec = _model(args, rs)
+        sa, _engine_spec = _model(args, rs)
+        if sa.model is None:
+            return _refused_at_startup(sa, args)
+        model = sa.model
         one = model.answer()
         if args.json:
             emit_json(plan_json(model, trace=not args.no_trace))
@@ -178,7 +192,10 @@ def _grid_json(e: Explanation) -> dict:
 
 def _explain_model(args: argparse.Namespace) -> int:
     rs = ruleset_from_args(args)
-    model, engine = _model(args, rs)
+    sa, engine = _model(args, rs)
+    if sa.model is None:
+        return _refused_at_startup(sa, args)
+    model = sa.model
     exps = explain_groups(model, rs, engine=engine)
     one = model.answer()
     if args.json:

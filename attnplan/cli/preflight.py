@@ -130,7 +130,7 @@ def check_models(configs: list[Any], rs: Any, *, plan: bool = False) -> None:
     here for a stand-in node (exact; reading the model as its transformers class does costs the
     transformers/torch import, ~3 s); else check it with attnplan's own config reader (no import).
     A repo id this machine does not have is left to the nodes."""
-    from attnplan.vllm.request import check_request, plan_request
+    from attnplan.request import check_request, plan_request
 
     for c in configs:
         if c.request is not None and isinstance(c.request.model, dict):

@@ -83,9 +83,9 @@ def line_kind(words: list[str]) -> Optional[str]:
 
 def serve_planner(words: list[str], rs: RuleSet) -> Any:
     """A `vllm serve` line planned at each side's release: the line read as `attnplan vllm serve` reads it, as a
-    whole-model request pinned to the side's engine (vllm/request.py plan_request, what POST /v1/plan/serve runs)."""
+    whole-model request pinned to the side's engine (attnplan/request.py plan_request, what POST /v1/plan/serve runs)."""
     from attnplan.vllm.args import parse_serve_line
-    from attnplan.vllm.request import ModelRequest, plan_request
+    from attnplan.request import ModelRequest, plan_request
 
     rest = words[2:] if words[:1] == ["vllm"] else words[1:]
     line = parse_serve_line(rest)
@@ -104,7 +104,7 @@ def launch_planner(words: list[str], rs: RuleSet) -> Any:
     one pipeline of engine lines)."""
     from attnplan.lines import request_from_launch_line
     from attnplan.sglang.launch import parse_launch_line
-    from attnplan.vllm.request import plan_request
+    from attnplan.request import plan_request
 
     line = parse_launch_line(words)
 

@@ -67,7 +67,7 @@ def split_own(argv: list[str], before: argparse.Namespace | None = None) -> tupl
 def run(args: argparse.Namespace) -> int:
     from attnplan.policy import parse_engine
     from attnplan.vllm.args import parse_serve_line
-    from attnplan.vllm.request import plan_serve
+    from attnplan.request import plan_serve
     from attnplan.vllm.serve import render_serve, serve_json
 
     own, rest = split_own(list(args.line), args)
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError("engine", f"a vllm serve line is vLLM's; got {own.engine!r}")
     line = parse_serve_line(rest, release=spec.version)
     node = node_from_args(own)
-    # one pipeline (vllm/request.py plan_request), held to the bounds REST holds a line to (tp <= 4096, ...)
+    # one pipeline (attnplan/request.py plan_request), held to the bounds REST holds a line to (tp <= 4096, ...)
     sa = plan_serve(line, node if node is not None else local_node(), rs, engine=str(spec))
     for note in sa.notes:
         verbosity.note(note)

@@ -15,7 +15,7 @@ that takes seconds per call is not used. Otherwise, when ``transformers`` is imp
 family's own config class reads the file (``AutoConfig.for_model``), so family quirks (attribute
 maps, class defaults, ``text_config`` nesting) are read as the model's code reads them; without
 transformers the dict is read by hand and every field not understood is named in
-``ModelInfo.notes``. tests/test_model_plan_cli.py checks that both readers agree on every config
+``ModelInfo.notes_says`` (data: render/notes.py words it). tests/test_model_plan_cli.py checks that both readers agree on every config
 the repository holds. Impossible values
 (0 or negative heads, NaN/inf soft-cap, heads not divisible by KV heads) are refused.
 Every file goes through :mod:`attnplan.safeio` (bounded, regular files only, nesting bounded,
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
+from ..policy.answer import Note
 from ..policy.config import AttentionConfig, make_config
 from ..policy.dtypes import HALF_DTYPES, TORCH_DTYPE
 from ..policy.errors import InvalidInputError, ModelConfigError
@@ -65,12 +66,13 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9.
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a model's config implies: the attention fields, where they came from and what was not read."""
+    """What a model's config implies: the attention fields, where they came from and what was not read
+    (``notes_says``: data, worded by render/notes.py ``notes_text``; issue 36 item 6)."""
 
     fields: dict[str, Any]
     source: str
     reader: str  # "transformers" or "attnplan"
-    notes: list[str] = field(default_factory=list)
+    notes_says: tuple[Note, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict)
 
 
@@ -248,7 +250,7 @@ def _quiet_transformers() -> Iterator[None]:
         lg.setLevel(level)
 
 
-def _transformers_config(data: Mapping[str, Any], notes: Optional[list[str]] = None) -> Any:
+def _transformers_config(data: Mapping[str, Any], notes: Optional[list[Note]] = None) -> Any:
     """The model's own config class, when transformers knows the model_type; None otherwise.
 
     A public config.json that the installed transformers' class refuses (version skew: e.g.
@@ -273,8 +275,7 @@ def _transformers_config(data: Mapping[str, Any], notes: Optional[list[str]] = N
     except Exception as exc:  # noqa: BLE001 - a config the family's own class refuses
         if notes is not None:
             first = str(exc).strip().splitlines()
-            notes.append(f"transformers' {mt} config class refused this config.json "
-                         f"({first[0] if first else type(exc).__name__}); read by attnplan's own parser")
+            notes.append(Note(kind="config-class-refused", name=mt, value=first[0] if first else type(exc).__name__))
         return None
     # vLLM reads the language model's sub-config (transformers_utils/config.py get_hf_text_config).
     get_text = getattr(cfg, "get_text_config", None)
@@ -362,7 +363,7 @@ def _own_reading(data: Mapping[str, Any], where: str) -> Optional["ModelInfo"]:
         info = model_info(data, where, use_transformers=False)
     except ModelConfigError:
         return None  # the family's own class decides what is wrong (or right) with it
-    return None if info.notes else info
+    return None if info.notes_says else info
 
 
 def fields_from_hf(data: Mapping[str, Any], where: str = "config.json", *, use_transformers: bool = True) -> dict[str, Any]:
@@ -375,7 +376,7 @@ def model_info(data: Mapping[str, Any], where: str = "config.json", *,
     """``use_transformers``: True reads with attnplan's own parser when it can read the whole file
     and with transformers (when installed) otherwise; ``"always"`` forces transformers' config
     class; False never uses it."""
-    notes: list[str] = []
+    notes: list[Note] = []
     if use_transformers is True:
         own = _own_reading(data, where)
         if own is not None:
@@ -399,8 +400,7 @@ def model_info(data: Mapping[str, Any], where: str = "config.json", *,
         model_type = data.get("model_type")
         unread = sorted(k for k in data if k not in _READ and k not in _HARMLESS and not k.endswith("_token_id"))
         if unread:
-            notes.append(f"{where}: fields not read by attnplan's parser (install transformers to read them "
-                         f"as the model does): {', '.join(unread)}")
+            notes.append(Note(kind="unread-fields", source=where, named_by=tuple(unread)))
     heads = _first(src, HEAD_KEYS, where)
     if heads is None:
         raise ModelConfigError(where, "missing num_attention_heads")
@@ -453,7 +453,7 @@ def model_info(data: Mapping[str, Any], where: str = "config.json", *,
             out["logits_soft_cap"] = float(cap)
     if model_type == "gpt_oss":
         out["sinks"] = True
-    return ModelInfo(fields=out, source=where, reader=reader, notes=notes, raw=dict(top))
+    return ModelInfo(fields=out, source=where, reader=reader, notes_says=tuple(notes), raw=dict(top))
 
 
 def read_model(ref: str | Path, *, hf_overrides: Optional[Mapping[str, Any]] = None,

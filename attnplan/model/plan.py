@@ -122,6 +122,9 @@ class ModelPlanAnswer(BaseModel):
     rules_revision: str = ""
     verdict: Optional[Verdict] = Field(None, description="the command's verdict: its attention groups' worst, with the "
                                                         "model-level violations (policy/verdict.py)")
+    # ``all_notes_says`` worded (render/notes.py all_notes_text), written where the answer is finished
+    # (render/verdict.py finish): the layered JSON's ``notes`` (to_json) and preflight's read it.
+    all_notes_text: tuple[str, ...] = Field((), exclude=True, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -137,17 +140,22 @@ class ModelPlanAnswer(BaseModel):
         describes every attention layer of the model."""
         return len(self.attention_groups) == 1
 
-    def all_notes(self) -> tuple[str, ...]:
-        """The model's notes, then each attention group's (a note every group has once; another one
-        labelled with its group's layers): the text of a finished answer (render/verdict.py finish), joined."""
-        out = list(self.notes)
+    def all_notes_says(self) -> tuple[Note, ...]:
+        """The model's notes, then each attention group's, as data: a note every attention group has once, another
+        one with its group's layers (``Note.group_layers``; render/notes.py names them before the note)."""
+        out = list(_says(self))
         attn = self.attention_groups
         for g in attn:
-            for n in g.notes:
-                text = n if all(n in h.notes for h in attn) else f"layers {compact_layers(g.layers, self.num_layers)}: {n}"
-                if text not in out:
-                    out.append(text)
+            for n in _says(g):
+                said = n if all(n in _says(h) for h in attn) else \
+                    n.model_copy(update={"group_layers": compact_layers(g.layers, self.num_layers)})
+                if said not in out:
+                    out.append(said)
         return tuple(out)
+
+    def all_notes(self) -> tuple[str, ...]:
+        """``all_notes_says`` as a finished answer words it (render/verdict.py finish); () before it is finished."""
+        return self.all_notes_text
 
     def answer(self) -> Optional[PlanAnswer]:
         """For a uniform model, the one attention group's PlanAnswer with the model's verdict and notes."""

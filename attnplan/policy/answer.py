@@ -33,8 +33,8 @@ Call = Literal[
 
 
 NoteKind = Literal[
-    "text",                 # a line written by code outside the planner's data (the engine layer's resolver, a
-                            # release pin): ``text`` is all there is
+    "text",                 # a line written by code outside the planner's data (the engine layer's resolver,
+                            # attnplan/sglang/resolve.py): ``text`` is all there is
     "no-candidate",         # a phase with no backend candidate on this device (``phase``)
     "block-size",           # the kernels read the largest kernel page dividing the engine's block (``block``, ``page``)
     "fallback",             # a preferred backend skipped (``phase``, ``backend``, ``used``, ``why``: (rule, message) pairs)
@@ -59,6 +59,13 @@ NoteKind = Literal[
     "nope-temperature",     # llama4's NoPE layers scale q by position before the kernel (``source``)
     "suggestion",           # a verified single-field change (``field``, ``value``, ``prefill``, ``decode``; cubins:
                             # ``on_pypi``, ``wheel_index``, ``pypi_max``)
+    "config-class-refused",  # transformers' config class of ``name`` refused the file (``value``: its error's first
+                             # line); attnplan's own parser read it
+    "unread-fields",        # config fields attnplan's own parser did not read (``source``: the file, ``named_by``)
+    "release-pin",          # the engine release pins another flashinfer-python than the node has (``engine``,
+                            # ``pin``, ``installed``, ``source``: where the pin was read)
+    "run-backend",          # fix: run the engine's own backend (``engine``: its display name, ``backend``)
+    "trtllm-off",           # fix: keep the engine's FlashInfer off trtllm-gen / XQA (``engine``)
 ]
 
 
@@ -116,6 +123,11 @@ class Note(BaseModel):
     on_pypi: Optional[bool] = None
     wheel_index: Optional[str] = None
     pypi_max: Optional[str] = None
+    pin: Optional[str] = Field(None, description="release-pin: the flashinfer-python the engine release pins")
+    installed: Optional[str] = Field(None, description="release-pin: the flashinfer-python the node has")
+    group_layers: Optional[str] = Field(
+        None, description="one layer group's note on a model of several: that group's layers, compacted "
+                          "(model/plan.py all_notes_says); render/notes.py names them before the note")
 
     @model_serializer(mode="wrap")
     def _said(self, handler: Any) -> dict[str, Any]:

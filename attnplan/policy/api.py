@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping, Optional, Union
 
-from .answer import Fix, Note, PlanAnswer, Verdict
+from .answer import EngineName, Fix, Note, PlanAnswer, Verdict
 from .backend_names import VLLM_TO_ATTNPLAN
 from .config import AttentionConfig, make_config
 from .engine import default_ruleset, evaluate
@@ -57,18 +57,22 @@ def fixes_for(answer: PlanAnswer, v: Verdict, rs: RuleSet, engine: EngineSpec) -
         out.append(Fix(args=args, change=change, outcome=new.outcome, selected=sel, says=says))
 
     layer = rs.engines[answer.engine.name]
+    # what the fix changes, as data (render/notes.py words it; the engine as backends.yaml engines.<name>.display)
+    who = EngineName(name=answer.engine.name, display=layer.display, version=answer.engine.version,
+                     adapter=bool(layer.adapter))
     if layer.own_backends_judged_by == "verdict":   # vLLM: its own backends, by name (backends.yaml engine_backend)
         for name in engine_backend_names(rs, answer.engine.name, cfg.is_mla, answer.engine.version):
             if name == v.selected.decode and v.selected.prefill == name:
                 continue
             changed = cfg.replace(attention_backend=VLLM_TO_ATTNPLAN.get(name, name), engine_attention_backend=None) \
                 if name in VLLM_TO_ATTNPLAN else cfg.replace(attention_backend="auto", engine_attention_backend=name)
-            add(f"--attention-backend {name}", f"run vLLM's {name}", _verdict_only(changed, node, rs, engine))
+            add(f"--attention-backend {name}", "", _verdict_only(changed, node, rs, engine),
+                Note(kind="run-backend", engine=who, backend=name))
         if v.selected.runs_flashinfer and cfg.use_trtllm_attention is not False and not cfg.is_mla:
             # vLLM's FlashInfer on its native wrappers (rule vllm.use-trtllm-attention): e.g. the soft cap applied
             changed = cfg.replace(use_trtllm_attention=False)
-            add("--attention-config '{\"use_trtllm_attention\": false}'",
-                "keep vLLM's FlashInfer off trtllm-gen / XQA (its native wrappers run)", _verdict_only(changed, node, rs, engine))
+            add("--attention-config '{\"use_trtllm_attention\": false}'", "", _verdict_only(changed, node, rs, engine),
+                Note(kind="trtllm-off", engine=who))
     # an engine with its own backends (SGLang): its other backends as its own flag, from its resolver module
     # (policy/engines.py engine_alternatives), each re-resolved by the engine's rules
     for args, change, spec in engine_alternatives(rs, engine, cfg.is_mla, v.selected):

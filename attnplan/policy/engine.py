@@ -78,9 +78,9 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
     base = base_context(config, node)
     violations: list[Violation] = list(res.violations) if res is not None else []
     entries: list[TraceEntry] = []
-    # Every note as data, in order (render/notes.py words them): the release pin's and the engine resolver's lines
-    # are written where they are made (policy/engines.py release_node, the engine's resolver) and travel as text.
-    notes: list[Note] = [Note(kind="text", text=n) for n in (*pin_notes, *(res.notes if res is not None else ()))]
+    # Every note as data, in order (render/notes.py words them): the release pin's (policy/engines.py release_node),
+    # then the engine resolver's lines, written by the resolver (attnplan/sglang/resolve.py), which travel as text.
+    notes: list[Note] = [*pin_notes, *(Note(kind="text", text=n) for n in (res.notes if res is not None else ()))]
 
     for check in checks:
         if check.scope != "pair":
@@ -170,15 +170,16 @@ def evaluate(config: AttentionConfig, node: NodeFacts, ruleset: RuleSet | None =
 def _engine_fields(spec: Any, config: AttentionConfig, base: dict[str, Any], ref: Any, ok: bool = True) -> dict[str, Any]:
     """``engine_backend`` - and, for an MLA model of an engine that picks its MLA prefill apart (vLLM 0.33:
     get_mla_prefill_backend_cls), ``engine_phases``: the prefill backend it runs by default, which is not
-    FlashInfer's where it is FLASH_ATTN (the FlashInfer prefill of the plan then runs with
-    --attention-config '{"mla_prefill_backend": "TRTLLM_RAGGED"}')."""
+    FlashInfer's where it is FLASH_ATTN (the FlashInfer prefill of the plan then runs with the engine's
+    ``flags.mla_prefill_flashinfer``, backends.yaml)."""
     eb = engine_backend_for(spec, config, base, ref, ok=ok)
     out: dict[str, Any] = {"engine_backend": eb}
     pre = engine_rows.mla_prefill_choice(spec, base) if config.is_mla and eb is not None else None
     if pre is None:
         return out
-    # the flags that run FlashInfer's ragged prefill under vLLM 0.33 (its MLA prefill choice: --attention-config)
-    force = "--attention-config '{\"mla_prefill_backend\": \"TRTLLM_RAGGED\"}'"
+    # the flags that run FlashInfer's ragged prefill where the engine's own MLA prefill is not FlashInfer's
+    # (backends.yaml engines.<name>.flags.mla_prefill_flashinfer; vLLM 0.33: --attention-config)
+    force = spec.flags.mla_prefill_flashinfer
     says = Note(kind="mla-prefill", engine=engine_name(spec, ref), backend=pre["name"],
                 runs_flashinfer=pre["runs_flashinfer"], flashinfer_backend=pre.get("flashinfer_backend"),
                 source="get_mla_prefill_backend_cls", args=None if pre["runs_flashinfer"] else force)

@@ -17,7 +17,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from .answer import Coercion, EngineBackend, EngineRef, Violation
+from .answer import Coercion, EngineBackend, EngineName, EngineRef, Note, Violation
 from .config import AttentionConfig
 from .errors import InvalidInputError
 from .facts import NodeFacts
@@ -163,8 +163,9 @@ def flashinfer_pin(rs: RuleSet, engine: EngineRef) -> Optional[str]:
     return pin.flashinfer if pin is not None else None
 
 
-def release_node(rs: RuleSet, engine: EngineRef, node: NodeFacts) -> tuple[NodeFacts, list[str]]:
-    """The node as the engine release sees it, and what to tell about its FlashInfer (issue 42).
+def release_node(rs: RuleSet, engine: EngineRef, node: NodeFacts) -> tuple[NodeFacts, list[Note]]:
+    """The node as the engine release sees it, and what to tell about its FlashInfer (issue 42), as data
+    (a ``release-pin`` note: render/notes.py words it).
 
     A FlashInfer version the node was only *assumed* to have (a declared device) is the one the release pins:
     `pip install vllm==0.32.0` brings flashinfer-python 0.7.0.post1, so its kernel rules are 0.7.0's (and an
@@ -183,8 +184,9 @@ def release_node(rs: RuleSet, engine: EngineRef, node: NodeFacts) -> tuple[NodeF
         return node.with_fact(**update), []
     spec = rs.engines[engine.name]
     src = spec.releases[release_for(spec, engine.version)].source
-    return node, [f"{who} pins flashinfer-python=={pin} ({src}); this node has {fi.value}: the kernel rules answer "
-                  f"for the installed {fi.value}, a combination {who}'s release was not built against"]
+    return node, [Note(kind="release-pin", engine=EngineName(name=engine.name, display=spec.display, version=engine.version,
+                                                            adapter=bool(spec.adapter)),
+                       pin=pin, installed=str(fi.value), source=src)]
 
 
 def selection_for(rs: RuleSet, engine: EngineRef) -> dict:

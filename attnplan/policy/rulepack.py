@@ -287,6 +287,10 @@ class EngineFlags(BaseModel):
     # the --attention-backend value that makes the engine run FlashInfer, per model kind (policy/verdict.py
     # forced_with); null for a layer that runs nothing else
     force_flashinfer: Optional[dict[Literal["standard", "mla"], str]]
+    # the flags that run FlashInfer's MLA prefill where the engine's own MLA prefill choice is not FlashInfer's
+    # (vLLM 0.33: --attention-config's mla_prefill_backend, platforms/interface.py get_mla_prefill_backend_cls;
+    # policy/engine.py names it in the mla-prefill note); null for a layer whose MLA prefill is FlashInfer's plan
+    mla_prefill_flashinfer: Optional[str]
 
 
 class EngineLayer(BaseModel):

@@ -74,20 +74,11 @@ def config_entry(entry: Any, i: int, base_dir: Path, overrides: Mapping[str, Any
     return NamedConfig(name or f"config-{i + 1}", cfg, engine)
 
 
-# Attention fields -> the ModelRequest field that carries them (the rest go to ``overrides``).
-REQUEST_FIELDS = {"kv_cache_dtype": "kv_cache_dtype", "page_size": "block_size", "block_size": "block_size",
-                  "attention_backend": "attention_backend", "num_speculative_tokens": "num_speculative_tokens",
-                  "dcp_world_size": "decode_context_parallel_size", "dtype": "dtype",
-                  "tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
-                  "decode_context_parallel_size": "decode_context_parallel_size", "hf_overrides": "hf_overrides",
-                  "revision": "revision", "max_model_len": "max_model_len"}
-
-
 def model_request(model: Any, serve: Optional[str], fields: Mapping[str, Any], engine: Optional[str],
                   base_dir: Optional[Path] = None) -> Any:
-    """A ``ModelRequest`` from a model reference (or a serve line) and flat fields: the serve
-    flags to their request fields, any other attention field into ``overrides``."""
-    from attnplan.vllm.request import ModelRequest
+    """A ``ModelRequest`` from a model reference (or a serve line) and flat fields, parsed as ``attnplan plan
+    --model-config`` parses its flags (attnplan/request.py ``request_from_fields``: one parse for every command)."""
+    from attnplan.request import request_from_fields
 
     if serve is not None:
         from attnplan.lines import request_from_line
@@ -105,32 +96,14 @@ def model_request(model: Any, serve: Optional[str], fields: Mapping[str, Any], e
         local = base_dir / model
         if local.exists():
             model = str(local)
-    if not isinstance(model, (str, dict)) or not model:
-        raise InvalidInputError("model_config", f"must be a path, a preset or a repo id, got {model!r}")
-    out: dict[str, Any] = {"model": model, "engine": engine}
-    over: dict[str, Any] = {}
-    for k, v in fields.items():
-        if v is None:
-            continue
-        if k in REQUEST_FIELDS:
-            out[REQUEST_FIELDS[k]] = v
-        else:
-            over[k] = v
-    if over:
-        from attnplan.policy import CONFIG_FIELDS
-
-        bad = sorted(k for k in over if k not in CONFIG_FIELDS)
-        if bad:
-            raise InvalidInputError(bad[0], "unknown field", sorted(set(CONFIG_FIELDS) | set(REQUEST_FIELDS)))
-        out["overrides"] = over
-    return ModelRequest.build(**out)
+    return request_from_fields(model, fields, engine=engine)
 
 
 def inline_model(req: Any, base_dir: Optional[Path] = None) -> Any:
     """The request with its model read here (a path, a preset, a cached repo id) and carried as the
     config.json itself; a repo id this machine does not have stays an id, for each node's cache."""
     from attnplan.policy import ModelConfigError
-    from attnplan.vllm.request import _REF, read_reference
+    from attnplan.request import _REF, read_reference
 
     if not isinstance(req.model, str):
         return req

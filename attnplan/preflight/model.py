@@ -18,7 +18,7 @@ from attnplan.model import KVCacheGroupsPlan
 from attnplan.policy.answer import Verdict as CommandVerdict
 
 if TYPE_CHECKING:  # the request module imports the vLLM vocabulary; preflight reads it lazily
-    from attnplan.vllm.request import ModelRequest
+    from attnplan.request import ModelRequest
 
 
 SCHEMA_VERSION = "1"

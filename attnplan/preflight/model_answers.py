@@ -1,7 +1,7 @@
 """A node's answer for a whole model (``ModelRequest``): every attention layer group, judged.
 
 What a node sends (HTTP ``POST /v1/plan`` with ``model``, a Ray task, or the simulation through
-the same JSON) is ``attnplan vllm serve --json``'s answer (``vllm.request.answer_json``). It
+the same JSON) is ``attnplan vllm serve --json``'s answer (``attnplan.request.answer_json``). It
 counts only when it answers the request that was sent (``request`` echoed), names the engine
 asked for, and is coherent: every layer group parses as ``GroupPlan``, each attention group as a
 ``PlanAnswer`` that ``answers.incoherence`` accepts, and the model's status agrees with its
@@ -141,7 +141,7 @@ def model_answer(data: Any, nc: NamedConfig) -> ModelAnswer:
 
 
 def served_model_answer(sa: Any, node: NodeFacts, revision: str) -> ModelAnswer:
-    """The ``ModelAnswer`` of a request planned here (``vllm.request.plan_request``'s ServeAnswer): the object a
+    """The ``ModelAnswer`` of a request planned here (``attnplan.request.plan_request``'s ServeAnswer): the object a
     node's JSON parses into (``model_answer``), built from the planned objects themselves - a simulated node is
     judged exactly as a remote one without a JSON round trip."""
     if sa.startup_error is not None:  # vLLM's own refusal: no plan, the node it was asked for

@@ -47,7 +47,7 @@ def plan_item(item: dict[str, Any], node: NodeFacts, engine: Optional[EngineSpec
     from attnplan.policy import default_ruleset
 
     if "request" in item:
-        from attnplan.vllm.request import ModelRequest, answer_json, plan_request
+        from attnplan.request import ModelRequest, answer_json, plan_request
 
         req = ModelRequest.model_validate(item["request"])
         rs = default_ruleset()

@@ -61,7 +61,7 @@ def declared(name: str, *, flashinfer_version: Optional[str] = None, cubins: Opt
 def plan_model_locally(nc: NamedConfig, node: NodeFacts, ruleset: Optional[RuleSet]) -> Any:
     """A model request planned here for ``node``, as the ``ModelAnswer`` a node's JSON parses into
     (``model_answers.served_model_answer``: the same object, no JSON round trip)."""
-    from attnplan.vllm.request import plan_request
+    from attnplan.request import plan_request
 
     from .model_answers import served_model_answer
 

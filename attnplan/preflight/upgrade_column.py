@@ -57,7 +57,7 @@ def _sides(answer: Any, c: NamedConfig, to: tuple[str, Optional[str], Optional[s
 
 def _plan(c: NamedConfig, node: Any, side: Any, rs: RuleSet) -> Any:
     if c.request is not None:
-        from attnplan.vllm.request import plan_request
+        from attnplan.request import plan_request
 
         req = c.request.model_copy(update={"engine": str(side.engine)})
         return plan_request(req, node, rs)

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 from attnplan.policy import Explanation
 from attnplan.model import GroupPlan, ModelPlanAnswer, compact_layers
 
+from .notes import all_notes_text
 from .tables import node_label, paint, table
 
 
@@ -73,7 +74,7 @@ def render_groups(a: ModelPlanAnswer) -> str:
         out.append(f"KV cache: {len(kv.groups)} vLLM KV-cache groups of {kv.layers_per_group} layers, block {kv.block_size} tokens "
                    f"(kernel page {kv.kernel_page_size}), {kv.page_bytes} bytes per block"
                    + (f"; recurrent state {kv.recurrent_state_bytes} bytes padded to the block" if kv.recurrent_state_bytes else ""))
-    notes = a.all_notes()
+    notes = all_notes_text(a)
     if notes:
         out.append("")
         out.extend(f"note: {n}" for n in notes)

@@ -80,6 +80,18 @@ def _suggestion(n: Note) -> str:
     return f"{what}: then prefill runs {n.prefill}, decode runs {n.decode}"
 
 
+def _release_pin(n: Note) -> str:
+    # the engine as the rule set names it (``vllm 0.32.0``: its id, as the pin's data is keyed)
+    who = f"{n.engine.name} {n.engine.version}" if n.engine is not None else ""
+    return (f"{who} pins flashinfer-python=={n.pin} ({n.source}); this node has {n.installed}: the kernel rules "
+            f"answer for the installed {n.installed}, a combination {who}'s release was not built against")
+
+
+def _display(n: Note) -> str:
+    """The engine's display name (backends.yaml engines.<name>.display), without its release."""
+    return n.engine.display if n.engine is not None else ""
+
+
 _FIELD_WORDS = {
     "kv_cache_dtype": "kv_cache_dtype={value}",
     "page_size": "page_size={value}",
@@ -118,6 +130,13 @@ _SAY: dict[str, Callable[[Note], str]] = {
     "multimodal": lambda n: ("multimodal config: the language model's text_config is planned; vision_config is not "
                              "attention served here"),
     "ignored-fields": lambda n: "ignored (they do not change attention): " + ", ".join(n.named_by),
+    "config-class-refused": lambda n: (f"transformers' {n.name} config class refused this config.json ({n.value}); "
+                                       "read by attnplan's own parser"),
+    "unread-fields": lambda n: (f"{n.source}: fields not read by attnplan's parser (install transformers to read "
+                                f"them as the model does): {', '.join(n.named_by)}"),
+    "release-pin": _release_pin,
+    "run-backend": lambda n: f"run {_display(n)}'s {n.backend}",
+    "trtllm-off": lambda n: f"keep {_display(n)}'s FlashInfer off trtllm-gen / XQA (its native wrappers run)",
     "nope-temperature": lambda n: (f"{n.name.removesuffix('_text')} NoPE layers: attn_temperature_tuning scales q by "
                                    f"position before the kernel ({n.source}); the kernel's sm_scale stays head_dim^-0.5"),
 }
@@ -138,8 +157,9 @@ _FIX: dict[str, Callable[[Note], str]] = {
 
 
 def note_text(n: Note) -> str:
-    """The sentence of one note's data."""
-    return _SAY[n.kind](n)
+    """The sentence of one note's data (one layer group's note, on a model of several, names its layers first)."""
+    text = _SAY[n.kind](n)
+    return f"layers {n.group_layers}: {text}" if n.group_layers else text
 
 
 def violation_text(n: Note) -> dict[str, Any]:
@@ -167,6 +187,12 @@ def kv_cache_notes(kv: Any) -> list[str]:
 def group_notes(g: Any) -> list[str]:
     """A layer group's own notes."""
     return list(notes_text(g.notes_says)) if g.notes_says else list(g.notes)
+
+
+def all_notes_text(m: Any) -> tuple[str, ...]:
+    """A ModelPlanAnswer's notes, then each attention group's, as model/plan.py ``all_notes_says`` orders them (a
+    note every attention group has once; another one named with its group's layers)."""
+    return notes_text(m.all_notes_says())
 
 
 def model_notes(m: Any) -> list[str]:

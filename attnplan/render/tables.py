@@ -160,11 +160,23 @@ def render_answer(a: PlanAnswer) -> str:
     return "\n".join(out)
 
 
-# Whose engine rules an explanation evaluates (SGLang's are applied by its resolver, in its pipeline order).
-_ENGINE_RULES = {"vllm": "vLLM", "sglang": "SGLang's, applied by its resolver", "flashinfer": "none"}
+def engine_rules_words(name: str, rs: Optional[RuleSet] = None) -> str:
+    """Whose engine rules an explanation evaluates, from the rule set's ``engines.<name>`` (backends.yaml): none for
+    attnplan's own adapter (the kernel rules alone), the engine's display name, or, where a resolver applies them
+    (SGLang), its display name's, applied by its resolver (in its pipeline order)."""
+    if rs is None:
+        from attnplan.policy import default_ruleset
+
+        rs = default_ruleset()
+    layer = rs.engines.get(name)
+    if layer is None:
+        return name
+    if layer.adapter:
+        return "none"
+    return f"{layer.display}'s, applied by its resolver" if layer.resolver is not None else layer.display
 
 
-def render_explain(e: Explanation) -> str:
+def render_explain(e: Explanation, ruleset: Optional[RuleSet] = None) -> str:
     verdict = {"pass": "pass", "fail": paint("FAIL", "31"), "skip": "n/a"}
     cols = [c for c in e.columns if any((r, c[0], c[1]) in e.cells for r in e.rules)]
     headers = ["rule", "layer"] + [("pair" if ph == "both" else f"{ph}/{b}") for ph, b in cols]
@@ -177,7 +189,7 @@ def render_explain(e: Explanation) -> str:
     eng = e.answer.engine
     out = [render_answer(e.answer).splitlines()[0],
            f"engine layer: {eng.name}{' ' + eng.version if eng.version else ''} (kernel rules: FlashInfer; engine rules: "
-           f"{_ENGINE_RULES.get(eng.name, eng.name)})", "", table(headers, rows), "", "facts each rule read:"]
+           f"{engine_rules_words(eng.name, ruleset)})", "", table(headers, rows), "", "facts each rule read:"]
     seen: set[str] = set()
     for r in e.rules:
         for ph, b in cols:

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from attnplan.policy.answer import EngineBackend, EngineName, Fix, Suggestion, Verdict, VerdictSays, Violation
 
-from .notes import engine_words, note_text, notes_text, violation_text
+from .notes import all_notes_text, engine_words, note_text, notes_text, violation_text
 
 # An outcome as a verb phrase after the engine's name.
 OUTCOME_WORDS = {"fails-at-startup": "fails at startup",
@@ -138,6 +138,8 @@ def _finish_one(m: BaseModel) -> dict[str, Any]:
     says = getattr(m, "notes_says", None)
     if says:
         update["notes"] = notes_text(says)
+    if "all_notes_text" in type(m).model_fields:     # a model's notes and its groups' (model/plan.py all_notes_says)
+        update["all_notes_text"] = all_notes_text(m)
     return {k: v for k, v in update.items() if getattr(m, k) != v}
 
 

@@ -40,7 +40,7 @@ def parse_body(raw: bytes) -> Any:
         raise body_error(f"the body is not UTF-8 (byte {exc.start})") from None
     try:
         # Twice a file's nesting limit: a body holds a config.json a level or two down, and that is held
-        # to the file's own limit where it is read (vllm/request.py bounded_config), naming the field.
+        # to the file's own limit where it is read (attnplan/request.py bounded_config), naming the field.
         return parse_json(text, what="body", name="body", max_depth=BODY_MAX_DEPTH)
     except AttnplanError as exc:
         msg = str(exc).removeprefix("body: body: ")

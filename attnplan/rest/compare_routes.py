@@ -60,7 +60,7 @@ def _invalid(field: str, exc: Exception) -> RequestValidationError:
                         415: {"model": ErrorOut, "description": "a body not sent as application/json"},
                         **UNAUTHORIZED, **INVALID}, dependencies=[Depends(json_body)])
 def compare_route(body: CompareRequest, request: Request) -> Response:
-    from attnplan.sglang.compare import compare
+    from attnplan.compare import compare   # one request per engine through the one pipeline (issue 36)
 
     svc = service(request)
     model: Any = body.config_json
@@ -75,7 +75,9 @@ def compare_route(body: CompareRequest, request: Request) -> Response:
         rep = compare(model, body.devices, tp=body.tp, kv_cache_dtype=body.kv_cache_dtype, page_size=body.page_size,
                       ruleset=svc.rules())
     except InvalidInputError as exc:
-        field = {"device": "devices", "capability": "devices"}.get(exc.field, exc.field)
+        # the engine requests' field names (attnplan/request.py ModelRequest) said as this body names them
+        field = {"device": "devices", "capability": "devices", "block_size": "page_size",
+                 "tensor_parallel_size": "tp"}.get(exc.field, exc.field)
         raise _invalid(field if field in CompareRequest.model_fields else "model", exc) from None
     if body.model is not None:
         rep["model"] = body.model

@@ -1,7 +1,7 @@
 """Whole models over HTTP: ``POST /v1/plan`` with a ``model`` (routes.py hands such bodies here)
 and ``POST /v1/plan/serve`` with a pasted ``vllm serve ...`` line.
 
-Both build one ``attnplan.vllm.request.ModelRequest`` and answer with what ``attnplan vllm serve
+Both build one ``attnplan.request.ModelRequest`` and answer with what ``attnplan vllm serve
 --json`` prints (``request.answer_json``): every attention layer group per rank, and vLLM's
 KV-cache groups. A client names a model by its config.json contents, a preset or a repo id in
 this node's HuggingFace cache, never by a path on this machine. Planning runs in a worker thread
@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from attnplan.policy import InvalidInputError
-from attnplan.vllm.request import EXAMPLE_SERVE_LINE, ModelRequest, answer_json, parse_serve_text, plan_request
+from attnplan.request import EXAMPLE_SERVE_LINE, ModelRequest, answer_json, parse_serve_text, plan_request
 
 from .bodies import BODY_KEY, parse_body
 from .models import (EXAMPLE_LAUNCH_LINE, ErrorOut, LaunchLineRequest, ModelPlanOut, NodeSpec, PlanRequest,
@@ -174,7 +174,7 @@ def _render_launch(svc: Service, text: str, spec: Optional[NodeSpec], trace: boo
     FlashInfer plan per rank and layer group - what ``attnplan sglang launch_server --json`` prints."""
     from attnplan.lines import plan_launch
     from attnplan.sglang.launch import launch_json, parse_launch_text
-    from attnplan.vllm.request import read_reference
+    from attnplan.request import read_reference
 
     rs = svc.rules()
     try:

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, model_validator
 
 from attnplan.policy import AttentionConfig, PlanAnswer
-from attnplan.vllm.request import EXAMPLE_SERVE_LINE, MAX_LINE_CHARS, ModelRequest
+from attnplan.request import EXAMPLE_SERVE_LINE, MAX_LINE_CHARS, ModelRequest
 
 
 class NodeSpec(BaseModel):
@@ -26,7 +26,7 @@ class NodeSpec(BaseModel):
 
 class PlanRequest(ModelRequest):
     """Either one attention ``config`` (today's body, unchanged) or a whole ``model`` with the
-    ``vllm serve`` flags that shape it (``ModelRequest``: attnplan/vllm/request.py); ``node`` and
+    ``vllm serve`` flags that shape it (``ModelRequest``: attnplan/request.py); ``node`` and
     ``engine`` apply to both."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, str_strip_whitespace=True, json_schema_extra={"examples": [

@@ -89,7 +89,7 @@ def _planner(body: UpgradeRequest, rs: Any, svc: Any) -> tuple[str, Any]:
 
     presets = svc.presets.paths if svc.presets is not None else None
     if body.serve is not None:
-        from attnplan.vllm.request import ModelRequest, parse_serve_text, plan_request
+        from attnplan.request import ModelRequest, parse_serve_text, plan_request
 
         line = parse_serve_text(body.serve, allow_files=False)  # a client's line never opens a node file
 
@@ -101,7 +101,7 @@ def _planner(body: UpgradeRequest, rs: Any, svc: Any) -> tuple[str, Any]:
     if body.launch is not None:
         from attnplan.lines import request_from_launch_line
         from attnplan.sglang.launch import parse_launch_text
-        from attnplan.vllm import request as vreq
+        from attnplan import request as vreq
 
         ll = parse_launch_text(body.launch)
         # a client's model is a preset or a repo id in this node's cache, never a path (as /v1/plan/launch)

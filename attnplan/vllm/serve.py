@@ -79,7 +79,7 @@ def flag_fields(*, dtype: str, kv_cache_dtype: str, block_size: Optional[int], a
                 num_speculative_tokens: int, decode_context_parallel_size: int,
                 attention_config: Optional[dict[str, Any]] = None, release: Optional[str] = None) -> dict[str, Any]:
     """The attention fields (LINE_FIELDS) that a serve line's flags set on every layer group; one mapping
-    for a pasted line (``ServeLine``) and a whole-model request (``vllm/request.py ModelRequest``)."""
+    for a pasted line (``ServeLine``) and a whole-model request (``attnplan/request.py ModelRequest``)."""
     out: dict[str, Any] = {}
     if dtype.lower() != "auto":
         out["dtype"] = dtype
@@ -162,7 +162,9 @@ def _serve_fields(line: ServeLine) -> tuple[dict[str, Any], list[str], dict[str,
                     ("decode_context_parallel_size", "--decode-context-parallel-size")):
         if getattr(line, k) < 1:
             raise InvalidInputError(k, f"{flag} must be at least 1, got {getattr(line, k)}")
-    return fields, list(info.notes), dict(info.raw)
+    from attnplan.render.notes import notes_text
+
+    return fields, list(notes_text(info.notes_says)), dict(info.raw)
 
 
 # When a violated phase would surface in a running vLLM (v1/worker/gpu_model_runner.py: CUDA

@@ -1,11 +1,11 @@
-"""A model as ``vllm serve`` would run it: the one request every entry point plans.
+"""A model as an engine command runs it: the one request every entry point plans (issue 36 item 6).
 
 ``ModelRequest`` holds what ``attnplan vllm serve`` reads from a serve line (the model, tensor /
 pipeline / decode-context parallelism, dtype, KV-cache dtype, block size, attention backend,
 speculative tokens, ``--hf-overrides``) plus the engine layer to plan for. The CLI (``plan`` and
-``explain --model-config``, whose flags in attnplan's vocabulary ride as ``overrides``; ``preflight``,
-``labels``), the REST service (``POST /v1/plan``, ``POST /v1/plan/serve``) and the preflight nodes
-(HTTP and Ray) build one and call :func:`plan_request`; a pasted ``vllm serve ...`` line
+``explain --model-config``, ``preflight``, ``labels``: one parse of a model's flags, :func:`request_from_fields`;
+``compare``: one request per engine, attnplan/compare.py), the REST service (``POST /v1/plan``,
+``POST /v1/plan/serve``) and the preflight nodes (HTTP and Ray) build one and call :func:`plan_request`; a pasted ``vllm serve ...`` line
 becomes one through :func:`ModelRequest.from_serve_text`, which hands the words to
 ``attnplan.vllm.args.parse_serve_line`` (vLLM's own parser when installed): there is no second
 parser.
@@ -36,8 +36,8 @@ from attnplan.embedded import plan_model   # finished: the verdicts' sentences w
 from attnplan.policy.answer import node_json
 from attnplan.policy.parallel import startup_errors
 
-from .args import ServeLine, parse_serve_line, speculative_tokens
-from .serve import ServeAnswer, flag_fields, serve_json
+from attnplan.vllm.args import ServeLine, parse_serve_line, speculative_tokens
+from attnplan.vllm.serve import ServeAnswer, flag_fields, serve_json
 
 MAX_MODEL_BYTES = 4 << 20  # a config.json file's limit (model/hfconfig.py MAX_CONFIG_BYTES)
 MAX_LINE_CHARS = 8192
@@ -134,7 +134,7 @@ class ModelRequest(BaseModel):
     @classmethod
     def from_serve_line(cls, line: ServeLine, *, engine: Optional[str] = "vllm") -> "ModelRequest":
         """What ``parse_serve_line`` read, as a request (``engine``: the line is vLLM's)."""
-        from .serve import vllm_kv_cache_dtype
+        from attnplan.vllm.serve import vllm_kv_cache_dtype
 
         release = str(engine).partition("==")[2].strip() or None if engine else None
         vllm_kv_cache_dtype(line.kv_cache_dtype, release)  # exactly that vLLM's spelling, before the model strips it
@@ -159,8 +159,9 @@ class ModelRequest(BaseModel):
 
     def line_fields(self) -> dict[str, Any]:
         """The attention fields the serve flags set on every layer group (vllm/serve.py LINE_FIELDS), over
-        ``overrides``; a flag left at its default (``--kv-cache-dtype auto``) leaves an override's value standing
-        (``attnplan plan --model X --kv-cache-dtype fp8`` carries it as an override, in attnplan's spelling)."""
+        ``overrides``; a flag left at its default (``--kv-cache-dtype auto``) leaves an override's value standing (an
+        ``overrides.kv_cache_dtype`` sent as such; the CLI's ``--kv-cache-dtype`` is the request's own field, in the
+        engine's spelling: request_from_fields)."""
         flags = flag_fields(
             dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
             attention_backend=self.attention_backend, num_speculative_tokens=self.num_speculative_tokens,
@@ -210,6 +211,45 @@ class ModelRequest(BaseModel):
         if self.hf_overrides:
             data = {**data, **bounded_config(self.hf_overrides, what="hf_overrides")}
         return data
+
+
+# A model request's flat flags (``attnplan plan/explain/preflight --model-config X --FLAG``, a preflight ``--configs``
+# entry) -> the request field that carries each: the engine command's own flags, read as the engine reads them
+# (``--kv-cache-dtype`` in its spelling: vLLM 0.33's CacheDType, SGLang 0.5.23's choices under sglang). Every other
+# flag is an attention field in attnplan's vocabulary (``--head-dim``, ``--sliding-window``, ...), laid over every
+# layer group as ``overrides``.
+REQUEST_FIELDS = {"kv_cache_dtype": "kv_cache_dtype", "page_size": "block_size", "block_size": "block_size",
+                  "attention_backend": "attention_backend", "num_speculative_tokens": "num_speculative_tokens",
+                  "dcp_world_size": "decode_context_parallel_size", "dtype": "dtype",
+                  "tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
+                  "decode_context_parallel_size": "decode_context_parallel_size", "hf_overrides": "hf_overrides",
+                  "revision": "revision", "max_model_len": "max_model_len"}
+
+
+def request_from_fields(model: Any, fields: Mapping[str, Any], *, engine: Optional[str] = None) -> ModelRequest:
+    """The one parse of a model and flat flags into the one request (issue 36 item 6): ``plan``/``explain
+    --model-config``, ``preflight --model-config`` / ``--configs`` entries and ``labels`` build theirs here, so one
+    flag means one thing on every command. The engine command's flags go to the request's fields
+    (``REQUEST_FIELDS``: a ``--kv-cache-dtype`` the engine refuses is bad input in the engine's words, exit 2, as
+    on a pasted line), any other attention field into ``overrides``; an unknown field is bad input naming it."""
+    from attnplan.policy import CONFIG_FIELDS
+
+    if not isinstance(model, (str, dict)) or not model:
+        raise InvalidInputError("model_config", f"must be a path, a preset or a repo id, got {model!r}")
+    out: dict[str, Any] = {"model": model, "engine": engine}
+    over: dict[str, Any] = {}
+    for k, v in fields.items():
+        if v is None:
+            continue
+        if k in REQUEST_FIELDS:
+            out[REQUEST_FIELDS[k]] = v
+        elif k in CONFIG_FIELDS:
+            over[k] = v
+        else:
+            raise InvalidInputError(k, "unknown field", sorted(set(CONFIG_FIELDS) | set(REQUEST_FIELDS)))
+    if over:
+        out["overrides"] = over
+    return ModelRequest.build(**out)
 
 
 def request_error(exc: ValidationError) -> InvalidInputError:
@@ -320,7 +360,9 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     fields = info.fields
     line = req.serve_line(parser)
     heads = int(fields["num_qo_heads"])
-    notes = list(info.notes)
+    from attnplan.render.notes import notes_text
+
+    notes = list(notes_text(info.notes_says))   # the config reader's notes are data (render/notes.py)
     # SGLang's data-parallel attention: each attention group holds tp / attn_dp ranks (runtime_context.py
     # derive_attn_tp_size), and the heads split over those
     dp = req.sglang.attn_dp_size if req.sglang is not None else 1
@@ -455,7 +497,7 @@ def answer_json(sa: ServeAnswer, req: ModelRequest, node: NodeFacts, *, trace: b
             "rules_revision": rules_revision}
 
 
-__all__ = ["ModelRequest", "plan_request", "answer_json", "check_request", "parse_serve_text", "bounded_config",
+__all__ = ["ModelRequest", "plan_request", "request_from_fields", "REQUEST_FIELDS", "answer_json", "check_request", "parse_serve_text", "bounded_config",
            "read_reference"]
 
 
