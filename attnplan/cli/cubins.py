@@ -40,18 +40,22 @@ def _phases(args: argparse.Namespace, rs: Any, node: Any) -> list[tuple[str, Any
     trtllm-gen FMHA entry point of FlashInfer."""
     from attnplan.kernels.trtllm_gen.phase import ENTRY_POINTS
     from attnplan.policy import parse_engine, plan_for
-    from attnplan.model import plan_model
 
-    from .options import config_fields_from_args, tensor_parallel_from_args
-
-    engine = parse_engine(args.engine, rs)
     out = []
     if getattr(args, "model_config", None):
-        model = plan_model(args.model_config, node, overrides=config_fields_from_args(args), ruleset=rs,
-                           engine=engine, tensor_parallel_size=tensor_parallel_from_args(args))
-        groups = [(f"layers {g.layers[0]}-{g.layers[-1]}" if getattr(g, "layers", None) else "group", g.config,
-                   g.prefill, g.decode, g.kv_cache) for g in model.attention_groups if g.config is not None]
+        # the one request a model's flags make (attnplan/request.py: as plan, explain, preflight and labels
+        # parse them), through the one pipeline; a split the engine refuses at startup plans no phase
+        from attnplan.request import plan_request
+
+        from .plan import model_request
+
+        req, _, _ = model_request(args, rs)
+        model = plan_request(req, node, rs, allow_paths=True, model_field="model_config").model
+        groups = [] if model is None else [
+            (f"layers {g.layers[0]}-{g.layers[-1]}" if getattr(g, "layers", None) else "group", g.config,
+             g.prefill, g.decode, g.kv_cache) for g in model.attention_groups if g.config is not None]
     else:
+        engine = parse_engine(args.engine, rs)
         answer = plan_for(config_from_args(args), node, ruleset=rs, engine=engine)
         p = answer.plan
         groups = [("model", answer.config, p.prefill if p else None, p.decode if p else None, p.kv_cache if p else None)]

@@ -315,7 +315,6 @@ def decode_choice_for(rs: RuleSet, engine: Any, node: NodeFacts, base: dict[str,
     forced backend is the only one, so forcing never switches) at the same page, with the same query and
     output dtypes (the plan's one cache takes the layout either needs: plan.py build_plan). Nothing here decides for an engine that
     picks its own kernel: the loader admits entries for adapter layers only."""
-    from packaging.specifiers import SpecifierSet
     from packaging.version import InvalidVersion, Version
 
     if not rs.decode_choices:
@@ -329,7 +328,7 @@ def decode_choice_for(rs: RuleSet, engine: Any, node: NodeFacts, base: dict[str,
         if spec.engine != engine.name or device not in spec.devices or base.get("node.capability") != entry.capability:
             continue
         try:
-            if fi is None or not SpecifierSet(spec.flashinfer).contains(Version(str(fi)), prereleases=True):
+            if fi is None or not entry.flashinfer.contains(Version(str(fi)), prereleases=True):
                 continue
         except InvalidVersion:
             continue

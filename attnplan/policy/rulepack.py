@@ -455,12 +455,14 @@ class DecodeChoiceSpec(BaseModel):
 
 @dataclass(frozen=True)
 class DecodeChoiceEntry:
-    """A loaded ``DecodeChoiceSpec``: its data, the capability as the rules compare it, ``when`` compiled."""
+    """A loaded ``DecodeChoiceSpec``: its data, the capability as the rules compare it, ``when`` and the
+    FlashInfer range compiled (parsed once at load; candidates.py decode_choice_for only tests them)."""
 
     spec: DecodeChoiceSpec
     capability: int
     when: Optional[Pred]
     file: str
+    flashinfer: Any = None           # packaging SpecifierSet of spec.flashinfer
 
     def provenance(self) -> str:
         """One line: where and with what the threshold was measured."""
@@ -524,12 +526,12 @@ def _load_decode_choices(backends_path: Path, catalog: "BackendCatalogSpec") -> 
                                               "measurement on a device and capability the entry names", rule=spec.id)
         except InvalidInputError as exc:
             raise RulePackError(file, f"{where}: {exc}", rule=spec.id) from None
-        _specifier(file, spec.flashinfer, "flashinfer range", rule=spec.id)
+        fi_range = _specifier(file, spec.flashinfer, "flashinfer range", rule=spec.id)
         try:
             when = compile_condition(spec.when) if spec.when is not None else None
         except ConditionError as exc:
             raise RulePackError(file, f"{where}.when: {exc}", rule=spec.id) from None
-        out.append(DecodeChoiceEntry(spec, cap, when, file))
+        out.append(DecodeChoiceEntry(spec, cap, when, file, fi_range))
     return tuple(out), text
 
 
@@ -1084,10 +1086,11 @@ def check_whole(rs: RuleSet, backends_file: str, packs_where: str) -> None:
                 raise RulePackError(backends_file, msg) from None
 
 
-def _specifier(file: str, raw: str, what: str, rule: str | None = None) -> None:
+def _specifier(file: str, raw: str, what: str, rule: str | None = None) -> Any:
+    """``raw`` parsed (a packaging SpecifierSet), or a RulePackError naming it."""
     from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
     try:
-        SpecifierSet(raw)
+        return SpecifierSet(raw)
     except InvalidSpecifier:
         raise RulePackError(file, f"{what} {raw!r} is not a version specifier", rule=rule) from None
