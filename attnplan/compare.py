@@ -143,7 +143,8 @@ def compare(model: str | Mapping[str, Any], devices: Sequence[str], *, tp: int =
 def _cell(p: dict[str, Any]) -> str:
     fi = p["flashinfer"] or "-"
     if p["engine_backend"] is None:
-        return f"FlashInfer {fi}"
+        # no engine pick (a command the engine refuses at startup plans nothing): the FlashInfer plan, if any
+        return f"FlashInfer {fi}" if p["flashinfer"] else "-"
     if p["runs_flashinfer"]:
         return f"{p['engine_backend']} -> FlashInfer {fi}"
     return f"{p['engine_backend']} (not FlashInfer; FlashInfer plan: {fi})"

@@ -164,7 +164,10 @@ def test_compare_says_what_the_engine_commands_say_of_a_split(capsys):
     assert r.status_code == 200, r.text[:300]
     assert {row["status"] for row in r.json()["rows"]} == {"fails-at-startup"}
     assert main(["vllm", "serve", "gemma-2-9b", "-tp", "3", "--device", "H100"]) == 1
+    capsys.readouterr()
     assert main(["compare", "gemma-2-9b", "--device", "H100", "--tp", "3"]) == 1      # the CLI says the same
+    table = capsys.readouterr().out
+    assert table.count("FAILS-AT-STARTUP") == 2 and "FlashInfer -" not in table   # a refused command plans nothing
     assert main(["compare", "gemma-2-9b", "--device", "H100", "--tp", "2"]) == 0
 
 
