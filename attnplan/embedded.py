@@ -11,7 +11,6 @@ from typing import Any, Mapping, Optional
 from .errors import UnsupportedConfigurationError
 from .model.plan import ModelPlanAnswer
 from .model.plan import plan_model as _plan_model
-from .node.probe import local_node
 from .policy.api import ConfigLike
 from .policy.api import plan_for as _plan_for
 from .policy.answer import PlanAnswer
@@ -40,7 +39,11 @@ def _finished(answer: PlanAnswer) -> PlanAnswer:
 def plan_for(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,
              engine: EngineLike = None) -> PlanAnswer:
     """``attnplan.policy.plan_for`` on ``node``, or on this machine (probed once) when it is None; finished."""
-    return _finished(_plan_for(config, node if node is not None else local_node(), ruleset=ruleset, engine=engine))
+    if node is None:
+        from .node.probe import local_node   # probing this machine: only when no node is given
+
+        node = local_node()
+    return _finished(_plan_for(config, node, ruleset=ruleset, engine=engine))
 
 
 def require_plan(config: ConfigLike, node: Optional[NodeFacts] = None, *, ruleset: RuleSet | None = None,

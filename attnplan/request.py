@@ -32,7 +32,8 @@ from typing import Any, Mapping, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, field_validator
 
 from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet
-from attnplan.embedded import plan_model   # finished: the verdicts' sentences written (render/verdict.py)
+from attnplan.model import plan_model
+from attnplan.render.verdict import finish   # every answer leaves worded (render/verdict.py), as attnplan.plan_model's
 from attnplan.policy.answer import node_json
 from attnplan.policy.parallel import startup_errors
 
@@ -391,8 +392,8 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     if req.sglang is not None and req.sglang.enable_deterministic_inference:
         over["batch_invariant"] = True
     try:
-        model = plan_model(data, node, overrides=over, ruleset=ruleset, engine=engine,
-                           tensor_parallel_size=req.tensor_parallel_size // dp)
+        model = finish(plan_model(data, node, overrides=over, ruleset=ruleset, engine=engine,
+                                  tensor_parallel_size=req.tensor_parallel_size // dp))
     except ModelConfigError as exc:
         if exc.path == "config.json" and isinstance(req.model, str):   # the planner read it as data: name it
             exc = ModelConfigError(req.model, str(exc).removeprefix(f"{exc.field}: config.json: "))

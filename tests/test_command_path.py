@@ -36,6 +36,9 @@ def test_plan_imports_only_its_command():
     assert not mods & others, sorted(mods & others)
     assert not any(m.startswith(("attnplan.rest", "attnplan.preflight", "attnplan.verify", "attnplan.adapter"))
                    for m in mods)
+    # a declared node probes nothing, and the capability matrix is `attnplan matrix`'s (policy/__init__.py __getattr__)
+    assert not mods & {"attnplan.node.probe", "attnplan.policy.matrix", "attnplan.policy.representative"}
+    assert "attnplan.request" in mods          # the one request pipeline (attnplan/request.py plan_request)
 
 
 def test_global_flags_before_the_command_keep_the_short_path():

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from attnplan.policy import (EngineSpec, Explanation, RuleSet, capability_matrix, explain, matrix_markdown, parse_engine, plan_for, resolve_engine)
+from attnplan.policy import EngineSpec, Explanation, RuleSet, explain, parse_engine, plan_for, resolve_engine
 from attnplan.model import explain_groups
 from attnplan.policy import NodeFacts
-from attnplan.node import local_node
 from attnplan.policy.answer import node_json
 from attnplan.render.verdict import finish
 from attnplan.render import (plan_json, render_answer, render_explain, render_groups, render_groups_explain, render_node,
@@ -94,7 +93,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def _node(args: argparse.Namespace):
     n = node_from_args(args)
-    return n if n is not None else local_node()
+    if n is not None:
+        return n
+    from attnplan.node import local_node   # probing: only when no node is declared
+
+    return local_node()
 
 
 def _engine(args: argparse.Namespace, rs: RuleSet) -> EngineSpec:
@@ -321,6 +324,8 @@ def _field_lines(fields, width: int) -> list[str]:
 
 
 def run_matrix(args: argparse.Namespace) -> int:
+    from attnplan.policy.matrix import capability_matrix, matrix_markdown
+
     rs = ruleset_from_args(args)
     if args.format == "json":
         import json

@@ -57,7 +57,6 @@ from .errors import (
 )
 from .facts import Fact, NodeFacts, Source
 from .explain import Explanation, explain
-from .matrix import capability_matrix, matrix_markdown
 from .rulepack import Check, Rule, RuleSet
 from .version import SUPPORTED_FLASHINFER
 
@@ -86,3 +85,13 @@ __all__ = [
     "ConditionError", "UnsupportedConfigurationError", "PlanMismatchError", "StartupMismatchError",
     "AdapterCallError", "SetupError", "BuildError", "SourceNotFoundError", "TableError", "RayConnectError",
 ]
+
+
+def __getattr__(name: str):
+    # The capability matrix (policy/matrix.py and its representative configs) is for `attnplan matrix`, the labels
+    # and the docs: imported when first asked for, not on every command's path (issue 36: fewer modules imported).
+    if name in ("capability_matrix", "matrix_markdown"):
+        from . import matrix
+
+        return getattr(matrix, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
