@@ -132,12 +132,13 @@ def test_uncached_repo_id_says_how_to_fetch(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.parametrize("flag", ["--device", "--capability"])
 def test_empty_device_is_refused_not_probed(capsys, monkeypatch, flag):
-    import attnplan.cli.plan as plan_mod
+    import attnplan.node
 
     def no_probe():
         raise AssertionError("probed the local machine")
 
-    monkeypatch.setattr(plan_mod, "local_node", no_probe)
+    # cli/plan.py imports the probe where it probes (only without a declared node)
+    monkeypatch.setattr(attnplan.node, "local_node", no_probe)
     rc, _out, err = run_cli(capsys, "plan", flag, "", "--num-heads", "8", "--head-dim", "128")
     assert rc == 2 and "empty" in err and len(err.strip().splitlines()) == 1
 
