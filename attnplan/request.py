@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, Validat
 
 from attnplan.policy import InvalidInputError, ModelConfigError, NodeFacts, RuleSet
 from attnplan.model import plan_model
+from attnplan.render.notes import notes_text
 from attnplan.render.verdict import finish   # every answer leaves worded (render/verdict.py), as attnplan.plan_model's
 from attnplan.policy.answer import node_json
 from attnplan.policy.parallel import startup_errors
@@ -361,8 +362,6 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
     fields = info.fields
     line = req.serve_line(parser)
     heads = int(fields["num_qo_heads"])
-    from attnplan.render.notes import notes_text
-
     notes = list(notes_text(info.notes_says))   # the config reader's notes are data (render/notes.py)
     # SGLang's data-parallel attention: each attention group holds tp / attn_dp ranks (runtime_context.py
     # derive_attn_tp_size), and the heads split over those

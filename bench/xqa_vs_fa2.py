@@ -189,11 +189,25 @@ def phase_probe(out: Path) -> dict:
 
 
 # -- decode ---------------------------------------------------------------------------------------
+def decode_shape(params, num_pages: int, bs: int, ctx: int):
+    """One decode-only batch of ``bs`` requests at ``ctx`` tokens each over random pages of a cache of
+    ``num_pages``: (StepInput, block table, bf16 query). Every phase times the same kind of batch."""
+    import torch
+
+    from attnplan.adapter import StepInput
+
+    width = ctx // PAGE
+    table = torch.randperm(num_pages, device="cuda", dtype=torch.int32)[: bs * width].view(bs, width)
+    seq_cpu = torch.full((bs,), ctx, dtype=torch.int32)
+    inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
+    q = torch.randn(bs, params.num_qo_heads, params.head_dim_qk, device="cuda").bfloat16()
+    return inp, table, q
+
+
 def phase_decode(out: Path, batches=BATCHES, contexts=CONTEXTS, steps: int = 50) -> dict:
     import flashinfer
     import torch
 
-    from attnplan.adapter import DecodeGraph, StepInput
 
     fa2, xqa = executors()
     max_tokens = max(batches) * max(contexts)
@@ -204,11 +218,7 @@ def phase_decode(out: Path, batches=BATCHES, contexts=CONTEXTS, steps: int = 50)
     rows = []
     for bs in batches:
         for ctx in contexts:
-            width = ctx // PAGE
-            table = torch.randperm(num_pages, device="cuda", dtype=torch.int32)[: bs * width].view(bs, width)
-            seq_cpu = torch.full((bs,), ctx, dtype=torch.int32)
-            inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
-            q = torch.randn(bs, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
+            inp, table, q = decode_shape(p, num_pages, bs, ctx)
             o = torch.empty_like(q)
             row = dict(batch=bs, ctx=ctx)
             for name, ex in (("fa2", fa2), ("xqa", xqa)):
@@ -264,7 +274,6 @@ def phase_choice(out: Path, batches=BATCHES, contexts=CONTEXTS, tol: float = 0.0
     import flashinfer
     import torch
 
-    from attnplan.adapter import StepInput
     from attnplan.adapter.calls import batch_pages
 
     from attnplan.adapter.warmup import plan_modules, prebuild
@@ -283,11 +292,7 @@ def phase_choice(out: Path, batches=BATCHES, contexts=CONTEXTS, tol: float = 0.0
     rows = []
     for bs in batches:
         for ctx in contexts:
-            width = ctx // PAGE
-            table = torch.randperm(num_pages, device="cuda", dtype=torch.int32)[: bs * width].view(bs, width)
-            seq_cpu = torch.full((bs,), ctx, dtype=torch.int32)
-            inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
-            q = torch.randn(bs, p.num_qo_heads, p.head_dim_qk, device="cuda").bfloat16()
+            inp, table, q = decode_shape(p, num_pages, bs, ctx)
             row = dict(batch=bs, ctx=ctx, kv_tokens=bs * ctx)
             outs = []
             for index, call in enumerate(calls):

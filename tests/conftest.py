@@ -1,5 +1,6 @@
 """Fixtures shared by test modules. ``installed_wheel``: attnplan built into a wheel and installed
-into a fresh venv, once per session (tests/test_wheel.py and tests/test_readme.py both run it)."""
+into a fresh venv, once per session (tests/test_wheel.py and tests/test_readme.py both run it).
+``planned_requests``: every request the one pipeline (attnplan/request.py ``plan_request``) plans."""
 
 from __future__ import annotations
 
@@ -45,3 +46,23 @@ def pytest_collection_modifyitems(session, config, items):
     process, and other modules import vLLM's parser or run its selection code under a patched platform
     (the oracles) - so its tests run first, in a vLLM nobody has touched yet."""
     items.sort(key=lambda item: 0 if item.nodeid.startswith("tests/test_vllm_real.py") else 1)
+
+
+@pytest.fixture
+def planned_requests(monkeypatch) -> list:
+    """Every ``plan_request`` call's request, in order, the call itself unchanged: spied under each name it is
+    imported as (attnplan/request.py, attnplan/lines.py for launch lines, attnplan/compare.py)."""
+    import attnplan.compare as cmp
+    import attnplan.lines as lines
+    import attnplan.request as req
+
+    seen: list = []
+    real = req.plan_request
+
+    def wrapped(request, *a, **kw):
+        seen.append(request)
+        return real(request, *a, **kw)
+
+    for mod in (req, lines, cmp):
+        monkeypatch.setattr(mod, "plan_request", wrapped)
+    return seen

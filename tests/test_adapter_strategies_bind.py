@@ -78,6 +78,17 @@ def _bind_method(cls: Any, name: str, args: tuple, kwargs: dict) -> None:
             inspect.signature(impl).bind(None, *args, **kwargs)
 
 
+def bind_log(real: Any, log: list) -> None:
+    """Every recorded entry-point call of ``log`` bound against the real FlashInfer object ``real``."""
+    for what, args, kwargs in log:
+        if what == "call":
+            inspect.signature(getattr(real, "__wrapped__", real)).bind(*args, **kwargs)
+        elif what == "__init__":
+            inspect.signature(real.__init__).bind(None, *args, **kwargs)
+        else:
+            _bind_method(real, what, args, kwargs)
+
+
 @pytest.fixture
 def recorded(monkeypatch):
     """{call: [(what, args, kwargs)]} of everything the strategies hand FlashInfer."""
@@ -111,14 +122,7 @@ def test_strategies_make_calls_that_bind_to_flashinfer(case, recorded):
         log = recorded[call]
         assert log, f"{case}: nothing reached {call}'s entry point"
         st._resolved = None                   # the real FlashInfer object, to bind against
-        real = st.entry()
-        for what, args, kwargs in log:
-            if what == "call":
-                inspect.signature(getattr(real, "__wrapped__", real)).bind(*args, **kwargs)
-            elif what == "__init__":
-                inspect.signature(real.__init__).bind(None, *args, **kwargs)
-            else:
-                _bind_method(real, what, args, kwargs)
+        bind_log(st.entry(), log)
         if st.host_planned:
             assert {w for w, _, _ in log} == {"__init__", "plan", "run"}, (case, call)
         else:

@@ -312,12 +312,10 @@ def test_both_decode_calls_bind_to_flashinfer_through_the_executor(monkeypatch):
     """Each decode call of the choice, run through the real executor and backend (FlashInfer's entry
     points replaced by recorders, tests/test_adapter_strategies_bind.py): what reaches FlashInfer binds to
     its 0.7.2 signatures and carries that call's own backend argument; warm-up's forced steps reach both."""
-    import inspect
-
     pytest.importorskip("flashinfer")
     from attnplan.adapter import calls
     from attnplan.adapter.warmup import exercise
-    from test_adapter_strategies_bind import _bind_method, _recorder
+    from test_adapter_strategies_bind import _recorder, bind_log
 
     logs: dict[str, list] = {}
     for name, st in calls.STRATEGIES.items():
@@ -332,14 +330,7 @@ def test_both_decode_calls_bind_to_flashinfer_through_the_executor(monkeypatch):
         st = calls.strategy(pp.call)
         log = logs[pp.call]
         st._resolved = None
-        real = st.entry()
-        for what, args, kwargs in log:
-            if what == "call":
-                inspect.signature(getattr(real, "__wrapped__", real)).bind(*args, **kwargs)
-            elif what == "__init__":
-                inspect.signature(real.__init__).bind(None, *args, **kwargs)
-            else:
-                _bind_method(real, what, args, kwargs)
+        bind_log(st.entry(), log)
         assert {w for w, _, _ in log} == ({"__init__", "plan", "run"} if st.host_planned else {"call"}), pp.call
         assert {kw.get("backend") for w, _, kw in log if w in ("__init__", "call")} - {None} == {pp.flashinfer_backend}
         st._resolved = _recorder(st, logs[pp.call])

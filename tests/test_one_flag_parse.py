@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-import attnplan.request as vreq
 from attnplan.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,17 +19,10 @@ LLAMA = str(ROOT / "examples" / "llama-3.1-8b.json")
 
 
 @pytest.fixture
-def seen(monkeypatch):
-    """The requests ``plan_request`` plans (preflight's simulated nodes and plan import it from attnplan/request.py)."""
-    out: list = []
-    real = vreq.plan_request
-
-    def wrapped(req, *a, **kw):
-        out.append(req)
-        return real(req, *a, **kw)
-
-    monkeypatch.setattr(vreq, "plan_request", wrapped)
-    return out
+def seen(planned_requests):
+    """The requests ``plan_request`` plans (tests/conftest.py: preflight's simulated nodes and plan import it
+    from attnplan/request.py)."""
+    return planned_requests
 
 
 def _request(seen, capsys, argv: list[str]):

@@ -46,24 +46,9 @@ def _json(capsys, *argv: str) -> tuple[int, dict]:
 
 
 @pytest.fixture
-def spy(monkeypatch):
-    """Every ``plan_request`` call, with the request it planned (attnplan/lines.py, the launch lines' module, holds
-    its own name for it)."""
-    import attnplan.lines as lines
-
-    seen: list = []
-    real = vreq.plan_request
-
-    def wrapped(req, *a, **kw):
-        seen.append(req)
-        return real(req, *a, **kw)
-
-    import attnplan.compare as cmp
-
-    monkeypatch.setattr(vreq, "plan_request", wrapped)
-    monkeypatch.setattr(lines, "plan_request", wrapped)
-    monkeypatch.setattr(cmp, "plan_request", wrapped)
-    return seen
+def spy(planned_requests):
+    """Every ``plan_request`` call, with the request it planned (tests/conftest.py)."""
+    return planned_requests
 
 
 @pytest.mark.parametrize("command", ["plan", "explain"])

@@ -36,7 +36,7 @@ class DecodeSwitch:
     """``pick(batch)`` / ``for_pages(num_pages)``: the index (``DEFAULT`` or ``ALTERNATIVE``) of the
     decode call that runs a decode batch, by the plan's measured boundary."""
 
-    __slots__ = ("page_size", "max_small_pages", "small", "large", "phases")
+    __slots__ = ("page_size", "max_small_pages", "small", "large")
 
     def __init__(self, plan: Any):
         choice = plan.decode_choice
@@ -45,7 +45,6 @@ class DecodeSwitch:
         self.page_size = plan.kv_cache.page_size
         # the boundary in pages: a batch of at most this many pages reads at most the measured tokens
         self.max_small_pages = choice.small_up_to_kv_tokens // self.page_size
-        self.phases = (plan.decode, choice.alternative)
         self.small = ALTERNATIVE if choice.alternative.backend == choice.small else DEFAULT
         self.large = ALTERNATIVE - self.small
 
@@ -53,9 +52,7 @@ class DecodeSwitch:
         return self.small if num_pages <= self.max_small_pages else self.large
 
     def pick(self, batch: Any) -> int:
-        idx = batch.kv_indices
-        n = idx.shape[0] if idx is not None else batch.num_reqs * (-(-batch.max_kv_len // self.page_size))
-        return self.small if n <= self.max_small_pages else self.large
+        return self.for_pages(batch_pages(batch, self.page_size))
 
 
 class FixedDecode:
