@@ -25,7 +25,7 @@ from attnplan.model.hfconfig import model_info
 from attnplan.render.notes import notes_text
 from attnplan.render.verdict import finish
 from attnplan.sglang.flags import architecture_of
-from attnplan.request import ModelRequest, plan_request
+from attnplan.request import ModelRequest, cache_dtype, plan_request
 from attnplan.vllm.serve import ServeAnswer, serve_json
 
 ENGINES = ("vllm", "sglang")
@@ -47,14 +47,7 @@ def command_request(model: Any, engine: str, *, tp: int = 1, kv_cache_dtype: str
     """The one request of ``engine``'s command for ``model`` (a reference or a config.json dict): what a pasted
     ``vllm serve`` / ``sglang.launch_server`` line with these flags builds (attnplan/lines.py)."""
     kv = engine_spelling(engine, kv_cache_dtype, ruleset)
-    if engine == "vllm":
-        from attnplan.vllm.serve import vllm_kv_cache_dtype
-
-        vllm_kv_cache_dtype(kv)   # exactly vLLM's CacheDType, as ModelRequest.from_serve_line checks a line's
-    else:
-        from attnplan.sglang.flags import kv_dtype
-
-        kv_dtype(kv)              # exactly SGLang's choices, as parse_launch_line reads a line's
+    cache_dtype(engine, kv)   # exactly the engine's own spelling (vLLM's CacheDType, SGLang's choices), as a line's
     return ModelRequest.build(model=model, engine=engine, tensor_parallel_size=tp, kv_cache_dtype=kv,
                               block_size=page_size)
 
@@ -123,6 +116,8 @@ def compare(model: str | Mapping[str, Any], devices: Sequence[str], *, tp: int =
     # one request per engine, built (and its flags checked in that engine's own words) before anything is planned
     requests = {eng: command_request(ref, eng, tp=tp, kv_cache_dtype=kv_cache_dtype, page_size=page_size,
                                      ruleset=ruleset) for eng in ENGINES}
+    # the model is read once (a file, a preset, the HuggingFace cache), and every row plans that config.json: the
+    # requests keep the model as given, so each answer names it as `vllm serve` / `sglang launch_server` would
     raw = requests["vllm"].load(allow_paths=True)
     info = model_info(raw, where)
     arch = architecture_of(raw, where)
@@ -131,7 +126,7 @@ def compare(model: str | Mapping[str, Any], devices: Sequence[str], *, tp: int =
     for dev in devices:
         node = (nodes or {}).get(dev) or simulated_node(dev)
         for eng in ENGINES:
-            sa = plan_request(requests[eng], node, ruleset, allow_paths=True)
+            sa = plan_request(requests[eng], node, ruleset, allow_paths=True, loaded=raw)
             rows += rows_of(sa, dev, node, eng, page_size)
             data = serve_json(sa, trace=False)
             commands.append({"device": dev, "engine": eng, "verdict": data["verdict"], "status": data["status"],

@@ -89,7 +89,10 @@ class ModelRequest(BaseModel):
     pipeline_parallel_size: StrictInt = Field(1, ge=1, le=4096, description="vllm serve -pp")
     decode_context_parallel_size: StrictInt = Field(1, ge=1, le=4096, description="vllm serve -dcp")
     dtype: StrictStr = Field("auto", min_length=1, max_length=32, description="vllm serve --dtype (auto: the model's)")
-    kv_cache_dtype: StrictStr = Field("auto", min_length=1, max_length=32, description="vllm serve --kv-cache-dtype")
+    kv_cache_dtype: StrictStr = Field("auto", min_length=1, max_length=32,
+                                      description="the engine's --kv-cache-dtype in its own spelling: vLLM 0.33's "
+                                                  "CacheDType (fp8, bfloat16, ...); under engine sglang SGLang "
+                                                  "0.5.23's choices (fp8_e4m3, bf16, ...)")
     block_size: Optional[StrictInt] = Field(None, ge=1, le=1 << 20,
                                             description="vllm serve --block-size (absent: the smallest every group takes)")
     attention_backend: Optional[StrictStr] = Field(None, min_length=1, max_length=64,
@@ -136,10 +139,7 @@ class ModelRequest(BaseModel):
     @classmethod
     def from_serve_line(cls, line: ServeLine, *, engine: Optional[str] = "vllm") -> "ModelRequest":
         """What ``parse_serve_line`` read, as a request (``engine``: the line is vLLM's)."""
-        from attnplan.vllm.serve import vllm_kv_cache_dtype
-
-        release = str(engine).partition("==")[2].strip() or None if engine else None
-        vllm_kv_cache_dtype(line.kv_cache_dtype, release)  # exactly that vLLM's spelling, before the model strips it
+        cache_dtype(engine, line.kv_cache_dtype)  # exactly the engine's spelling, before the model strips it
         return cls.build(
             model=line.model, engine=engine, tensor_parallel_size=line.tensor_parallel_size,
             pipeline_parallel_size=line.pipeline_parallel_size,
@@ -163,12 +163,14 @@ class ModelRequest(BaseModel):
         """The attention fields the serve flags set on every layer group (vllm/serve.py LINE_FIELDS), over
         ``overrides``; a flag left at its default (``--kv-cache-dtype auto``) leaves an override's value standing (an
         ``overrides.kv_cache_dtype`` sent as such; the CLI's ``--kv-cache-dtype`` is the request's own field, in the
-        engine's spelling: request_from_fields)."""
+        engine's spelling: request_from_fields). The KV-cache dtype leaves the engine's spelling here and only here
+        (:func:`cache_dtype`)."""
         flags = flag_fields(
-            dtype=self.dtype, kv_cache_dtype=self.kv_cache_dtype, block_size=self.block_size,
+            dtype=self.dtype, kv_cache_dtype="auto", block_size=self.block_size,
             attention_backend=self.attention_backend, num_speculative_tokens=self.num_speculative_tokens,
             decode_context_parallel_size=self.decode_context_parallel_size, attention_config=self.attention_config,
             release=(self.engine or "").partition("==")[2].strip() or None)
+        flags["kv_cache_dtype"] = cache_dtype(self.engine, self.kv_cache_dtype)
         if self.kv_cache_dtype == "auto" and "kv_cache_dtype" in self.overrides:
             del flags["kv_cache_dtype"]
         return {**self.overrides, **flags}
@@ -251,7 +253,29 @@ def request_from_fields(model: Any, fields: Mapping[str, Any], *, engine: Option
             raise InvalidInputError(k, "unknown field", sorted(set(CONFIG_FIELDS) | set(REQUEST_FIELDS)))
     if over:
         out["overrides"] = over
+    if isinstance(out.get("kv_cache_dtype"), str):   # the engine's spelling, exactly: before the model strips it
+        cache_dtype(engine, out["kv_cache_dtype"])
     return ModelRequest.build(**out)
+
+
+def cache_dtype(engine: Optional[str], raw: str) -> str:
+    """A request's ``--kv-cache-dtype`` in the attention config's vocabulary: the one translation of the spelling
+    the request carries, which is always its engine's own (a request is never rewritten into another engine's
+    spelling, so reading it twice reads the same). Under SGLang its 0.5.23 choices exactly
+    (sglang/srt/arg_groups/fields/model.py ``kv_cache_dtype`` ``choices=``; attnplan/sglang/flags.py ``kv_dtype``);
+    under vLLM (and the FlashInfer adapter, which takes vLLM's flags) that release's ``CacheDType`` exactly
+    (vllm/config/cache.py; attnplan/vllm/serve.py ``vllm_kv_cache_dtype``). A spelling the engine refuses is bad
+    input (exit 2, REST 422) in that engine's words."""
+    from attnplan.policy import default_ruleset, parse_engine
+
+    spec = parse_engine(engine, default_ruleset())   # an engine the rules do not model: bad input naming them
+    if spec.name == "sglang":
+        from attnplan.sglang.flags import kv_dtype
+
+        return kv_dtype(raw)
+    from attnplan.vllm.serve import vllm_kv_cache_dtype
+
+    return vllm_kv_cache_dtype(raw, spec.version if spec.name == "vllm" else None)
 
 
 def request_error(exc: ValidationError) -> InvalidInputError:
@@ -346,16 +370,20 @@ def read_reference(ref: str, *, allow_paths: bool, revision: Optional[str] = Non
 # -- planning -----------------------------------------------------------------------------
 def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None, *,
                  allow_paths: bool = True, parser: str = "request",
-                 presets: Optional[Mapping[str, Any]] = None, model_field: str = "model") -> ServeAnswer:
+                 presets: Optional[Mapping[str, Any]] = None, model_field: str = "model",
+                 loaded: Optional[Mapping[str, Any]] = None) -> ServeAnswer:
     """Every attention layer group of the model, for one rank, on ``node`` (None: this machine),
     or vLLM's startup refusal (tensor parallelism that does not divide the heads, DCP limits).
     ``model_field``: what the caller calls the model in a bad-input error (``model``: a serve line's or a REST
-    body's; ``model_config``: ``attnplan plan --model-config``'s, the ``ModelConfigError`` as raised)."""
+    body's; ``model_config``: ``attnplan plan --model-config``'s, the ``ModelConfigError`` as raised).
+    ``loaded``: the config.json as ``req.load`` reads it (``hf_overrides`` merged), for a caller that plans one
+    model many times (attnplan/compare.py: every GPU and engine); the request still names the model as given, so
+    its answer names it so too. None: read here."""
     from attnplan.model.hfconfig import model_info
     from attnplan.model.layers import text_config
 
     try:
-        data = req.load(allow_paths=allow_paths, presets=presets)
+        data = dict(loaded) if loaded is not None else req.load(allow_paths=allow_paths, presets=presets)
         info = model_info(text_config(data), req.model_label())
     except ModelConfigError as exc:
         raise _model_error(exc, model_field) from None
@@ -381,13 +409,15 @@ def plan_request(req: ModelRequest, node: Optional[NodeFacts] = None, ruleset: O
         notes.append(f"data-parallel attention: {dp} groups of {req.tensor_parallel_size // dp} attention rank(s); "
                      f"each rank plans heads/{req.tensor_parallel_size // dp}")
     engine, req = engine_of(req, data, ruleset)
+    # the flags as attention fields, read before any verdict: a flag the engine refuses (a --kv-cache-dtype it
+    # does not spell so) is bad input, as its parser refuses it before the split is looked at
+    over = req.line_fields()
     if errs:
         from attnplan.policy import default_ruleset, resolve_engine
 
         ref = resolve_engine(engine, node, ruleset if ruleset is not None else default_ruleset())
         return ServeAnswer(line, req.ranks, None, None, startup_error=errs[0], notes=notes, engine=engine.name,
                            release=ref.version)
-    over = req.line_fields()
     if req.sglang is not None and req.sglang.enable_deterministic_inference:
         over["batch_invariant"] = True
     try:
@@ -440,16 +470,8 @@ def engine_of(req: ModelRequest, data: Mapping[str, Any], ruleset: Optional[Rule
         spec = EngineSpec(spec.name, spec.version, SglangEngine(flags, **({"version": spec.version} if spec.version else {})))
     # (the architecture joins in plan_model: policy/engines.py engine_request_for_model)
     spec, backend = with_backend(spec, req.attention_backend)
-    # SGLang's --kv-cache-dtype spelling (bf16, fp8_e4m3, ...), said in the vLLM spelling the request's flags use
-    from attnplan.policy.shipped import default_ruleset
-    from attnplan.sglang.flags import kv_dtype
-
-    vllm_kv = default_ruleset().engines["vllm"].kv_dtype_spelling or {}   # backends.yaml engines.vllm.kv_dtype_spelling
-    kv = kv_dtype(req.kv_cache_dtype) if req.kv_cache_dtype not in vllm_kv.values() else None
-    update = {"attention_backend": backend}
-    if kv is not None:
-        update["kv_cache_dtype"] = vllm_kv.get(kv, kv)
-    return spec, req.model_copy(update=update)
+    # the KV-cache dtype stays in SGLang's spelling: line_fields translates it, once (cache_dtype)
+    return spec, req.model_copy(update={"attention_backend": backend})
 
 
 def check_request(req: ModelRequest, *, allow_paths: bool = True, presets: Optional[Mapping[str, Any]] = None) -> None:
@@ -498,7 +520,7 @@ def answer_json(sa: ServeAnswer, req: ModelRequest, node: NodeFacts, *, trace: b
 
 
 __all__ = ["ModelRequest", "plan_request", "request_from_fields", "REQUEST_FIELDS", "answer_json", "check_request", "parse_serve_text", "bounded_config",
-           "read_reference"]
+           "read_reference", "cache_dtype"]
 
 
 def plan_serve(line: ServeLine, node: Optional[NodeFacts] = None, ruleset: Optional[RuleSet] = None, *,

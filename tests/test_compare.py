@@ -89,3 +89,24 @@ def test_the_grid_page_is_served(client):
     page = client.get("/static/compare.html")
     assert page.status_code == 200 and "/static/compare.js" in page.text
     assert "/v1/compare" in client.get("/static/compare.js").text
+
+
+@pytest.mark.parametrize("model", [LLAMA, "gemma-2-9b"], ids=["config-file", "preset"])
+def test_the_model_is_read_once_per_compare(monkeypatch, planned_requests, model):
+    # every (GPU, engine) row plans the one config.json read at the start (attnplan/compare.py): the reader is
+    # spied, not timed; the rows' requests still name the model as given, as a pasted line's do
+    import attnplan.model as model_pkg
+
+    reads: list = []
+    real = model_pkg.read_model_config
+
+    def spy(path, *a, **kw):
+        reads.append(str(path))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(model_pkg, "read_model_config", spy)
+    devices = ["H100", "B200", "RTX PRO 6000"]
+    rep = compare(model, devices)
+    assert len(reads) == 1, reads
+    assert len(planned_requests) == len(devices) * 2 and {r.model for r in planned_requests} == {model}
+    assert len(rep["commands"]) == len(devices) * 2 and rep["model"] == model

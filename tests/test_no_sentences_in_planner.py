@@ -41,15 +41,13 @@ _CITATIONS = {"source", "src", "SOURCE", "description"}
 
 # Modules that still hold sentences, each with why (keep this short; an entry goes when its module is reworded).
 # Every module this change made data-only (engine, suggest, jit_names, verdict, answer, model/plan; then engines, api
-# and model/hfconfig: the release pin, the engine's own fixes and the config reader's notes are Note kinds) holds none.
+# and model/hfconfig: the release pin, the engine's own fixes and the config reader's notes are Note kinds; then
+# candidates: a trace's page input judged over pages is candidates.PagesJudged, worded by render/trace.py) holds none.
 ALLOWED = {
     "policy/facts_catalog.py": "each fact's description, for `attnplan rules` and the docs (like a Field description)",
     "policy/parallel.py": "vLLM's own startup errors, quoted verbatim (the engine's words: data, as a pack's reason)",
     "policy/matrix.py": "the capability matrix document's header (docs/capability-matrix.md), not an answer",
     "policy/devices.py": "a declared fact's provenance (Fact.detail): node facts move to their own package",
-    "policy/candidates.py": "a trace entry's page-size input as judged (`block N (kernel pages dividing it that pass: "
-                            "...)`): a fact's display in the trace, like facts_catalog's, which `explain --json` "
-                            "(cli/plan.py) dumps from unfinished entries; no answer text",
     "model/layers.py": "an error's value (_show, for ModelConfigError) and a layer group's `source` (where its kinds "
                        "were read): its notes are data (ModelLayers.notes_says)",
 }
@@ -393,3 +391,61 @@ def test_a_groups_own_note_is_labelled_by_render():
         assert note_text(n) == f"layers {n.group_layers}: {note_text(bare)}"
     done = plan_model(data, node, engine="flashinfer", overrides={"kv_cache_dtype": "fp8"})
     assert done.all_notes() == notes_text(said) and done.to_json()["notes"] == list(notes_text(said))
+
+
+# -- a trace's page input: the planner leaves the pages it judged, render/trace.py words them ------------------------
+@pytest.mark.parametrize("cfg,device,engine,block", [
+    (LLAMA, "B200", "flashinfer", None),               # no page given: judged over every page
+    ({**LLAMA, "page_size": 32}, "B200", "vllm", 32),  # vLLM's block, read through the kernel pages dividing it
+    ({**LLAMA, "kv_cache_dtype": "fp8"}, "H100", "vllm", None),
+])
+def test_a_trace_s_page_input_is_data_and_render_words_it(cfg, device, engine, block):
+    from attnplan.policy import evaluate_candidate, explain, make_config
+    from attnplan.policy.candidates import PagesJudged
+    from attnplan.render import render_explain
+    from attnplan.render.trace import entry_inputs
+
+    a = _planned(cfg, device, engine)
+    judged = [e for e in a.trace if isinstance(e.inputs.get("config.page_size"), PagesJudged)]
+    assert judged, "no page-reading check judged over pages"
+    node = simulated_node(device)
+    config = make_config(cfg)
+    for e in judged:
+        pj = e.inputs["config.page_size"]
+        assert pj.block == block
+        if block is None:   # the pages that pass are the candidate's own valid pages
+            assert pj.passing == evaluate_candidate(config, node, e.phase, e.backend, engine=engine).pages
+    # the finished answer (what every surface gets) carries the words, in the trace's JSON too
+    done = finish(a)
+    worded = {(e.rule, e.check, e.phase, e.backend): e.inputs["config.page_size"] for e in done.trace
+              if "config.page_size" in e.inputs}
+    for e in judged:
+        pj = e.inputs["config.page_size"]
+        pages = ", ".join(map(str, pj.passing)) or "none"
+        want = (f"unset (valid: {pages})" if block is None
+                else f"block {block} (kernel pages dividing it that pass: {pages})")
+        assert worded[(e.rule, e.check, e.phase, e.backend)] == want
+    dumped = [t["inputs"] for t in done.to_json()["trace"]]
+    assert all(isinstance(v, str) for i in dumped for v in i.values())
+    assert finish(done) is done
+    # explain's grid: the same words in the table, from the cells' data
+    ex = explain(config, node, engine=engine)
+    cells = [t for t in ex.cells.values() if isinstance(t.inputs.get("config.page_size"), PagesJudged)]
+    assert cells
+    text = render_explain(ex)
+    words = {entry_inputs(t)["config.page_size"] for t in cells}
+    assert all(isinstance(w, str) for w in words) and "PagesJudged" not in text
+    assert any(f"config.page_size={w}" in text for w in words)   # (a rule's facts are shown for its first cell)
+
+
+def test_explain_json_words_the_page_input(capsys):
+    """``explain --json`` (cli/plan.py ``_grid_json``) prints the page input in the trace's words, not the data object."""
+    from attnplan.cli.main import main
+
+    rc = main(["explain", "--device", "B200", "--engine", "flashinfer", "--head-dim", "128", "--num-heads", "32",
+               "--num-kv-heads", "8", "--json"])
+    assert rc == 0
+    cells = json.loads(capsys.readouterr().out)["cells"]
+    pages = [c["inputs"]["config.page_size"] for c in cells if "config.page_size" in c["inputs"]]
+    assert pages and all(isinstance(p, str) for p in pages)
+    assert any(p.startswith("unset (valid: ") for p in pages)

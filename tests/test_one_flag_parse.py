@@ -38,11 +38,12 @@ FLAGS = [
     ["--kv-cache-dtype", "fp8_e4m3", "--tensor-parallel-size", "2", "--sliding-window", "1024"],
     ["--attention-backend", "FLASH_ATTN", "--num-speculative-tokens", "2"],
     ["--engine", "sglang", "--kv-cache-dtype", "bf16"],
+    ["--engine", "sglang", "--kv-cache-dtype", "fp8_e4m3"],   # kept in SGLang's spelling (request.py cache_dtype)
 ]
 
 
 @pytest.mark.parametrize("flags", FLAGS, ids=["fp8", "bfloat16-block32", "fp8e4m3-tp2-window", "flash-attn-spec",
-                                              "sglang-bf16"])
+                                              "sglang-bf16", "sglang-fp8e4m3"])
 def test_plan_and_preflight_build_one_request(seen, capsys, flags):
     rc_plan, by_plan = _request(seen, capsys, ["plan", "--model-config", LLAMA, "--device", "H100", *flags, "--json"])
     rc_pre, by_preflight = _request(seen, capsys, ["preflight", "--simulate", "H100=1", "--model-config", LLAMA, *flags])

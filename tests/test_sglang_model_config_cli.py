@@ -20,7 +20,7 @@ def plan(capsys, model, device, *extra):
 
 def test_deepseek_v3_fp8_on_b200_runs_trtllm_mla(capsys):
     # model_overrides/deepseek_v2.py _deepseek_family_overrides (was: flashinfer's fa2-mla, refused for fp8)
-    rc, out = plan(capsys, ROOT / "examples" / "deepseek-v3.json", "B200", "--kv-cache-dtype", "fp8")
+    rc, out = plan(capsys, ROOT / "examples" / "deepseek-v3.json", "B200", "--kv-cache-dtype", "fp8_e4m3")
     assert rc == 0 and out["engine_phases"]["prefill"]["name"] == "trtllm_mla", out["violations"]
 
 

@@ -9,7 +9,7 @@ from attnplan.model import explain_groups
 from attnplan.policy import NodeFacts
 from attnplan.policy.answer import node_json
 from attnplan.render.verdict import finish
-from attnplan.render import (plan_json, render_answer, render_explain, render_groups, render_groups_explain, render_node,
+from attnplan.render import (entry_inputs, plan_json, render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, render_verdict, rules_json)
 
 from attnplan.engine_request import with_backend
@@ -189,7 +189,7 @@ def _grid_json(e: Explanation) -> dict:
         "selected": dict(zip(("prefill", "decode"), e.answer.backends())),
         "columns": [f"{ph}/{b}" if ph != "both" else "pair" for ph, b in e.columns],
         "cells": [{"rule": r, "layer": t.layer, "phase": ph, "backend": None if b == "-" else b, "verdict": t.verdict,
-                   "inputs": t.inputs, "required": t.required} for (r, ph, b), t in e.cells.items()],
+                   "inputs": entry_inputs(t), "required": t.required} for (r, ph, b), t in e.cells.items()],
     }
 
 

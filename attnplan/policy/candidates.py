@@ -25,6 +25,17 @@ from .shipped import default_ruleset
 _PLACEHOLDER = re.compile(r"\{([a-z_]+(?:\.[a-z_]+)?)\}")
 
 
+@dataclass(frozen=True, slots=True)
+class PagesJudged:
+    """``config.page_size`` as a page-reading check judged it, a trace entry's input (render/trace.py words it):
+    ``block`` the engine's block size (None: unset, the plan picks the page from ``passing``: the pages that pass
+    every page check) or, where the kernels read the largest kernel page dividing the block
+    (``kernel_page: largest_divisor``), ``passing`` the kernel pages dividing it that pass."""
+
+    block: Optional[int]
+    passing: tuple[int, ...]
+
+
 def _message(check: Check, ctx: dict[str, Any], failures: list[Failure]) -> str:
     if check.message:
         return _PLACEHOLDER.sub(lambda m: display(m.group(1), ctx.get(m.group(1))), check.message)
@@ -259,10 +270,8 @@ def run_candidate(checks: Iterable[Check], base: dict[str, Any], phase: str, bac
             res.violations.append(violation(check, ctx, phase, backend))
         if with_trace:
             entry = trace_entry(check, ctx, phase, backend, "pass" if passed else "fail")
-            if fixed is None:
-                entry = dataclasses.replace(entry, inputs={**entry.inputs, PAGE_SIZE: f"unset (valid: {', '.join(map(str, ok_pages)) or 'none'})"})
-            elif block_divides:
-                entry = dataclasses.replace(entry, inputs={**entry.inputs, PAGE_SIZE: f"block {fixed} (kernel pages dividing it that pass: {', '.join(map(str, ok_pages)) or 'none'})"})
+            if fixed is None or block_divides:   # judged over pages: which pass is the input (data)
+                entry = dataclasses.replace(entry, inputs={**entry.inputs, PAGE_SIZE: PagesJudged(fixed, tuple(ok_pages))})
             res.trace.append(entry)
     return res
 

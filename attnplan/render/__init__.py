@@ -18,7 +18,8 @@ from .tables import (
 from .answer import plan_json
 from .verdict import finish, verdict_message
 from .notes import note_text
+from .trace import entry_inputs, finish_trace
 
 __all__ = ["engine_line", "render_groups", "render_groups_explain", "compact_layers", "node_label", "paint", "render_answer", "render_explain", "render_node", "render_rules",
            "render_verdict", "plan_heading", "rules_json", "table", "finish", "verdict_message", "plan_json",
-           "note_text"]
+           "note_text", "entry_inputs", "finish_trace"]

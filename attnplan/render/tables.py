@@ -7,6 +7,7 @@ import sys
 from typing import Any, Iterable, Optional, Sequence
 
 from attnplan.policy import Explanation, NodeFacts, PlanAnswer, RuleSet
+from .trace import entry_inputs
 
 
 def _color() -> bool:
@@ -197,7 +198,7 @@ def render_explain(e: Explanation, ruleset: Optional[RuleSet] = None) -> str:
             if entry is None or r in seen:
                 continue
             seen.add(r)
-            facts = ", ".join(f"{k}={v}" for k, v in entry.inputs.items() if k not in ("backend", "phase"))
+            facts = ", ".join(f"{k}={v}" for k, v in entry_inputs(entry).items() if k not in ("backend", "phase"))
             out.append(f"  {r}: {facts or '-'}  (needs {entry.required})")
     pb, db = e.answer.backends()
     out.append("")

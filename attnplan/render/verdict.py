@@ -3,9 +3,10 @@
 
 ``verdict_message`` is the one wording of every verdict kind; ``finish`` writes every text field of an answer
 (the verdict's ``message``, and through render/notes.py its notes, the engine's note, suggestions and the
-violations built in code) from its data, on an answer, a model answer or anything carrying them, for the surfaces
-that finish an answer above the planner (attnplan/lines.py, attnplan/embedded.py). A verdict or note read back
-from JSON without its data (an older preflight HTTP node) keeps its text: it is all there is.
+violations built in code; through render/trace.py its trace's page inputs) from its data, on an answer, a model
+answer or anything carrying them, for the surfaces that finish an answer above the planner (attnplan/lines.py,
+attnplan/embedded.py). A verdict or note read back from JSON without its data (an older preflight HTTP node) keeps
+its text: it is all there is.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from typing import Any, Callable, Optional
 
 from pydantic import BaseModel
 
-from attnplan.policy.answer import EngineBackend, EngineName, Fix, Suggestion, Verdict, VerdictSays, Violation
+from attnplan.policy.answer import EngineBackend, EngineName, Fix, PlanAnswer, Suggestion, Verdict, VerdictSays, Violation
 
 from .notes import all_notes_text, engine_words, note_text, notes_text, violation_text
+from .trace import finish_trace
 
 # An outcome as a verb phrase after the engine's name.
 OUTCOME_WORDS = {"fails-at-startup": "fails at startup",
@@ -164,6 +166,11 @@ def finish(answer: Any) -> Any:
         return answer
     update = _finish_one(answer)
     for name in type(answer).model_fields:
+        if name == "trace" and isinstance(answer, PlanAnswer):   # a page input judged over pages (render/trace.py)
+            worded = finish_trace(answer.trace)
+            if worded is not answer.trace:
+                update["trace"] = worded
+            continue
         if name in _NO_TEXT or name in update:
             continue
         value = getattr(answer, name)

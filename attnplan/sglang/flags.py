@@ -12,6 +12,8 @@ from attnplan.policy.errors import InvalidInputError, ModelConfigError
 KV_DTYPES = {"auto": "auto", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "bf16": "bf16", "bfloat16": "bf16",
              "nvfp4": "nvfp4"}
 KV_UNMODELLED = ("mxfp8", "fp4_mx_block16")
+# The choices as SGLang lists them (its argparse error names them in this order).
+CHOICES = ("auto", "fp8_e5m2", "fp8_e4m3", "mxfp8", "bf16", "bfloat16", "nvfp4", "fp4_mx_block16")
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,9 @@ def kv_dtype(raw: str) -> str:
     if s in KV_UNMODELLED:
         raise InvalidInputError("kv_cache_dtype", f"--kv-cache-dtype {s} runs no FlashInfer kernel attnplan models",
                                 tuple(KV_DTYPES))
-    raise InvalidInputError("kv_cache_dtype", f"SGLang 0.5.23 has no --kv-cache-dtype {raw!r}",
-                            tuple(KV_DTYPES) + KV_UNMODELLED)
+    # SGLang 0.5.23's own refusal (argparse's invalid-choice error; the choices follow, in its order)
+    raise InvalidInputError("kv_cache_dtype", f"SGLang 0.5.23 refuses it: argument --kv-cache-dtype: invalid choice: "
+                            f"{raw!r}", CHOICES)
 
 
 def architecture_of(raw: Optional[Mapping[str, Any]], where: str = "config.json") -> Optional[str]:

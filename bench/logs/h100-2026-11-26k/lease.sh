@@ -12,10 +12,15 @@
 # loses its run: the next call starts again, seeded from $SEED (the previous call's results.jsonl, carried).
 secs=${1:-560}
 L=/tmp/l41; here=/tmp/lease
+# The run reads its code from a copy outside the carried tree: each call re-sends the working tree and
+# replaces the carried paths, which pulled the files from under the first run (bench/xqa_exhaustive.py
+# gone, probes dying at import: 1,046 false errors, dropped from the results before resuming).
+[ -f /tmp/src/.copied ] || { rm -rf /tmp/src && cp -rL . /tmp/src && touch /tmp/src/.copied; }
+[ -s $here/results.jsonl ] || { mkdir -p $here && cp "${SEED:-bench/logs/h100-2026-11-26h/results.jsonl}" $here/results.jsonl; }
+cd /tmp/src
 [ -f /tmp/site/.installed ] || { bash .gpu-bundle/install.sh > /dev/null && touch /tmp/site/.installed; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MAX_JOBS=16 TRITON_CACHE_DIR=/tmp/triton-cache
 mkdir -p $L $here
-[ -s $here/results.jsonl ] || cp "${SEED:-bench/logs/h100-2026-11-26h/results.jsonl}" $here/results.jsonl
 echo "call at $(date -u +%T), machine up $(cut -d' ' -f1 /proc/uptime) s, $(grep -c . $here/results.jsonl) results" >> $L/lease.log
 if [ ! -f $L/pid ] || ! kill -0 "$(cat $L/pid)" 2> /dev/null; then
   if [ ! -f $here/done ]; then
