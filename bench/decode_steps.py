@@ -456,8 +456,8 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
     return rows
 
 
-def breakdown(out_dir, n=200, batches=(1, 64)):
-    """Host time of each part of a steady decode step (fa2 and XQA plans, 4k context)."""
+def breakdown(out_dir, n=200, batches=(1, 64), names=("fa2", "xqa", "mla-fa3")):
+    """Host time of each part of a steady decode step (fa2, XQA and MLA plans, 4k context)."""
     import torch
 
     from attnplan.adapter import StepInput
@@ -465,28 +465,29 @@ def breakdown(out_dir, n=200, batches=(1, 64)):
     from attnplan.adapter.graphs import DecodeGraph
 
     rows = []
-    for name in ("fa2", "xqa"):
+    for name in names:
         ex = executor_for(name)
         page = ex.plan.kv_cache.page_size
-        cache = ex.allocate_kv_cache(max(batches) * 256)
+        w = 4096 // page                                    # 4k context: 256 pages of 16, 64 of 64 (MLA)
+        cache = ex.allocate_kv_cache(max(batches) * w)
         for bs in batches:
-            table = torch.randperm(bs * 256, device="cuda", dtype=torch.int32).view(bs, 256)
+            table = torch.randperm(bs * w, device="cuda", dtype=torch.int32).view(bs, w)
             seq_cpu = torch.full((bs,), 4096, dtype=torch.int32)
             inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
             needs = ex.plan.metadata.decode_only
             for _ in range(5):
                 ex.plan_step(inp)
-            own = ex._layouts.get(bs, 1, 256)
-            lay = ex._layouts.get(bs, 1, 256, inp.seq_lens, table)
-            host = HostDecodeArrays(bs, 1, page, 256)
+            own = ex._layouts.get(bs, 1, w)
+            lay = ex._layouts.get(bs, 1, w, inp.seq_lens, table)
+            host = HostDecodeArrays(bs, 1, page, w)
             step = ex.plan_step(inp)
-            g = DecodeGraph(ex, bs, 256, cache)
+            g = DecodeGraph(ex, bs, w, cache)
             g.update(inp.seq_lens, table, seq_cpu)
             g.capture()
             a, b = torch.empty_like(inp.seq_lens), torch.empty_like(table)
             parts = {
                 "HostDecodeArrays.fill (numpy, in place)": lambda: host.fill(seq_cpu),
-                "layouts.shape + pick (bound)": lambda: ex._layouts.pick(ex._layouts.shape(bs, 1, 256), inp.seq_lens,
+                "layouts.shape + pick (bound)": lambda: ex._layouts.pick(ex._layouts.shape(bs, 1, w), inp.seq_lens,
                                                                          table),
                 "copy lengths + table (own layout)": lambda: own.load(inp.seq_lens, table),
                 "_foreach_copy_ lengths + table": lambda: torch._foreach_copy_([a, b], [inp.seq_lens, table],
@@ -582,7 +583,7 @@ def after_replay(g, fn, n):
     return ts[len(ts) // 2] * 1e6
 
 
-def profile(out_dir, n=300, batches=(1, 64)):
+def profile(out_dir, n=300, batches=(1, 64), names=("fa2", "mla-fa3")):
     import cProfile
     import io
     import pstats
@@ -591,10 +592,11 @@ def profile(out_dir, n=300, batches=(1, 64)):
 
     from attnplan.adapter import StepInput
 
-    ex = executor_for("fa2")
     text = []
-    for bs in batches:
-        table = torch.randperm(bs * 256, device="cuda", dtype=torch.int32).view(bs, 256)
+    for name, bs in ((nm, b) for nm in names for b in batches):
+        ex = executor_for(name)
+        w = 4096 // ex.plan.kv_cache.page_size
+        table = torch.randperm(bs * w, device="cuda", dtype=torch.int32).view(bs, w)
         seq_cpu = torch.full((bs,), 4096, dtype=torch.int32)
         inp = StepInput([1] * bs, seq_cpu.cuda(), table, bs, seq_lens_cpu=seq_cpu)
         for _ in range(30):
@@ -607,12 +609,12 @@ def profile(out_dir, n=300, batches=(1, 64)):
         pr.disable()
         buf = io.StringIO()
         pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(20)
-        text.append(f"== fa2 decode plan_step batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
+        text.append(f"== {name} decode plan_step batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
         print(text[-1][:4000], flush=True)
         # DecodeGraph.update in place: where its host time goes beside FlashInfer's plan (issue 41).
         from attnplan.adapter.graphs import DecodeGraph
 
-        g = DecodeGraph(ex, bs, 256, ex.allocate_kv_cache(bs * 256))
+        g = DecodeGraph(ex, bs, w, ex.allocate_kv_cache(bs * w))
         g.update(inp.seq_lens, table, seq_cpu)
         for _ in range(30):
             g.update(g.layout.seq_lens, g.layout.table, seq_cpu)
@@ -624,7 +626,7 @@ def profile(out_dir, n=300, batches=(1, 64)):
         pr.disable()
         buf = io.StringIO()
         pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(25)
-        text.append(f"== fa2 DecodeGraph.update in place batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
+        text.append(f"== {name} DecodeGraph.update in place batch {bs} ctx 4096 ({n} calls)\n{buf.getvalue()}")
         print(text[-1][:4000], flush=True)
         del g
     (out_dir / "decode-steps-profile.txt").write_text("\n".join(text))
@@ -666,7 +668,7 @@ def prebuild_for(names, general):
     from attnplan.adapter.warmup import plan_modules, prebuild
 
     mods = {}
-    for name in dict.fromkeys([*names, *(("fa2", "xqa") if general else ())]):
+    for name in dict.fromkeys([*names, *(("fa2", "xqa", "mla-fa3") if general else ())]):
         plan = plan_or_raise(*PLANS[name]).plan
         mods.update({m.name: m for m in plan_modules(plan) if (general and name == "fa2") or m.phase == "decode"})
     t0 = time.perf_counter()

@@ -10,6 +10,8 @@
 #      with its own empty JIT cache, as far as the lease goes.
 # Every call waits up to SECONDS, then copies what exists to $OUT. A machine that went back between calls
 # loses its run: the next call starts again, seeded from $SEED (the previous call's results.jsonl, carried).
+# STEPS_ARGS replaces decode_steps.py's arguments; ONLY_STEPS=1 skips the GPU tests and the choice bench;
+# SKIP41=1 skips issue 41's part.
 secs=${1:-560}
 L=/tmp/l41; here=/tmp/lease
 # The run reads its code from a copy outside the carried tree: each call re-sends the working tree and
@@ -29,14 +31,16 @@ if [ ! -f $L/pid ] || ! kill -0 "$(cat $L/pid)" 2> /dev/null; then
       if [ ! -f $L/done41 ] && [ -z \"\$SKIP41\" ]; then
         export FLASHINFER_WORKSPACE_BASE=/tmp/fi
         echo \"41 starts at \$(date -u +%T) on \$(nproc) cores\" >> $L/lease.log
-        timeout 540 python3 bench/decode_steps.py --issue41 --backends xqa,fa2,mla-fa3,mla-fa2 \
-          --parts decode,general,breakdown,profile --out $L/a > $L/steps.log 2>&1
+        timeout 540 python3 bench/decode_steps.py --issue41 \${STEPS_ARGS:---backends xqa,fa2,mla-fa3,mla-fa2 \
+          --parts decode,general,breakdown,profile} --out $L/a > $L/steps.log 2>&1
         echo \"decode_steps exit \$? at t=\$(el)\" >> $L/lease.log
+        if [ -z \"\$ONLY_STEPS\" ]; then
         timeout 200 python3 -P -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_decode_graphs_gpu.py \
           tests/gpu/test_steady_step_gpu.py tests/gpu/test_decode_per_shape_gpu.py -k 'not warmup' > $L/tests.log 2>&1
         echo \"gpu tests exit \$? at t=\$(el)\" >> $L/lease.log
         timeout 200 python3 bench/xqa_vs_fa2.py --phase choice --out $L/choice > $L/choice.log 2>&1
         echo \"choice exit \$? at t=\$(el)\" >> $L/lease.log
+        fi
         touch $L/done41
       fi
       export FLASHINFER_WORKSPACE_BASE=$here/fi
