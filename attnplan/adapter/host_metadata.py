@@ -4,8 +4,9 @@ does not grow with torch's per-op overhead (issue 17).
 The host works out everything per request and per new token with numpy (a numpy op on a few
 hundred ints costs ~1 us; a torch op ~5-10 us of dispatch on the H100's host), writes it into a
 pinned staging buffer that is reused across steps, and sends it in one copy; the device only
-gathers slots and page indices from the block table (``take``). On the H100 the previous torch
-version took 0.45-1.6 ms per step (bench/RESULTS.md).
+gathers the block-table entries of the new tokens and of the KV pages (one gather) and turns the
+first into slots (one add): three launches a step (issue 41; bench/general_step_host.py). On the
+H100 the previous torch version took 0.45-1.6 ms per step (bench/RESULTS.md).
 
 Staging reuse without a device->host sync: a ring of pinned buffers, each handed out again only
 once a CUDA event recorded after the step's last reader (the copy, and FlashInfer's ``plan``,
@@ -24,9 +25,11 @@ from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
 
 # Up to this many KV pages in a step, the host also works out which block-table entry each page
-# index comes from (numpy: ~10 us for 4k on the H100's host) and sends it with the rest, so the
-# device does one gather; beyond it (256 requests x 32k tokens is 524k pages) the device expands.
-HOST_KV_ENTRIES = 4096
+# index comes from (one numpy repeat and one add: ~12 us for 64k pages on this repo's CPU, against
+# the ~6 launches, ~30 us of host on the H100 machine, of the device's expansion; 256 KB more in the
+# one pinned copy) and sends it with the rest, so the device does one gather; beyond it (256
+# requests x 32k tokens is 524k pages) the device expands (bench/general_step_host.py).
+HOST_KV_ENTRIES = 1 << 16
 
 
 class HostStaging:
@@ -75,95 +78,140 @@ class HostStaging:
         self._ring[slot][2] = False
 
 
-def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None) -> Any:
-    """``StepMetadata`` for a batch whose KV lengths the host knows (``inp.seq_lens_cpu``)."""
+_IOTA: dict[Any, Any] = {}
+
+
+def _iota(n: int, dtype: Any) -> Any:
+    """0, 1, ..., n - 1 (read-only view of a cached arange that only grows): no arange per step."""
+    a = _IOTA.get(dtype)
+    if a is None or a.size < n:
+        a = _IOTA[dtype] = np.arange(max(n, 2 * (0 if a is None else a.size), 1 << 12), dtype=dtype)
+        a.flags.writeable = False
+    return a[:n]
+
+
+def _split_page(x: Any, page: int, entry: Any, offset: Any) -> None:
+    """entry = x // page, offset = x % page, written into the (int32) staging views."""
+    if page & (page - 1) == 0:
+        np.right_shift(x, page.bit_length() - 1, out=entry)
+        np.bitwise_and(x, page - 1, out=offset)
+    else:
+        np.divmod(x, page, out=(entry, offset))
+
+
+def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
+              q: Any = None) -> Any:
+    """``StepMetadata`` for a batch whose KV lengths the host knows (``inp.seq_lens_cpu``).
+    ``q``: the query lengths as an int64 numpy array when the caller has one (``build_step``).
+
+    Host cost (issue 41): every per-token and per-page array is written straight into the pinned
+    staging buffer (numpy ``out=``), from a cached arange; the host and device views of each part
+    come from one ``split_with_sizes`` each; the device runs the one copy, one gather (the new
+    tokens' and the KV pages' block-table entries at once) and one add (the int64 slots from int32
+    operands) - 3 launches where the KV pages number at most ``HOST_KV_ENTRIES`` (before: 6, and
+    11 past 4096 pages)."""
     import torch
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
     device = inp.seq_lens.device
-    q = np.asarray(inp.query_lens, dtype=np.int64)
+    if q is None:
+        q = np.asarray(inp.query_lens, dtype=np.int64)
     s = inp.seq_lens_cpu
     seq = (s.numpy() if isinstance(s, torch.Tensor) else np.asarray(s)).astype(np.int64)
     b, width = len(q), int(table.shape[1])
-    short = np.flatnonzero(seq < q)
-    if short.size:
+    npre = b - nd
+    if (seq < q).any():                 # the index only on the error path (flatnonzero: ~3 us a step)
+        short = np.flatnonzero(seq < q)
         raise AdapterCallError(f"{'decode' if short[0] < nd else 'prefill'}: a request's KV length is shorter than its "
                          "query length (append this step's tokens before attending)")
     qo = np.zeros(b + 1, dtype=np.int64)
-    np.cumsum(q, out=qo[1:])
+    q.cumsum(out=qo[1:])
     pages = (seq + page - 1) // page
     kv_ptr = np.zeros(b + 1, dtype=np.int64)
-    np.cumsum(pages, out=kv_ptr[1:])
-    last = (seq - 1) % page + 1
+    pages.cumsum(out=kv_ptr[1:])
     t_all, p_all = int(qo[-1]), int(kv_ptr[-1])
-    # Per new token: its position in its request's KV, then the row-major block-table entry of its
-    # page and its offset in the page.
-    owner = np.repeat(np.arange(b), q)
-    pos = np.arange(t_all) + (seq - q - qo[:-1])[owner]
-    # Layout of the one copy: entry [T] | offset [T] | page start [B] | pages [B] | per phase:
-    # qo indptr [n+1] | kv page indptr [n+1] | seq lens [n] | last page lens [n].
-    bounds = ((0, nd), (nd, b))
+    row = _iota(b, np.int64) * width                       # block-table entry of each request's page 0
     kv_on_host = needs.needs_paged_kv_indices and p_all <= HOST_KV_ENTRIES
-    total = 2 * t_all + 2 * b + sum(4 * (r1 - r0) + 2 for r0, r1 in bounds) + (p_all if kv_on_host else 0)
+    kv_on_device = needs.needs_paged_kv_indices and not kv_on_host
+    phases = [(ph, r0, r1) for ph, r0, r1 in (("decode", 0, nd), ("prefill", nd, b)) if r1 > r0]
+    m = len(phases)
+    n_k = [r1 - r0 for _, r0, r1 in phases]
+    p_host = p_all if kv_on_host else 0
+    # Layout of the one copy (int32): block-table entry of each new token [T] and, kv_on_host, of each
+    # KV page [P] (adjacent: one gather serves both) | each new token's offset in its page [T] | per
+    # phase present: qo indptr [n+1] | per phase: kv page indptr [n+1] | seq lens [B] | last page
+    # lens [B] | kv_on_device: each request's first entry minus kv_ptr [B] and its pages [B]. Seq and
+    # last page lens of both phases are adjacent (numpy writes them at once); one split_with_sizes
+    # views every part apart, on the host and on the device.
+    sizes = [t_all + p_host, t_all, *[n + 1 for n in n_k], *[n + 1 for n in n_k], *n_k, *n_k]
+    if kv_on_device:
+        sizes += [b, b]
+    total = sum(sizes)
     host, slot = (staging or HostStaging("cpu")).take(total)
+    host = host[:total]
     h = host.numpy()
-    h[:t_all] = owner * width + pos // page
-    h[t_all:2 * t_all] = pos % page
-    o = 2 * t_all
-    h[o:o + b] = np.arange(b) * width - kv_ptr[:-1]          # page j of request r: this + kv_ptr[r] + j
-    h[o + b:o + 2 * b] = pages
-    o += 2 * b
-    phase_off = []
-    for r0, r1 in bounds:
-        n = r1 - r0
-        phase_off.append(o)
-        h[o:o + n + 1] = qo[r0:r1 + 1] - qo[r0]
-        h[o + n + 1:o + 2 * n + 2] = kv_ptr[r0:r1 + 1] - kv_ptr[r0]
-        h[o + 2 * n + 2:o + 3 * n + 2] = seq[r0:r1]
-        h[o + 3 * n + 2:o + 4 * n + 2] = last[r0:r1]
-        o += 4 * n + 2
-    if kv_on_host:                       # page j of request r: entry start[r] + kv_ptr[r] + j
-        h[o:o + p_all] = np.arange(p_all) + np.repeat(h[2 * t_all:2 * t_all + b], pages)
-    if device.type == "cpu":
-        dev = host[:total].clone()
-    else:
-        dev = torch.empty(total, dtype=torch.int32, device=device)
-        dev.copy_(host[:total], non_blocking=True)
+    # New token i of request r sits at KV position pos = seq[r] - q[r] + (i - qo[r]), in block-table
+    # entry r * width + pos // page at offset pos % page. With x = r * width * page + pos (a multiple
+    # of page added), x // page and x % page are both at once.
+    small = b * width * page + int(seq.max(initial=0)) < 2**31
+    dt = np.int32 if small else np.int64
+    x = (row * page + seq - q - qo[:-1]).astype(dt).repeat(q)
+    np.add(x, _iota(t_all, dt), out=x)
+    o = 2 * t_all + p_host
+    _split_page(x, page, h[:t_all], h[t_all + p_host:o])
+    if kv_on_host:                       # page j of request r: entry r * width + j
+        np.add((row - kv_ptr[:-1]).astype(np.int32).repeat(pages), _iota(p_all, np.int32), out=h[t_all:t_all + p_all])
+    for ptr in (qo, kv_ptr):             # per phase, restarted at 0
+        for _, r0, r1 in phases:
+            np.subtract(ptr[r0:r1 + 1], ptr[r0], out=h[o:o + r1 - r0 + 1])
+            o += r1 - r0 + 1
+    h[o:o + b] = seq
+    last = h[o + b:o + 2 * b]
+    np.subtract(seq, 1, out=last)
+    np.remainder(last, page, out=last)
+    last += 1
+    if kv_on_device:
+        h[o + 2 * b:o + 3 * b] = row - kv_ptr[:-1]
+        h[o + 3 * b:o + 4 * b] = pages
+    # the one copy (pinned source on CUDA: asynchronous); on the CPU a copy all the same
+    dev = host.clone() if device.type == "cpu" else host.to(device, non_blocking=True)
+    hv, dv = host.split_with_sizes(sizes), dev.split_with_sizes(sizes)
     # Gathers from the block table: index_select on its flat view where it is contiguous (int32
     # indices, no conversion), take (int64 indices, any strides) where it is not.
     flat = table.view(-1) if table.is_contiguous() else None
-
-    def gather(idx: Any) -> Any:
-        return flat.index_select(0, idx) if flat is not None else torch.take(table, idx.long())
-
-    slots = gather(dev[:t_all]).long()
-    slots.mul_(page).add_(dev[t_all:2 * t_all])
+    entries = flat.index_select(0, dv[0]) if flat is not None else torch.take(table, dv[0].long())
     kv_indices = None
     if kv_on_host:
-        kv_indices = gather(dev[total - p_all:total]).to(torch.int32)
-    elif needs.needs_paged_kv_indices:
+        entries, kv_indices = entries.split_with_sizes([t_all, p_all])
+        kv_indices = kv_indices.to(torch.int32)
+    elif kv_on_device:
         # Pages can number hundreds of thousands (256 requests x 32k tokens): the device expands them.
         entry = torch.arange(p_all, dtype=torch.int32, device=device) + torch.repeat_interleave(
-            dev[2 * t_all:2 * t_all + b], dev[2 * t_all + b:2 * t_all + 2 * b], output_size=p_all)
+            dv[2 + 4 * m], dv[3 + 4 * m], output_size=p_all)
         kv_indices = torch.take(table, entry.long()).to(torch.int32)
+    # slot = table entry * page + offset in one add that writes int64 (torch computes it in the
+    # operands' int32: exact while slots < 2**31, i.e. a cache under 2**31 tokens - over 256 GiB
+    # at the smallest KV row any plan has, 1 head x 64 x fp8 x K and V).
+    slots = torch.empty(t_all, dtype=torch.int64, device=device)
+    torch.add(dv[1], entries, alpha=page, out=slots)
     step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots)
     step.extra["staging_slot"] = slot
-    qlens = [int(x) for x in q]
-    for phase, (r0, r1), off in zip(("decode", "prefill"), bounds, phase_off):
-        n = r1 - r0
-        if n == 0:
-            continue
-        hv = [host[off:off + n + 1], host[off + n + 1:off + 2 * n + 2], host[off + 2 * n + 2:off + 3 * n + 2],
-              host[off + 3 * n + 2:off + 4 * n + 2]]
-        dv = [dev[off:off + n + 1], dev[off + n + 1:off + 2 * n + 2], dev[off + 2 * n + 2:off + 3 * n + 2],
-              dev[off + 3 * n + 2:off + 4 * n + 2]]
+    qlens = q.tolist()
+    if m == 2:                          # two phases: the device tensors split in one op each
+        p_dec = int(kv_ptr[nd])
+        seq_dev, tables = inp.seq_lens.split_with_sizes([nd, npre]), table.split_with_sizes([nd, npre])
+        kv_parts = (None, None) if kv_indices is None else kv_indices.split_with_sizes([p_dec, p_all - p_dec])
+    else:                               # one phase: the step's own tensors
+        seq_dev, tables, kv_parts = (inp.seq_lens,), (table,), (kv_indices,)
+    for k, (phase, r0, r1) in enumerate(phases):
+        t0, t1 = int(qo[r0]), int(qo[r1])
         batch = PhaseBatch(
-            phase=phase, req=slice(r0, r1), tok=slice(int(qo[r0]), int(qo[r1])), num_reqs=n,
-            num_tokens=int(qo[r1] - qo[r0]), max_q_len=int(q[r0:r1].max()), max_kv_len=int(seq[r0:r1].max()),
-            qo_indptr=dv[0], seq_lens=inp.seq_lens[r0:r1], block_table=table[r0:r1], kv_page_indptr=dv[1],
-            last_page_len=dv[3], qo_indptr_cpu=hv[0], seq_lens_cpu=hv[2], kv_page_indptr_cpu=hv[1],
-            last_page_len_cpu=hv[3], query_lens=tuple(qlens[r0:r1]),
-            kv_indices=None if kv_indices is None else kv_indices[int(kv_ptr[r0]):int(kv_ptr[r1])],
+            phase=phase, req=slice(r0, r1), tok=slice(t0, t1), num_reqs=r1 - r0,
+            num_tokens=t1 - t0, max_q_len=max(qlens[r0:r1]), max_kv_len=int(seq[r0:r1].max()),
+            qo_indptr=dv[2 + k], seq_lens=seq_dev[k], block_table=tables[k], kv_page_indptr=dv[2 + m + k],
+            last_page_len=dv[2 + 3 * m + k], qo_indptr_cpu=hv[2 + k], seq_lens_cpu=hv[2 + 2 * m + k],
+            kv_page_indptr_cpu=hv[2 + m + k], last_page_len_cpu=hv[2 + 3 * m + k], query_lens=tuple(qlens[r0:r1]),
+            kv_indices=kv_parts[k],
         )
         setattr(step, phase, batch)
     return step

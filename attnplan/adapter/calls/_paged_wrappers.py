@@ -12,9 +12,16 @@ from ._contract import CallContext
 def plan_prefill(b: CallContext, wrapper: Any, batch: Any, phase: str) -> None:
     """The (causal) prefill planner: BatchPrefillWithPagedKVCacheWrapper.plan and its subclasses."""
     p = b.params
+    # The batch's longest query, which the metadata already holds as a host int: FlashInfer would
+    # otherwise work it out again with host torch ops (prefill.py plan: ``(qo_indptr_host[1:] -
+    # qo_indptr_host[:-1]).max().item()``). Exact in a CUDA graph too, whose recorded plan arguments
+    # are replayed (graphs.py _PlanRecorder): a graph's shape fixes its query length. The longest KV
+    # length is not passed: a recorded plan would replay a stale one, and with it cuDNN reads KV
+    # lengths on the device only up to that bound (prefill.py plan ``max_sequence_kv``).
     wrapper.plan(batch.qo_indptr_cpu, batch.kv_page_indptr_cpu, batch.kv_indices, batch.last_page_len_cpu,
                  p.num_qo_heads, p.num_kv_heads, p.head_dim_qk, b.plan.kv_cache.page_size, head_dim_vo=p.head_dim_vo,
-                 causal=p.causal, seq_lens=batch.seq_lens_cpu, **b.common[phase])
+                 causal=p.causal, seq_lens=batch.seq_lens_cpu, max_token_per_sequence=batch.max_q_len,
+                 **b.common[phase])
 
 
 def run_kwargs(b: CallContext, cache: Any, k_scale: float, v_scale: float) -> dict[str, Any]:
