@@ -1227,13 +1227,18 @@ def test_fa3_sink_wrapper_reads_the_phase_query_not_the_model_dtype():
     assert not viols(ok, "sinks", "prefill", "fa3")
 
 
-# -- xqa.spec-sinks (measured: issue 38's exhaustive tier 3) ----------------------------------------
+# -- xqa.spec-sinks (measured: issue 38's exhaustive tiers 3 and 5) ----------------------------------------
 @pytest.mark.parametrize("group, spec, kv, sinks, refused", [
     (11, 2, "fp8", True, True), (12, 2, "fp8", True, True),      # measured wrong
     (10, 2, "fp8", True, False), (32, 1, "fp8", True, False),     # measured correct
     (11, 2, "fp8", False, False),                                 # the sink-less twins: correct
     (9, 3, "fp8", True, True),                                    # q_len 4: not reached, refused by the bound
-    (11, 2, "auto", True, False),                                 # 16-bit caches: not measured, not claimed
+    # 16-bit caches (tier 5): q_len 2 wrong at groups 25-31, right at 1-16 and 32; q_len 3 wrong from group 11
+    (25, 1, "auto", True, True), (31, 1, "auto", True, True),    # measured wrong
+    (16, 1, "auto", True, False), (32, 1, "auto", True, False),  # measured correct
+    (11, 2, "auto", True, True), (10, 2, "auto", True, False),   # measured wrong / correct
+    (25, 1, "auto", False, False), (11, 2, "auto", False, False),  # the sink-less twins: correct
+    (16, 2, "auto", True, True), (9, 3, "auto", True, True),     # not measured, q_len x group > 32: fail closed
 ])
 def test_xqa_spec_sinks_boundary(group, spec, kv, sinks, refused):
     c = cfg(head_dim=64, num_qo_heads=2 * group, num_kv_heads=2, kv_cache_dtype=kv, sinks=sinks,
