@@ -593,8 +593,9 @@ def profile(out_dir, n=300, batches=(1, 64), names=("fa2", "mla-fa3")):
     from attnplan.adapter import StepInput
 
     text = []
+    executors = {name: executor_for(name) for name in names}   # one per plan, as the breakdown keeps
     for name, bs in ((nm, b) for nm in names for b in batches):
-        ex = executor_for(name)
+        ex = executors[name]
         w = 4096 // ex.plan.kv_cache.page_size
         table = torch.randperm(bs * w, device="cuda", dtype=torch.int32).view(bs, w)
         seq_cpu = torch.full((bs,), 4096, dtype=torch.int32)

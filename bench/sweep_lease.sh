@@ -38,6 +38,11 @@ else
 fi
 # The run's own pid (not a pattern over every process's command line: another run's would match).
 if [ ! -f $here/done ] && ! { [ -f $here/pid ] && kill -0 "$(cat $here/pid)" 2> /dev/null; }; then
+  # The run reads its code from a copy outside the carried tree: each call re-sends the working tree and
+  # replaces carried paths, which once pulled the files from under a running sweep (1,046 false errors,
+  # bench/logs/h100-2026-11-26k/README.md). A new run takes a fresh copy; a running one keeps its own.
+  rm -rf $here/src && mkdir -p $here/src && tar ch --exclude=./.git --exclude=./.lease-src . | tar x -C $here/src
+  cd $here/src && export PYTHONPATH=/tmp/site:$here/src
   setsid nohup bash -c "echo \$\$ > $here/pid; t0=\$(date +%s); echo \"run starts at \$(date -u +%T) on \$(nproc) cores: $cmd\" >> $here/lease.log; \
     $cmd > $here/stdout.jsonl 2>> $here/stderr.log; rc=\$?; \
     echo \"run exit \$rc after \$(( \$(date +%s) - t0 )) s on \$(nproc) cores; machine up \$(cut -d' ' -f1 /proc/uptime) s\" >> $here/lease.log; \

@@ -11,19 +11,13 @@ the grid's cells.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
 from attnplan.policy.answer import TraceEntry
 from attnplan.policy.candidates import PagesJudged
 from attnplan.policy.facts_catalog import PAGE_SIZE
-
-
-def input_text(value: Any) -> Any:
-    """One input as the trace shows it: a ``PagesJudged`` worded, any other value (a fact's display) as it is."""
-    if not isinstance(value, PagesJudged):
-        return value
-    return _pages_text(value)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -44,15 +38,14 @@ def entry_inputs(entry: TraceEntry) -> dict[str, Any]:
     """The entry's inputs, each as the trace shows it (the same dict when nothing needs words)."""
     if not _judged(entry):
         return entry.inputs
-    return {k: input_text(v) for k, v in entry.inputs.items()}
+    return {**entry.inputs, PAGE_SIZE: _pages_text(entry.inputs[PAGE_SIZE])}
 
 
 def finish_trace(trace: tuple[TraceEntry, ...]) -> tuple[TraceEntry, ...]:
     """The trace with every input worded; the same tuple when none needs it (answers are frozen and memoised)."""
     if not any(map(_judged, trace)):
         return trace
-    return tuple(TraceEntry(e.rule, e.check, e.phase, e.backend, e.verdict, entry_inputs(e), e.required, e.layer)
-                 if _judged(e) else e for e in trace)
+    return tuple(dataclasses.replace(e, inputs=entry_inputs(e)) if _judged(e) else e for e in trace)
 
 
-__all__ = ["input_text", "entry_inputs", "finish_trace"]
+__all__ = ["entry_inputs", "finish_trace"]
