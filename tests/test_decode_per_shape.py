@@ -323,6 +323,8 @@ def test_both_decode_calls_bind_to_flashinfer_through_the_executor(monkeypatch):
         monkeypatch.setattr(st, "_resolved", _recorder(st, logs[name]))
     a = _answer()
     ex = AttentionExecutor(a, device="cpu", backend="flashinfer", check=False)
+    # one switch per executor: the backend picks with the object decode_call_for answers from
+    assert ex.backend.switch is ex._switch is not None
     pps = (a.plan.decode, a.plan.decode_choice.alternative)
     for index, pp in enumerate(pps):
         with ex.backend.forced_decode(index):

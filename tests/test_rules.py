@@ -1238,11 +1238,17 @@ def test_fa3_sink_wrapper_reads_the_phase_query_not_the_model_dtype():
     (16, 1, "auto", True, False), (32, 1, "auto", True, False),  # measured correct
     (11, 2, "auto", True, True), (10, 2, "auto", True, False),   # measured wrong / correct
     (25, 1, "auto", False, False), (11, 2, "auto", False, False),  # the sink-less twins: correct
-    (16, 2, "auto", True, True), (9, 3, "auto", True, True),     # not measured, q_len x group > 32: fail closed
+    (13, 2, "auto", True, True), (9, 3, "auto", True, True),     # measured wrong (bf16 tier 5 whole)
+    (26, 2, "auto", True, True), (31, 3, "auto", True, True),    # measured wrong
+    (16, 2, "auto", True, False), (32, 3, "auto", True, False),  # measured correct: groups 16 and 32
+    (8, 3, "auto", True, False),                                 # q_len x group = 32: correct
+    (16, 2, "fp16", True, True), (32, 3, "fp16", True, True),    # not measured over fp16: fail closed
+    (16, 4, "auto", True, True), (9, 5, "auto", True, True),     # q_len 5+: not measured, fail closed
 ])
 def test_xqa_spec_sinks_boundary(group, spec, kv, sinks, refused):
-    c = cfg(head_dim=64, num_qo_heads=2 * group, num_kv_heads=2, kv_cache_dtype=kv, sinks=sinks,
-            num_speculative_tokens=spec, attention_backend="xqa")
+    extra = {"dtype": "fp16", "kv_cache_dtype": "auto"} if kv == "fp16" else {"kv_cache_dtype": kv}
+    c = cfg(head_dim=64, num_qo_heads=2 * group, num_kv_heads=2, sinks=sinks, num_speculative_tokens=spec,
+            attention_backend="xqa", **extra)
     a = run(c, simulated_node("H100"), FI)
     hit = [v for v in a.violations if v.rule == "xqa.spec-sinks"]
     assert bool(hit) == refused, a.violations

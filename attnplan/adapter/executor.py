@@ -58,11 +58,14 @@ class AttentionExecutor:
                                       indices=self.plan.metadata.decode_only.needs_paged_kv_indices)
         self.o_dtype = torch_dtype(self.plan.decode.output_dtype)
         self._mla = self.plan.kv_cache.mla
+        # The one switch of a plan with a per-shape decode choice: the backend picks with it per step
+        # and ``decode_call_for`` answers from it (graph keys); the reference backend runs either.
         self._switch = DecodeSwitch(self.plan) if getattr(self.plan, "decode_choice", None) is not None else None
         if backend == "flashinfer":
             from .flashinfer_backend import FlashInferBackend
 
-            self.backend: AttentionBackend = FlashInferBackend(self.plan, self.params, self.device)
+            self.backend: AttentionBackend = FlashInferBackend(self.plan, self.params, self.device,
+                                                               switch=self._switch)
         elif backend == "reference":
             self.backend = ReferenceBackend(self.plan, self.params, self.device)
         else:

@@ -46,7 +46,9 @@ PHASES = ("decode", "prefill")      # the order a step plans them in
 class FlashInferBackend:
     name = "flashinfer"
 
-    def __init__(self, plan: Plan, params: AttentionParams, device: Any):
+    def __init__(self, plan: Plan, params: AttentionParams, device: Any, switch: Optional[DecodeSwitch] = None):
+        """``switch``: the executor's ``DecodeSwitch`` for a plan with a decode choice (one per executor;
+        made here when the backend is built alone)."""
         self.plan = plan
         self.params = params
         self.device = torch.device(device)
@@ -76,7 +78,7 @@ class FlashInferBackend:
         self.switch: Any = None
         self.decode_contexts: tuple[Any, ...] = (self,)
         if alt is not None:
-            self.switch = DecodeSwitch(plan)
+            self.switch = switch if switch is not None else DecodeSwitch(plan)
             self.decode_contexts = (self, self._alternative_context(alt))
 
     def _alternative_context(self, alt: Any) -> "FlashInferBackend":
