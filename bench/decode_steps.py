@@ -340,6 +340,22 @@ def decode_rows(name, out_dir, batches, contexts):
             def adapter_unfused_inplace():
                 g0.update(g0.layout.seq_lens, g0.layout.table, seq_cpu)
                 g0.graph.replay()
+
+            # Decode as it runs: every request one token longer each step, from its own offset in
+            # its page (ADVANCE steps, cycled; lengths and table copied in as adapter_step does). The
+            # rows above repeat one length set, whose page counts never change, so fa2's graph plans
+            # once there (graphs.py _pages_only); here it plans on the steps where a request crosses
+            # a page, as an engine's graph would.
+            advance = 4 * page
+            offs = torch.randint(0, page, (bs,), generator=torch.Generator().manual_seed(bs * 7919 + ctx))
+            host_steps = [(ctx - advance - page + offs + i).int() for i in range(advance)]
+            dev_steps = [h.cuda() for h in host_steps]
+            at = [0]
+
+            def adapter_advancing():
+                i = at[0] = (at[0] + 1) % advance
+                g.update(dev_steps[i], table, host_steps[i])
+                g.graph.replay()
             if mla:
                 qn = torch.randn(bs * qd, p.num_qo_heads, p.kv_lora_rank, device="cuda").bfloat16()
                 qp = torch.randn(bs * qd, p.num_qo_heads, p.qk_rope_head_dim, device="cuda").bfloat16()
@@ -354,7 +370,11 @@ def decode_rows(name, out_dir, batches, contexts):
                 fi_step = fi_graph(ex, cache, step, q)
                 fi_append = fi_graph(ex, cache, step, q, append=(kn, vn))
                 fi_own = fi_graph(ex, cache, step, q, append=(kn, vn), own_append=True)
-            fns = {"adapter": adapter_step, "adapter_inplace": adapter_inplace,
+            skipped = getattr(g, "plans_skipped", 0)
+            for _ in range(advance):
+                adapter_advancing()
+            row["advancing_plans_skipped"] = (getattr(g, "plans_skipped", 0) - skipped) / advance
+            fns = {"adapter": adapter_step, "adapter_inplace": adapter_inplace, "adapter_advancing": adapter_advancing,
                    "adapter_unfused_inplace": adapter_unfused_inplace, "fi": fi_step, "fi_append": fi_append,
                    "fi_own_append": fi_own}
             if os.environ.get("DECODE_STEPS_CHECK"):      # name the variant a device fault comes from
@@ -377,6 +397,7 @@ def decode_rows(name, out_dir, batches, contexts):
             row["ratio_vs_fi_own_append"] = best["adapter"] / best["fi_own_append"]
             row["ratio_inplace_vs_fi_own_append"] = best["adapter_inplace"] / best["fi_own_append"]
             row["ratio_unfused_inplace_vs_fi_own_append"] = best["adapter_unfused_inplace"] / best["fi_own_append"]
+            row["ratio_advancing_vs_fi_own_append"] = best["adapter_advancing"] / best["fi_own_append"]
             rows.append(row)
             print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
             del g, g0, fi_step, fi_append, fi_own
@@ -634,8 +655,8 @@ def profile(out_dir, n=300, batches=(1, 64), names=("fa2", "mla-fa3")):
 
 
 def table(rows):
-    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer | graph step µs: FlashInfer + its own append / in place, unfused | in place ÷ FlashInfer + own append: fused / unfused (adapter ÷) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer | graph step µs: FlashInfer + its own append / in place, unfused | in place ÷ FlashInfer + own append: fused / unfused (adapter ÷) | lengths +1 a step: adapter graph step µs / ÷ FlashInfer + own append (plans skipped) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['plan_step_minus_fi_plan_us']:.0f} / "
                      f"{r['plan_step_copying_minus_fi_plan_us']:.0f} ({r['fi_plan_us']:.0f}) | "
@@ -646,7 +667,8 @@ def table(rows):
                      f"{r['fi_graph_host_us']:.0f} | {r['fi_own_append_graph_step_us']:.1f} / "
                      f"{r['adapter_unfused_inplace_graph_step_us']:.1f} | {r['ratio_inplace_vs_fi_own_append']:.2f}"
                      f"{'' if r.get('fused_append') else ' (not fused)'} / {r['ratio_unfused_inplace_vs_fi_own_append']:.2f} "
-                     f"({r['ratio_vs_fi_own_append']:.2f}) |")
+                     f"({r['ratio_vs_fi_own_append']:.2f}) | {r['adapter_advancing_graph_step_us']:.1f} / "
+                     f"{r['ratio_advancing_vs_fi_own_append']:.2f} ({100 * r['advancing_plans_skipped']:.0f} %) |")
     return "\n".join(lines)
 
 

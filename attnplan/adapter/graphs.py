@@ -14,15 +14,17 @@ wrapper is built in CUDA-graph mode over the layout's own buffers (``KernelCall.
 ``plan`` with the host lengths and an empty page-index
 tensor - the wrapper copies nothing into the indices buffer, which the graph fills on the device
 (MLA's plan checks the count, so it gets the buffer itself: a copy onto itself). That ``plan`` is FlashInfer's own cost,
-the same one its CUDA-graph wrapper pays, re-run every step as vLLM runs it (FlashInfer's
-split-KV schedule follows the lengths).
+the same one its CUDA-graph wrapper pays, re-run as vLLM runs it every step - here on the steps whose
+inputs to the scheduler changed (fa3's and MLA's schedule follows the token lengths; fa2's the page counts).
 Device-tensor calls (xqa_decode, trtllm_decode, trtllm_mla_decode) plan nothing on the host.
 
 Everything else is made once per graph (issue 41): the host arrays the plan reads
 (``HostDecodeArrays``, refilled in place), the plan's arguments (recorded from the strategy's
 first plan and replayed, where no per-step tensor is among them), so a step's host work is the
 refill (six numpy ufuncs), FlashInfer's ``plan`` and one dispatch copying the lengths and the
-table in (``_foreach_copy_``; none when the engine writes into the graph's buffers).
+table in (``_foreach_copy_``; none when the engine writes into the graph's buffers). FlashInfer's
+fa2 schedulers read page counts only, so their ``plan`` runs only on steps whose page counts differ
+from the last plan's (``KernelCall.graph_plan_pages_only``).
 """
 
 from __future__ import annotations
@@ -121,6 +123,14 @@ class DecodeGraph:
             # arrays above (rewritten in place), the graph's buffers and the plan's constants.
             self._record = not self.call.graph_plan_counts_indices
             self._planned: Optional[tuple] = None
+            # Where the wrapper plans from page counts alone (``KernelCall.graph_plan_pages_only``:
+            # FlashInfer's fa2 schedulers), a step whose page counts per request repeat the last
+            # plan's has that plan's schedule in the wrapper's int workspace already: no plan. A
+            # request crosses a page boundary once per page_size tokens, so at batch 1 with page 16
+            # 15 steps of 16 plan nothing (issue 41: FlashInfer's Python plan is ~40 us a step).
+            self._pages_only = self._record and self.call.graph_plan_pages_only(d)
+            self._planned_pages: Optional[bytes] = None
+            self.plans_skipped = 0
         else:
             self.step.extra.update(self.call.device_extras(backend, d, batch_size))
 
@@ -142,11 +152,15 @@ class DecodeGraph:
                 raise AdapterCallError(f"the decode call {self.backend.plan.decode.call!r} plans on the host: "
                                        "pass seq_lens_cpu")
             host = self.host.fill(seq_lens_cpu)
-            if self._planned is not None:
-                plan, args, kwargs = self._planned
-                plan(*args, **kwargs)
+            if self._pages_only:
+                key = host.page_counts_key()
+                if key == self._planned_pages:
+                    self.plans_skipped += 1
+                else:
+                    self._replan(host)
+                    self._planned_pages = key
             else:
-                self._plan(host)
+                self._replan(host)
         copy_seq = seq_lens.data_ptr() != lay.seq_lens.data_ptr()
         copy_table = block_table.data_ptr() != lay.table.data_ptr()
         table = lay.table if shape[1] == lay.width else lay.table[:, :shape[1]]
@@ -156,6 +170,13 @@ class DecodeGraph:
             lay.seq_lens.copy_(seq_lens, non_blocking=True)
         elif copy_table:
             table.copy_(block_table, non_blocking=True)
+
+    def _replan(self, host: HostDecodeArrays) -> None:
+        if self._planned is not None:
+            plan, args, kwargs = self._planned
+            plan(*args, **kwargs)
+        else:
+            self._plan(host)
 
     def _plan(self, host: HostDecodeArrays) -> None:
         """The strategy's plan over the graph's host arrays (recorded the first time, where it can be)."""

@@ -77,6 +77,27 @@ def test_graph_step_holds_metadata_append_and_attention(name):
     assert max(errs) <= TOL
 
 
+def test_fa2_graph_steps_that_skip_the_plan_stay_exact():
+    """Issue 41: fa2's graph step plans only when a request's page count changes (graphs.py
+    ``_pages_only``). Every request one token longer each step, the table rewritten each step: the
+    steps in between replay the last plan's schedule, and every step equals the reference."""
+    ex = ex_for("fa2")
+    bs, steps = 4, 24
+    start = [15, 30, 1, 47]
+    first = Batch(ex, [1] * bs, [s + steps for s in start], bs)
+    g = DecodeGraph(ex, bs, first.table.shape[1], first.cache)
+    assert g._pages_only
+    g.update(first.input.seq_lens, first.table, first.input.seq_lens_cpu)
+    g.capture()
+    errs = []
+    for i in range(steps):
+        nxt = Batch(ex, [1] * bs, [s + i for s in start], bs, reuse=first)
+        g.update(nxt.input.seq_lens, nxt.table, nxt.input.seq_lens_cpu)
+        errs.append(rel_err(g.replay(nxt.q, *nxt.new_kv()).clone(), nxt.reference()))
+    print(f"fa2 graph, lengths +1 a step: {g.plans_skipped} of {steps} plans skipped, worst rel err {max(errs):.2e}")
+    assert g.plans_skipped >= steps // 2 and max(errs) <= TOL
+
+
 def mla_step(ex, table, cache, lat, seq, gen):
     """This step's MLA decode inputs over a history the cache holds up to seq - 1."""
     page = ex.plan.kv_cache.page_size

@@ -83,6 +83,13 @@ class KernelCall:
     # unless its plan checks their count against the lengths: then it gets the graph's own buffer.
     graph_plan_counts_indices: ClassVar[bool] = False
 
+    def graph_plan_pages_only(self, pp: Any) -> bool:
+        """Whether this call's wrapper, in CUDA-graph mode, plans from the batch's KV page counts
+        alone (besides the plan's constants): then a step whose page counts repeat the last plan's
+        would get the same schedule, already in the wrapper's int workspace, and its plan is skipped
+        (graphs.py ``DecodeGraph.update``). Default no: plan every step."""
+        return False
+
     _resolved: Any = None
 
     def entry(self) -> Any:

@@ -34,6 +34,15 @@ class PagedDecode(KernelCall):
                      p.num_kv_heads, p.head_dim_qk, b.plan.kv_cache.page_size, seq_lens=batch.seq_lens_cpu,
                      **b.common[phase])
 
+    def graph_plan_pages_only(self, pp: Any) -> bool:
+        # FlashInfer's fa2 schedulers read the KV page indptr, not the token lengths: with tensor
+        # cores csrc/batch_prefill.cu BatchPrefillWithKVCachePlan hands PrefillPlan (scheduler.cuh)
+        # qo_indptr and kv_indptr and drops kv_len_arr; without, BatchDecodeWithPagedKVCachePlan
+        # takes the indptr only. Its other writes in graph mode (decode.py plan: the indptr and
+        # last-page lengths into the graph's buffers) the graph recomputes on the device. fa3's
+        # planner (PrefillSM90Plan) and cuDNN / trtllm-gen read the lengths: planned every step.
+        return pp.flashinfer_backend == "fa2"
+
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         if params["use_tensor_cores"]:
             return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))
