@@ -39,11 +39,20 @@ def test_plan_imports_only_its_command():
     # a declared node probes nothing, and the capability matrix is `attnplan matrix`'s (policy/__init__.py __getattr__)
     assert not mods & {"attnplan.node.probe", "attnplan.policy.matrix", "attnplan.policy.representative"}
     assert "attnplan.request" in mods          # the one request pipeline (attnplan/request.py plan_request)
+    # vllm/serve.py takes policy's names (not vllm/backends.py, vllm/mapping.py's re-exports), a rule-set load imports
+    # sglang/data.py alone (sglang/__init__.py: flags on first use), the tables never import --json's render/answer.py
+    assert not mods & {"attnplan.vllm.backends", "attnplan.vllm.mapping", "attnplan.sglang.flags",
+                       "attnplan.render.answer"}, sorted(mods)
+    # issue 36 item 6: fewer modules on this path than at 447ed6d, which imported 56 (54 when this was written)
+    assert len(mods) < 56, len(mods)
 
 
 def test_global_flags_before_the_command_keep_the_short_path():
     mods = set(_run("-q", "plan", "--device", "H100", "--head-dim", "128", "--num-heads", "8")["modules"])
     assert "attnplan.cli.plan" in mods and "attnplan.cli.verify" not in mods
+    # a config given by flags reads no vllm line (cli/options.py: vllm/args.py only for --speculative-config) and
+    # builds no model request (cli/plan.py: attnplan.request only for --model-config)
+    assert not any(m.startswith(("attnplan.vllm", "attnplan.request")) for m in mods), sorted(mods)
 
 
 def test_an_unknown_command_lists_every_command():

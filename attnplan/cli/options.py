@@ -91,7 +91,6 @@ def _coerce(field: str, kind: str, raw: str) -> Any:
 
 
 def config_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    from attnplan.vllm.args import parse_json_arg, speculative_tokens
     from attnplan.policy.backend_names import backend_choice
 
     out: dict[str, Any] = {}
@@ -105,6 +104,8 @@ def config_fields_from_args(args: argparse.Namespace) -> dict[str, Any]:
         out["attention_backend"] = backend_choice(out["attention_backend"])
     spec = getattr(args, "speculative_config", None)
     if spec is not None:
+        from attnplan.vllm.args import parse_json_arg, speculative_tokens   # only --speculative-config reads it
+
         n = speculative_tokens(parse_json_arg(spec, "speculative_config"))
         if "num_speculative_tokens" in out and out["num_speculative_tokens"] != n:
             raise InvalidInputError("num_speculative_tokens", f"--num-speculative-tokens {out['num_speculative_tokens']} "

@@ -9,10 +9,11 @@ from attnplan.model import explain_groups
 from attnplan.policy import NodeFacts
 from attnplan.policy.answer import node_json
 from attnplan.render.verdict import finish
-from attnplan.render import (entry_inputs, plan_json, render_answer, render_explain, render_groups, render_groups_explain, render_node,
+from attnplan.render import (entry_inputs, render_answer, render_explain, render_groups, render_groups_explain, render_node,
                              render_rules, render_verdict, rules_json)
 
 from attnplan.engine_request import with_backend
+# plan_json (render/answer.py) is imported by --json alone: the tables' path does not load it (issue 36 item 6)
 
 from .main import emit_json
 from .options import (add_config_args, add_node_args, add_rules_arg, config_fields_from_args, config_from_args,
@@ -165,6 +166,8 @@ def run_plan(args: argparse.Namespace) -> int:
         model = sa.model
         one = model.answer()
         if args.json:
+            from attnplan.render.answer import plan_json
+
             emit_json(plan_json(model, trace=not args.no_trace))
         else:
             print(render_answer(one.model_copy(update={"verdict": model.verdict})) if one is not None
@@ -176,6 +179,8 @@ def run_plan(args: argparse.Namespace) -> int:
     node = _node(args)
     answer = plan_for(config, node, ruleset=rs, engine=engine)
     if args.json:
+        from attnplan.render.answer import plan_json
+
         emit_json(plan_json(answer, trace=not args.no_trace))
     else:
         print(render_answer(answer))

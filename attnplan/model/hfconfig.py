@@ -35,7 +35,7 @@ from typing import Any, Iterator, Mapping, Optional
 from ..policy.answer import Note
 from ..policy.config import AttentionConfig, make_config
 from ..policy.dtypes import HALF_DTYPES, TORCH_DTYPE
-from ..policy.errors import InvalidInputError, ModelConfigError
+from attnplan.errors import InvalidInputError, ModelConfigError
 
 MAX_CONFIG_BYTES = 4 << 20
 KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")

@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from ..policy.answer import Note
-from ..policy.errors import ModelConfigError
+from attnplan.errors import ModelConfigError
 
 Kind = Literal["full", "sliding", "chunked_local", "linear_attention", "mamba"]
 ATTENTION_KINDS: tuple[str, ...] = ("full", "sliding", "chunked_local")

@@ -28,7 +28,7 @@ from ..policy.api import plan_for
 from ..policy.config import AttentionConfig
 from ..policy.parallel import per_rank_fields, startup_errors
 from ..policy.dtypes import ELEMENT_BYTES
-from ..policy.errors import InvalidInputError, ModelConfigError
+from attnplan.errors import InvalidInputError, ModelConfigError
 from ..policy.facts import NodeFacts
 from ..policy.config import make_config
 from .hfconfig import fields_from_hf, read_model_config

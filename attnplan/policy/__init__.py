@@ -37,7 +37,7 @@ from .candidates import CandidateResult, evaluate_candidate
 from .engine import default_ruleset, evaluate, load_rules
 from .engines import EngineSpec, engine_names, parse_engine, resolve_engine
 from .suggest import apply_suggestion, suggestions_for
-from .errors import (
+from attnplan.errors import (  # the classes' home (policy/errors.py re-exports them for callers)
     AdapterCallError,
     AttnplanError,
     BuildError,

@@ -1,7 +1,7 @@
 """The answer contract (docs/contract.md, The plan): status, node, config, plan, violations, suggestions, notes, trace."""
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: pydantic would evaluate every field's annotation string (~200 here)
+# as it builds each model class, ~2 ms of this module's ~17 ms import (issue 36 item 6; the rest is the models).
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 

@@ -12,7 +12,7 @@ from .engine import default_ruleset, evaluate
 from .engines import EngineLike, EngineSpec, engine_alternatives, parse_engine
 from .suggest import suggestion_flag, suggestions_for
 from .verdict import OUTCOMES, engine_backend_names, verdict_for
-from .errors import InvalidInputError, UnsupportedConfigurationError
+from attnplan.errors import InvalidInputError, UnsupportedConfigurationError
 from .facts import NodeFacts
 from .rulepack import RuleSet
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import InvalidInputError
+from attnplan.errors import InvalidInputError
 
 _CAP_RE = re.compile(r"^\s*(?:sm_?)?(\d{1,2})\.(\d)\s*$|^\s*(?:sm_?)?(\d{2,3})[af]?\s*$", re.I)
 

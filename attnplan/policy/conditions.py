@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Collection, Mapping, Optional, Sequence
 
 
-from .errors import ConditionError
+from attnplan.errors import ConditionError
 from .facts_catalog import FACTS, display
 
 

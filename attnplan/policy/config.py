@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, StrictBool, 
 from .backend_names import VLLM_OTHER_BACKENDS, Backend, backend_choice, vllm_own_backend
 from .dtypes import DTYPE_ALIASES, KV_ALIASES, KVCacheDType, QueryDType, kv_element_dtype
 from .dtypes import KV_CACHE_DTYPES, QUERY_DTYPES  # noqa: F401 - re-exported (policy, cli, matrix, suggest)
-from .errors import InvalidInputError
+from attnplan.errors import InvalidInputError
 
 # Spelling variants, one table each (policy/dtypes.py).
 _DTYPE_ALIASES = DTYPE_ALIASES

@@ -10,7 +10,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .capability import format_capability, parse_capability
-from .errors import InvalidInputError, RulePackError, UnknownDeviceError
+from attnplan.errors import InvalidInputError, RulePackError, UnknownDeviceError
 from .facts import Fact, NodeFacts
 from .version import SUPPORTED_FLASHINFER
 

@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 
 from .answer import Coercion, EngineBackend, EngineName, EngineRef, Note, Violation
 from .config import AttentionConfig
-from .errors import InvalidInputError
+from attnplan.errors import InvalidInputError
 from .facts import NodeFacts
 from .rulepack import Check, RuleSet, release_for
 

@@ -12,7 +12,7 @@ from .answer import AttentionPlan, BatchMetadata, CubinRef, JitModule, KVCachePl
 from .capability import capability_major
 from .config import AttentionConfig
 from .dtypes import NVFP4_BLOCK, NVFP4_SCALE_DTYPE, QUANTIZED_KV, TORCH_DTYPE, output_torch_dtype
-from .errors import RulePackError
+from attnplan.errors import RulePackError
 from .rulepack import RuleSet
 
 # Dtypes in the plan are torch names (policy/dtypes.py): the adapter maps them with getattr(torch, name).

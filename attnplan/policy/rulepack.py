@@ -18,7 +18,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .conditions import ConditionError, Pred, compile_condition
-from .errors import RuleError, RulePackError
+from attnplan.errors import RuleError, RulePackError
 
 
 Phase = Literal["prefill", "decode"]
@@ -479,7 +479,7 @@ def _load_decode_choices(backends_path: Path, catalog: "BackendCatalogSpec") -> 
     catalog, every threshold be measured (``verified``) on a GPU the entry names."""
     from .capability import parse_capability
     from .devices import catalog as device_catalog
-    from .errors import InvalidInputError
+    from attnplan.errors import InvalidInputError
 
     path = backends_path.parent / DECODE_CHOICE_FILE
     if not path.exists():
@@ -669,7 +669,7 @@ def _load_yaml(path: Path) -> Any:
     nesting, an alias bomb takes minutes, and a duplicate ``require:`` would silently drop one."""
     from attnplan.safeio import parse_yaml, read_bounded
 
-    from .errors import InvalidInputError
+    from attnplan.errors import InvalidInputError
 
     try:
         text = read_bounded(path, what="rules", max_bytes=MAX_PACK_BYTES)

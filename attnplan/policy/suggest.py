@@ -11,7 +11,7 @@ from .config import KV_CACHE_DTYPES, AttentionConfig
 from .dtypes import kv_element_dtype
 from .engine import default_ruleset, evaluate
 from .engines import EngineLike, parse_engine
-from .errors import InvalidInputError
+from attnplan.errors import InvalidInputError
 from .facts import Fact, NodeFacts
 from .rulepack import RuleSet
 from .version import SUPPORTED_FLASHINFER

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from attnplan.policy.errors import RuleError, RulePackError
+from attnplan.errors import RuleError, RulePackError
 from attnplan.policy.rulepack import RESOLVER_RULES, RuleSet
 
 Phase = Literal["prefill", "decode"]
@@ -152,7 +152,7 @@ def _values(raw: Any) -> list[Any]:
 def _check(data: NativeSpec, engine: str) -> None:
     """Every row condition compiles over SGLang's facts, every template names known keys, every choice exists."""
     from attnplan.policy.conditions import compile_condition
-    from attnplan.policy.errors import ConditionError
+    from attnplan.errors import ConditionError
 
     from .facts import names
 

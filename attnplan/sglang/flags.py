@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional
 
-from attnplan.policy.errors import InvalidInputError, ModelConfigError
+from attnplan.errors import InvalidInputError, ModelConfigError
 
 # arg_groups/fields/model.py kv_cache_dtype choices -> attnplan's KV dtype vocabulary (config.py);
 # mxfp8 and fp4_mx_block16 have no FlashInfer kernel attnplan models: named, refused as input.

@@ -3,7 +3,25 @@ its per-rank view of a model and ``config_from_vllm`` (mapping), and a plugin th
 unsupported attention setup in each worker before weights load (plugin). Importing this package
 does not import vLLM."""
 
-from .backends import backend_choice
-from .mapping import config_from_vllm, per_rank_heads
-
 __all__ = ["backend_choice", "config_from_vllm", "per_rank_heads"]
+
+# The names above are imported on first use (PEP 562): ``attnplan plan --model-config`` reaches vllm/serve.py
+# through this package and needs neither module (issue 36 item 6: fewer modules on one command's path).
+_LAZY = {"backend_choice": "backends", "config_from_vllm": "mapping", "per_rank_heads": "mapping"}
+
+
+def __getattr__(name: str):
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if where == "backends":
+        from . import backends as module
+    else:
+        from . import mapping as module  # type: ignore[no-redef]
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

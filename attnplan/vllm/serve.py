@@ -17,8 +17,11 @@ from attnplan.model.hfconfig import read_model
 from attnplan.policy import RuleSet
 
 from .args import ServeLine, speculative_tokens
-from .backends import backend_choice
-from .mapping import per_rank_fields, startup_errors
+# backend_choice, per_rank_fields and startup_errors are policy's (vllm/backends.py and vllm/mapping.py re-export
+# them): imported from there, a model request's path (attnplan/request.py) skips both modules (issue 36 item 6:
+# fewer modules on one command's path).
+from attnplan.policy.backend_names import backend_choice
+from attnplan.policy.parallel import per_rank_fields, startup_errors  # noqa: F401 (this module's names too)
 
 VLLM_ENGINE = "vllm"
 VLLM_VERSION = "0.33.0"
