@@ -137,7 +137,8 @@ class DecodeGraph:
     # -- host side, each step ------------------------------------------------------------------
     def update(self, seq_lens: Any, block_table: Any, seq_lens_cpu: Optional[Any] = None) -> None:
         """The step's host work: a host-planned call's FlashInfer ``plan`` over this step's host
-        lengths (``seq_lens_cpu``) written into the graph's host arrays, then one copy each of the
+        lengths (``seq_lens_cpu``) written into the graph's host arrays (for fa2 only when a request's
+        page count changed since the last plan: ``_pages_only``), then one copy each of the
         lengths and the block table into the graph's buffers - nothing else (issue 41). An
         engine that writes straight into ``layout.seq_lens`` / ``layout.table`` passes them back:
         no copy."""
