@@ -518,9 +518,14 @@ def breakdown(out_dir, n=200, batches=(1, 64), names=("fa2", "xqa", "mla-fa3")):
                 "build_step": lambda: metadata(ex, inp),
                 "backend.plan_step (our args + FlashInfer plan)": lambda: ex.backend.plan_step(step),
                 "executor.plan_step": lambda: ex.plan_step(inp),
+                # The lengths repeat here: fa2's graph plans only when page counts change (graphs.py
+                # _pages_only), so these two plan once; the "plan forced" rows forget the last plan's pages.
                 "DecodeGraph.update (plan + copies)": lambda: g.update(inp.seq_lens, table, seq_cpu),
                 "DecodeGraph.update, in place (plan only)": lambda: g.update(g.layout.seq_lens, g.layout.table,
                                                                              seq_cpu),
+                "DecodeGraph.update, in place, plan forced": lambda: (setattr(g, "_planned_pages", None),
+                                                                      g.update(g.layout.seq_lens, g.layout.table,
+                                                                               seq_cpu)),
                 "DecodeGraph replay": g.graph.replay,
                 "torch: one int32 copy_ (reference op)": (lambda t=torch.empty(bs, dtype=torch.int32, device="cuda"):
                                                           t.copy_(inp.seq_lens, non_blocking=True)),
