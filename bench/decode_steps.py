@@ -342,7 +342,7 @@ def decode_rows(name, out_dir, batches, contexts):
                 g0.graph.replay()
 
             # Decode as it runs: every request one token longer each step, from its own offset in
-            # its page (ADVANCE steps, cycled; lengths and table copied in as adapter_step does). The
+            # its page (``advance`` steps, cycled; lengths and table copied in as adapter_step does). The
             # rows above repeat one length set, whose page counts never change, so fa2's graph plans
             # once there (graphs.py _pages_only); here it plans on the steps where a request crosses
             # a page, as an engine's graph would.
@@ -518,14 +518,12 @@ def breakdown(out_dir, n=200, batches=(1, 64), names=("fa2", "xqa", "mla-fa3")):
                 "build_step": lambda: metadata(ex, inp),
                 "backend.plan_step (our args + FlashInfer plan)": lambda: ex.backend.plan_step(step),
                 "executor.plan_step": lambda: ex.plan_step(inp),
-                # The lengths repeat here: fa2's graph plans only when page counts change (graphs.py
-                # _pages_only), so these two plan once; the "plan forced" rows forget the last plan's pages.
-                "DecodeGraph.update (plan + copies)": lambda: g.update(inp.seq_lens, table, seq_cpu),
-                "DecodeGraph.update, in place (plan only)": lambda: g.update(g.layout.seq_lens, g.layout.table,
-                                                                             seq_cpu),
-                "DecodeGraph.update, in place, plan forced": lambda: (setattr(g, "_planned_pages", None),
-                                                                      g.update(g.layout.seq_lens, g.layout.table,
-                                                                               seq_cpu)),
+                # The lengths repeat here: the first two rows plan as a step whose page counts changed
+                # (update_planned); the third is the repeated step, which fa2's graph does not plan.
+                "DecodeGraph.update (plan + copies)": lambda: update_planned(g, seq_cpu, inp.seq_lens, table),
+                "DecodeGraph.update, in place (plan only)": lambda: update_planned(g, seq_cpu),
+                "DecodeGraph.update, in place, page counts repeated": lambda: g.update(g.layout.seq_lens,
+                                                                                        g.layout.table, seq_cpu),
                 "DecodeGraph replay": g.graph.replay,
                 "torch: one int32 copy_ (reference op)": (lambda t=torch.empty(bs, dtype=torch.int32, device="cuda"):
                                                           t.copy_(inp.seq_lens, non_blocking=True)),
@@ -592,6 +590,14 @@ def host_gap_parts(g, seq_cpu, pa, pk):
     }
 
 
+def update_planned(g, seq_cpu, seq_lens=None, table=None):
+    """``DecodeGraph.update`` as on a step that plans: fa2's graph skips FlashInfer's ``plan`` while the
+    page counts repeat (graphs.py ``_pages_only``), and these rows repeat one length set, so the last
+    planned page counts are forgotten first. ``seq_lens`` / ``table`` None: the graph's own buffers."""
+    g._planned_pages = None
+    g.update(g.layout.seq_lens if seq_lens is None else seq_lens, g.layout.table if table is None else table, seq_cpu)
+
+
 def after_replay(g, fn, n):
     """Median host time of ``fn`` called right after the graph's replay was enqueued (synchronized
     before each replay): what a step's host work costs while the previous step still runs."""
@@ -644,12 +650,12 @@ def profile(out_dir, n=300, batches=(1, 64), names=("fa2", "mla-fa3")):
         g = DecodeGraph(ex, bs, w, ex.allocate_kv_cache(bs * w))
         g.update(inp.seq_lens, table, seq_cpu)
         for _ in range(30):
-            g.update(g.layout.seq_lens, g.layout.table, seq_cpu)
+            update_planned(g, seq_cpu)
         torch.cuda.synchronize()
         pr = cProfile.Profile()
         pr.enable()
         for _ in range(n):
-            g.update(g.layout.seq_lens, g.layout.table, seq_cpu)
+            update_planned(g, seq_cpu)
         pr.disable()
         buf = io.StringIO()
         pstats.Stats(pr, stream=buf).sort_stats("tottime").print_stats(25)
