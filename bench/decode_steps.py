@@ -315,19 +315,19 @@ def decode_rows(name, out_dir, batches, contexts):
             row["fused_append"] = getattr(g, "fused", None) is not None     # a tree before the fusion has none
             # The same graph with the metadata launch and kv_cache.append apart (the tree before
             # the fusion, in this process): ATTNPLAN_FUSED_APPEND=0 at construction.
-            old_env = os.environ.get("ATTNPLAN_FUSED_APPEND")
-            os.environ["ATTNPLAN_FUSED_APPEND"] = "0"
-            try:
-                g0 = DecodeGraph(ex, bs, width, cache)
-            finally:
-                if old_env is None:
-                    del os.environ["ATTNPLAN_FUSED_APPEND"]
-                else:
-                    os.environ["ATTNPLAN_FUSED_APPEND"] = old_env
+            g0 = graph_with(ex, bs, width, cache, "ATTNPLAN_FUSED_APPEND")
             g0.update(inp.seq_lens, table, seq_cpu)
             g0.capture()
             g0.layout.seq_lens.copy_(inp.seq_lens)
             g0.layout.table.copy_(table)
+            # And one whose planned steps run FlashInfer's whole plan, not its scheduler call alone
+            # (the tree before plan_replay.py): ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0.
+            gw = graph_with(ex, bs, width, cache, "ATTNPLAN_GRAPH_SCHEDULER_REPLAY")
+            gw.update(inp.seq_lens, table, seq_cpu)
+            gw.capture()
+            if getattr(g, "host_planned", False) and hasattr(g, "scheduler"):
+                row["scheduler_replay"] = g.scheduler.ready
+                row["scheduler_refused"] = g.scheduler.refused
 
             def adapter_step():
                 g.update(inp.seq_lens, table, seq_cpu)
@@ -356,6 +356,12 @@ def decode_rows(name, out_dir, batches, contexts):
                 i = at[0] = (at[0] + 1) % advance
                 g.update(dev_steps[i], table, host_steps[i])
                 g.graph.replay()
+            at_w = [0]
+
+            def adapter_advancing_whole():
+                i = at_w[0] = (at_w[0] + 1) % advance
+                gw.update(dev_steps[i], table, host_steps[i])
+                gw.graph.replay()
             if mla:
                 qn = torch.randn(bs * qd, p.num_qo_heads, p.kv_lora_rank, device="cuda").bfloat16()
                 qp = torch.randn(bs * qd, p.num_qo_heads, p.qk_rope_head_dim, device="cuda").bfloat16()
@@ -375,6 +381,7 @@ def decode_rows(name, out_dir, batches, contexts):
                 adapter_advancing()
             row["advancing_plans_skipped"] = (getattr(g, "plans_skipped", 0) - skipped) / advance
             fns = {"adapter": adapter_step, "adapter_inplace": adapter_inplace, "adapter_advancing": adapter_advancing,
+                   "adapter_advancing_whole": adapter_advancing_whole,
                    "adapter_unfused_inplace": adapter_unfused_inplace, "fi": fi_step, "fi_append": fi_append,
                    "fi_own_append": fi_own}
             if os.environ.get("DECODE_STEPS_CHECK"):      # name the variant a device fault comes from
@@ -398,9 +405,10 @@ def decode_rows(name, out_dir, batches, contexts):
             row["ratio_inplace_vs_fi_own_append"] = best["adapter_inplace"] / best["fi_own_append"]
             row["ratio_unfused_inplace_vs_fi_own_append"] = best["adapter_unfused_inplace"] / best["fi_own_append"]
             row["ratio_advancing_vs_fi_own_append"] = best["adapter_advancing"] / best["fi_own_append"]
+            row["ratio_advancing_whole_vs_fi_own_append"] = best["adapter_advancing_whole"] / best["fi_own_append"]
             rows.append(row)
             print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-            del g, g0, fi_step, fi_append, fi_own
+            del g, g0, gw, fi_step, fi_append, fi_own
     (out_dir / f"decode-steps-{name}.json").write_text(json.dumps(rows, indent=1))
     return rows
 
@@ -590,6 +598,22 @@ def host_gap_parts(g, seq_cpu, pa, pk):
     }
 
 
+def graph_with(ex, bs, width, cache, var):
+    """A ``DecodeGraph`` built with ``var=0`` in the environment (a switch read at construction:
+    ATTNPLAN_FUSED_APPEND, ATTNPLAN_GRAPH_SCHEDULER_REPLAY), the environment restored after."""
+    from attnplan.adapter.graphs import DecodeGraph
+
+    old = os.environ.get(var)
+    os.environ[var] = "0"
+    try:
+        return DecodeGraph(ex, bs, width, cache)
+    finally:
+        if old is None:
+            del os.environ[var]
+        else:
+            os.environ[var] = old
+
+
 def update_planned(g, seq_cpu, seq_lens=None, table=None):
     """``DecodeGraph.update`` as on a step that plans: fa2's graph skips FlashInfer's ``plan`` while the
     page counts repeat (graphs.py ``_pages_only``), and these rows repeat one length set, so the last
@@ -666,8 +690,8 @@ def profile(out_dir, n=300, batches=(1, 64), names=("fa2", "mla-fa3")):
 
 
 def table(rows):
-    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer | graph step µs: FlashInfer + its own append / in place, unfused | in place ÷ FlashInfer + own append: fused / unfused (adapter ÷) | lengths +1 a step: adapter graph step µs / ÷ FlashInfer + own append (plans skipped) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer | graph step µs: FlashInfer + its own append / in place, unfused | in place ÷ FlashInfer + own append: fused / unfused (adapter ÷) | lengths +1 a step: adapter graph step µs / ÷ FlashInfer + own append (plans skipped) | the same, FlashInfer's whole plan on planned steps: ÷ FlashInfer + own append (scheduler replay) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['plan_step_minus_fi_plan_us']:.0f} / "
                      f"{r['plan_step_copying_minus_fi_plan_us']:.0f} ({r['fi_plan_us']:.0f}) | "
@@ -679,8 +703,16 @@ def table(rows):
                      f"{r['adapter_unfused_inplace_graph_step_us']:.1f} | {r['ratio_inplace_vs_fi_own_append']:.2f}"
                      f"{'' if r.get('fused_append') else ' (not fused)'} / {r['ratio_unfused_inplace_vs_fi_own_append']:.2f} "
                      f"({r['ratio_vs_fi_own_append']:.2f}) | {r['adapter_advancing_graph_step_us']:.1f} / "
-                     f"{r['ratio_advancing_vs_fi_own_append']:.2f} ({100 * r['advancing_plans_skipped']:.0f} %) |")
+                     f"{r['ratio_advancing_vs_fi_own_append']:.2f} ({100 * r['advancing_plans_skipped']:.0f} %) | "
+                     f"{r.get('ratio_advancing_whole_vs_fi_own_append', float('nan')):.2f} "
+                     f"({_replay_word(r)}) |")
     return "\n".join(lines)
+
+
+def _replay_word(r):
+    if "scheduler_replay" not in r:
+        return "nothing planned on the host"
+    return "on" if r["scheduler_replay"] else f"off: {r.get('scheduler_refused')}"
 
 
 def general_table(rows):

@@ -24,17 +24,24 @@ first plan and replayed, where no per-step tensor is among them), so a step's ho
 refill (six numpy ufuncs), FlashInfer's ``plan`` and one dispatch copying the lengths and the
 table in (``_foreach_copy_``; none when the engine writes into the graph's buffers). FlashInfer's
 fa2 schedulers read page counts only, so their ``plan`` runs only on steps whose page counts differ
-from the last plan's (``KernelCall.graph_plan_pages_only``).
+from the last plan's (``KernelCall.graph_plan_pages_only``). And a step that plans calls FlashInfer's
+scheduler alone where the wrapper names it (``KernelCall.graph_scheduler``) and the first update
+showed, over two sets of lengths, that the recorded scheduler call leaves what the whole plan leaves
+(plan_replay.py): FlashInfer's Python plan around it is 30-40 us (fa2) and 300-1,200 us (MLA) a step.
+``ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0`` keeps the whole plan (benchmarks compare the two in one process).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional
 
+import numpy as np
 import torch
 
 from .decode_layout import DecodeLayout, HostDecodeArrays, _copy2
 from .flashinfer_backend import FlashInferBackend
+from .plan_replay import PinnedGuard, SchedulerReplay
 from .step import StepMetadata
 from attnplan.errors import AdapterCallError
 
@@ -131,6 +138,13 @@ class DecodeGraph:
             self._pages_only = self._record and self.call.graph_plan_pages_only(d)
             self._planned_pages: Optional[bytes] = None
             self.plans_skipped = 0
+            # FlashInfer's scheduler call alone on planned steps, once the first update learned and
+            # checked it (plan_replay.py); the pinned staging buffer's one-step-in-flight guard.
+            self.scheduler = SchedulerReplay()
+            self._learn = os.environ.get("ATTNPLAN_GRAPH_SCHEDULER_REPLAY") != "0"
+            if not self._learn:
+                self.scheduler.refused = "ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0"
+            self._guard = PinnedGuard(dev)
         else:
             self.step.extra.update(self.call.device_extras(backend, d, batch_size))
 
@@ -173,11 +187,41 @@ class DecodeGraph:
             table.copy_(block_table, non_blocking=True)
 
     def _replan(self, host: HostDecodeArrays) -> None:
-        if self._planned is not None:
+        self._guard.before()
+        if self.scheduler.ready:
+            self.scheduler()
+        elif self._planned is not None:
             plan, args, kwargs = self._planned
             plan(*args, **kwargs)
         else:
             self._plan(host)
+            if self._learn:
+                self._learn = False
+                real = host.seq_lens.numpy().copy()
+                self.scheduler.learn(lambda: self.call.graph_scheduler(self.wrapper), self._full_plan,
+                                     lambda: self._other_lengths(host), lambda: host.fill(real))
+        self._guard.after()
+
+    def _full_plan(self) -> None:
+        """The wrapper's whole plan over the graph's host arrays as they are now."""
+        if self._planned is not None:
+            plan, args, kwargs = self._planned
+            plan(*args, **kwargs)
+        else:
+            self._plan(self.host)
+
+    def _other_lengths(self, host: HostDecodeArrays) -> bool:
+        """Rewrite the host arrays with other valid lengths for the scheduler check: every request's
+        page count halved (at least its query's pages), or doubled from one page where the table
+        holds two. False where no request's page count can change."""
+        s = host.seq_lens.numpy()
+        page, q, cap = host.page, host.q_len, host.width * host.page
+        pages = (s + page - 1) // page
+        other = np.where(pages >= 2, np.maximum(q, (pages // 2) * page), np.minimum(cap, 2 * page)).astype(np.int32)
+        if ((other + page - 1) // page == pages).all():
+            return False
+        host.fill(other)
+        return True
 
     def _plan(self, host: HostDecodeArrays) -> None:
         """The strategy's plan over the graph's host arrays (recorded the first time, where it can be)."""

@@ -72,21 +72,24 @@ def test_graph_step_holds_metadata_append_and_attention(name):
         nxt.sinks = first.sinks             # model weights: the graph captured the first step's
         g.update(nxt.input.seq_lens, nxt.table, nxt.input.seq_lens_cpu)
         errs.append(rel_err(g.replay(nxt.q, *nxt.new_kv()).clone(), nxt.reference()))
+    sched = f", scheduler replay: {g.scheduler.replays} (refused: {g.scheduler.refused})" if g.host_planned else ""
     print(f"graph step {name} ({ex.plan.decode.call}, {ex.plan.decode.flashinfer_backend}, q_len {qd}): "
-          f"rel errs {[f'{e:.2e}' for e in errs]}")
+          f"rel errs {[f'{e:.2e}' for e in errs]}{sched}")
     assert max(errs) <= TOL
 
 
-def test_fa2_graph_steps_that_skip_the_plan_stay_exact():
+@pytest.mark.parametrize("name", ["fa2", "fa3"])
+def test_fa2_graph_steps_that_skip_the_plan_stay_exact(name):
     """Issue 41: fa2's graph step plans only when a request's page count changes (graphs.py
-    ``_pages_only``). Every request one token longer each step, the table rewritten each step: the
-    steps in between replay the last plan's schedule, and every step equals the reference."""
-    ex = ex_for("fa2")
+    ``_pages_only``), and a step that plans calls FlashInfer's scheduler alone (plan_replay.py,
+    learned and checked at the first update); fa3 plans every step, the same way. Every request
+    one token longer each step, the table rewritten each step: every step equals the reference."""
+    ex = ex_for(name)
     bs, steps = 4, 24
     start = [15, 30, 1, 47]
     first = Batch(ex, [1] * bs, [s + steps for s in start], bs)
     g = DecodeGraph(ex, bs, first.table.shape[1], first.cache)
-    assert g._pages_only
+    assert g._pages_only == (name == "fa2")
     g.update(first.input.seq_lens, first.table, first.input.seq_lens_cpu)
     g.capture()
     errs = []
@@ -94,8 +97,14 @@ def test_fa2_graph_steps_that_skip_the_plan_stay_exact():
         nxt = Batch(ex, [1] * bs, [s + i for s in start], bs, reuse=first)
         g.update(nxt.input.seq_lens, nxt.table, nxt.input.seq_lens_cpu)
         errs.append(rel_err(g.replay(nxt.q, *nxt.new_kv()).clone(), nxt.reference()))
-    print(f"fa2 graph, lengths +1 a step: {g.plans_skipped} of {steps} plans skipped, worst rel err {max(errs):.2e}")
-    assert g.plans_skipped >= steps // 2 and max(errs) <= TOL
+    print(f"{name} graph, lengths +1 a step: {g.plans_skipped} of {steps} plans skipped, scheduler replays "
+          f"{g.scheduler.replays} (refused: {g.scheduler.refused}), worst rel err {max(errs):.2e}")
+    assert max(errs) <= TOL
+    assert g.scheduler.ready, g.scheduler.refused
+    if name == "fa2":
+        assert g.plans_skipped >= steps // 2
+    else:
+        assert g.scheduler.replays == steps
 
 
 def mla_step(ex, table, cache, lat, seq, gen):
@@ -126,7 +135,7 @@ def test_mla_graph_step(name):
     lat = [torch.randn(longest, 576, device="cuda", generator=gen).bfloat16() for _ in range(bs)]
     g = DecodeGraph(ex, bs, width, cache)
     errs = []
-    for i in range(3):
+    for i in range(5):
         seq = random_lens(bs - 1, 1, longest) + [longest if i == 0 else 1]
         q_nope, q_pe, latent, ref = mla_step(ex, table, cache, lat, seq, gen)
         seq_t = torch.tensor(seq, dtype=torch.int32)
@@ -134,8 +143,11 @@ def test_mla_graph_step(name):
         if i == 0:
             g.capture()
         errs.append(rel_err(g.replay_mla(q_nope, q_pe, latent).clone(), ref))
-    print(f"MLA graph step {name} ({ex.plan.decode.flashinfer_backend}): rel errs {[f'{e:.2e}' for e in errs]}")
+    print(f"MLA graph step {name} ({ex.plan.decode.flashinfer_backend}): rel errs {[f'{e:.2e}' for e in errs]}, "
+          f"scheduler replays {g.scheduler.replays} (refused: {g.scheduler.refused})")
     assert max(errs) <= TOL
+    # Issue 41: MLA's steps call FlashInfer's scheduler alone (plan_replay.py), checked at the first.
+    assert g.scheduler.ready and g.scheduler.replays == 4, g.scheduler.refused
 
 
 @pytest.mark.parametrize("name", ["fa2", "xqa", "fa3"])

@@ -90,6 +90,13 @@ class KernelCall:
         (graphs.py ``DecodeGraph.update``). Default no: plan every step."""
         return False
 
+    def graph_scheduler(self, wrapper: Any) -> Optional[Any]:
+        """Where this call's wrapper, after a CUDA-graph-mode plan, calls FlashInfer's scheduler and
+        which int workspace holds the schedule (``plan_replay.Scheduler``): a graph step that plans
+        may then call the scheduler alone, once ``SchedulerReplay.learn`` checked it on this
+        wrapper. Default None: the graph replays the wrapper's whole plan."""
+        return None
+
     _resolved: Any = None
 
     def entry(self) -> Any:

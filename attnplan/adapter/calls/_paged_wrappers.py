@@ -37,6 +37,19 @@ def run_paged(b: CallContext, wrapper: Any, q: Any, cache: Any, out: Any, k_scal
     wrapper.run(q, cache.kernel_view(), out=out, **run_kwargs(b, cache, k_scale, v_scale))
 
 
+def paged_scheduler(wrapper: Any) -> Any:
+    """The paged wrappers' scheduler (``KernelCall.graph_scheduler``): flashinfer/decode.py and
+    prefill.py ``plan`` end in ``self._plan_info = self._cached_module.plan(self._float_workspace_buffer,
+    self._int_workspace_buffer, self._pin_memory_int_workspace_buffer, <host indptrs and lengths>,
+    ...)``. None where the plan ran no scheduler (cuDNN, trtllm-gen: no plan info)."""
+    from ..plan_replay import Scheduler
+
+    module = getattr(wrapper, "_cached_module", None)
+    if module is None or getattr(wrapper, "_plan_info", None) is None or not hasattr(module, "plan"):
+        return None
+    return Scheduler(module, "plan", wrapper._int_workspace_buffer)
+
+
 def prefill_graph_buffers(layout: Any) -> dict[str, Any]:
     """flashinfer/prefill.py BatchPrefillWithPagedKVCacheWrapper.__init__'s CUDA-graph buffers."""
     return dict(use_cuda_graph=True, qo_indptr_buf=layout.qo_indptr, paged_kv_indptr_buf=layout.kv_indptr,

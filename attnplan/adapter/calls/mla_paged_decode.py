@@ -39,6 +39,22 @@ class MlaPagedDecode(KernelCall):
             q_data_type=b.q_dtype[phase], kv_data_type=b.kv_data_type(), query_layout="split",
             kv_cache_layout="packed")
 
+    def graph_scheduler(self, wrapper: Any) -> Optional[Any]:
+        # mla/_batch_mla/_wrapper.py plan makes a new backend object per plan (plan_from_wrapper);
+        # in CUDA-graph mode it reuses the previous one's int workspace, and its _plan_generated_fa
+        # (_backends/_fa_common.py) calls cached_module.plan_with_staged_workspace_bytes(float, int,
+        # pinned scratch, qo_indptr, kv_indptr, kv_len_arr host tensors, num_heads, head_dim_ckv,
+        # causal), which stages the schedule through a fresh pinned buffer of its own.
+        from ..plan_replay import Scheduler
+
+        backend = getattr(wrapper, "_planned_backend", None)
+        module = getattr(backend, "_cached_module", None)
+        if module is None or getattr(backend, "_int_workspace_buffer", None) is None:
+            return None
+        if hasattr(module, "plan_with_staged_workspace_bytes"):     # (plan info, bytes staged)
+            return Scheduler(module, "plan_with_staged_workspace_bytes", backend._int_workspace_buffer, _first)
+        return Scheduler(module, "plan", backend._int_workspace_buffer)
+
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         import torch
 
@@ -49,3 +65,7 @@ class MlaPagedDecode(KernelCall):
     def run_latent(self, b: CallContext, wrapper: Any, step: Any, q_nope: Any, q_pe: Any, cache: Any,
                    out: Any) -> None:
         wrapper.run(query=(q_nope, q_pe), kv_cache=cache.kernel_view(), out=out)
+
+
+def _first(result: Any) -> Any:
+    return result[0]

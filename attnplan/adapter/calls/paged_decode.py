@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from ._contract import CallContext, JitBuild, KernelCall
 from ._jit import DECODE, PREFILL, module_dtypes, prefill_args
-from ._paged_wrappers import run_paged
+from ._paged_wrappers import paged_scheduler, run_paged
 
 
 class PagedDecode(KernelCall):
@@ -42,6 +42,9 @@ class PagedDecode(KernelCall):
         # last-page lengths into the graph's buffers) the graph recomputes on the device. fa3's
         # planner (PrefillSM90Plan) and cuDNN / trtllm-gen read the lengths: planned every step.
         return pp.flashinfer_backend == "fa2"
+
+    def graph_scheduler(self, wrapper: Any) -> Optional[Any]:
+        return paged_scheduler(wrapper)
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         if params["use_tensor_cores"]:

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from ._contract import CallContext, JitBuild, KernelCall
 from ._jit import PREFILL, prefill_args
-from ._paged_wrappers import plan_prefill, prefill_graph_buffers, run_paged
+from ._paged_wrappers import paged_scheduler, plan_prefill, prefill_graph_buffers, run_paged
 
 
 class PagedPrefill(KernelCall):
@@ -26,6 +26,9 @@ class PagedPrefill(KernelCall):
 
     def plan(self, b: CallContext, wrapper: Any, batch: Any, phase: str) -> None:
         plan_prefill(b, wrapper, batch, phase)
+
+    def graph_scheduler(self, wrapper: Any) -> Optional[Any]:
+        return paged_scheduler(wrapper)
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))

@@ -1,0 +1,203 @@
+"""A CUDA-graph step's host plan reduced to FlashInfer's scheduler call, learned and checked (issue 41).
+
+A FlashInfer wrapper in CUDA-graph mode plans in two parts. The Python part checks and
+canonicalises its arguments and copies the page indptr, last-page lengths (MLA: query and KV
+indptr, indices, lengths) into its graph buffers; FlashInfer's MLA wrapper also builds a new
+backend object with a new 8 MiB pinned buffer, clones five buffers and validates their storage
+intervals (300-1,200 us a call on the H100, bench/RESULTS.md round eight). The other part is one
+call into the JIT module (``plan``; MLA: ``plan_with_staged_workspace_bytes``): the scheduler,
+which reads host arrays and leaves the schedule in the int workspace the kernels read. In a
+``DecodeGraph`` the graph recomputes every buffer the Python part writes, and the host arrays the
+scheduler reads are the graph's own (``HostDecodeArrays``, rewritten in place), so a step needs
+the scheduler call alone, replayed with the arguments the wrapper gave it.
+
+That is checked on the real wrapper, not assumed (``SchedulerReplay.learn``): the scheduler call
+is recorded under one whole plan; then over other lengths (every request's page count halved or
+doubled) the whole plan runs again, and the recorded call alone must leave the same schedule in
+the int workspace and return the same plan info, which must also equal the first plan's (the
+captured graph holds that one) - and the two lengths' schedules must differ, or the check could
+not tell a stale argument from a live one. Any difference, and the graph replays the wrapper's
+whole plan as before, with the reason kept (``refused``).
+
+Both ways share one hazard FlashInfer's own graph path has too: the scheduler writes a pinned
+host buffer and enqueues its copy to the device; a host more than one step ahead would rewrite
+the buffer before the previous copy ran. ``PinnedGuard`` waits, before a plan, for the previous
+plan's copy (one CUDA event; at most one step in flight, as a serving loop runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from attnplan.errors import AdapterCallError
+
+
+def _whole(result: Any) -> Any:
+    return result
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    """Where a wrapper's plan calls its scheduler: ``getattr(owner, attr)``; the int workspace it
+    leaves the schedule in (the tensor the captured kernels read); and which part of its result is
+    the plan info the captured kernels were launched with (``info``; MLA's scheduler also returns
+    the bytes it staged, which only its own copy reads). ``KernelCall.graph_scheduler``."""
+
+    owner: Any
+    attr: str
+    schedule: Any
+    info: Callable[[Any], Any] = _whole
+
+
+def plain(x: Any) -> Any:
+    """A scheduler's result as plain Python (FlashInfer returns its plan info as an FFI array, MLA
+    a (plan info, staged bytes) pair): comparable with ``==``."""
+    if isinstance(x, (bool, int, float, str)) or x is None:
+        return x
+    try:
+        return tuple(plain(e) for e in x)
+    except TypeError:
+        return x
+
+
+def record(s: Scheduler, plan: Callable[[], Any]) -> list[tuple[tuple, dict, Any]]:
+    """Every call ``plan()`` makes to the scheduler, with its arguments and result (forwarded)."""
+    inner = getattr(s.owner, s.attr)
+    own = s.attr in vars(s.owner)          # an instance attribute (a namespace) or a method of its class
+    calls: list[tuple[tuple, dict, Any]] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = inner(*args, **kwargs)
+        calls.append((args, kwargs, out))
+        return out
+
+    setattr(s.owner, s.attr, spy)
+    try:
+        plan()
+    finally:
+        if own:
+            setattr(s.owner, s.attr, inner)
+        else:
+            delattr(s.owner, s.attr)
+    return calls
+
+
+class PinnedGuard:
+    """One step in flight for a scheduler's pinned staging buffer: ``before()`` waits for the copy
+    the previous plan enqueued, ``after()`` marks this plan's. Nothing on a CPU device."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self, device: Any):
+        import torch
+
+        self._event = torch.cuda.Event() if getattr(device, "type", str(device)) == "cuda" else None
+
+    def before(self) -> None:
+        # A query first: no wait, and none that torch's sync-debug mode sees, where the copy ran.
+        if self._event is not None and not self._event.query():
+            self._event.synchronize()
+
+    def after(self) -> None:
+        if self._event is not None:
+            self._event.record()
+
+
+def _sync(t: Any) -> None:
+    if t.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(t.device)
+
+
+class SchedulerReplay:
+    """``learn`` once; then ``__call__`` plans a step with the recorded scheduler call alone."""
+
+    __slots__ = ("fn", "args", "kwargs", "plan_info", "_info", "_part", "refused", "replays")
+
+    def __init__(self) -> None:
+        self.fn: Any = None
+        self.args: tuple = ()
+        self.kwargs: dict = {}
+        self.plan_info: Any = None               # the first plan's, as plain Python
+        self._info: Any = None                   # the same as the scheduler returned it
+        self._part: Callable[[Any], Any] = _whole
+        self.refused: Optional[str] = None      # why the whole plan is replayed instead
+        self.replays = 0
+
+    @property
+    def ready(self) -> bool:
+        return self.fn is not None
+
+    def learn(self, scheduler: Callable[[], Optional[Scheduler]], full_plan: Callable[[], Any],
+              perturb: Callable[[], bool], restore: Callable[[], Any]) -> bool:
+        """``scheduler()``: where the wrapper's last plan called its scheduler (None: not known for
+        this call); ``full_plan()``: the wrapper's whole plan over the graph's host arrays;
+        ``perturb()``: rewrite those arrays with other valid lengths (False where none fit);
+        ``restore()``: this step's lengths back. Leaves the wrapper planned for this step."""
+        moved = []
+
+        def other() -> bool:
+            moved.append(perturb())
+            return moved[-1]
+        try:
+            return self._learn(scheduler, full_plan, other, restore)
+        finally:
+            if not self.ready and any(moved):
+                restore()
+                full_plan()
+
+    def _learn(self, scheduler: Callable[[], Optional[Scheduler]], full_plan: Callable[[], Any],
+               perturb: Callable[[], bool], restore: Callable[[], Any]) -> bool:
+        import torch
+
+        s = scheduler()
+        if s is None:
+            return self._refuse("this call's wrapper names no scheduler to replay")
+        calls = record(s, full_plan)
+        if len(calls) != 1:
+            return self._refuse(f"the wrapper's plan called its scheduler {len(calls)} times")
+        fn = getattr(s.owner, s.attr)
+        args, kwargs, first = calls[0]
+        _sync(s.schedule)
+        here = s.schedule.clone()
+        if not perturb():
+            return self._refuse("no request's page count can change within the graph's table")
+        s2 = scheduler()
+        if s2 is None or s2.schedule.data_ptr() != s.schedule.data_ptr():
+            return self._refuse("the wrapper's next plan left its schedule in another workspace")
+        other = record(s2, full_plan)
+        if len(other) != 1:
+            return self._refuse(f"the wrapper's plan called its scheduler {len(other)} times")
+        _sync(s.schedule)
+        want = s.schedule.clone()
+        if torch.equal(want, here):
+            return self._refuse("two page-count sets gave the same schedule: the check could not tell")
+        got = fn(*args, **kwargs)
+        _sync(s.schedule)
+        info, there = s.info(first), s.info(other[0][2])
+        if plain(s.info(got)) != plain(there) or not torch.equal(s.schedule, want):
+            return self._refuse("the recorded scheduler call alone did not reproduce the wrapper's whole plan")
+        if plain(there) != plain(info):
+            return self._refuse("the scheduler's plan info changed with the lengths: the captured graph "
+                                "holds the first plan's")
+        # This step's lengths back, planned whole: the wrapper's own state (what a graph captured
+        # after this update reads at run) is this step's, as without the check.
+        restore()
+        full_plan()
+        self.fn, self.args, self.kwargs, self.plan_info, self._info, self._part = fn, args, kwargs, plain(info), info, s.info
+        return True
+
+    def _refuse(self, why: str) -> bool:
+        self.refused = why
+        return False
+
+    def __call__(self) -> None:
+        info = self._part(self.fn(*self.args, **self.kwargs))
+        # FFI arrays compare by value (0.4 us; as plain tuples 7 us).
+        if info != self._info and plain(info) != self.plan_info:
+            raise AdapterCallError("FlashInfer's scheduler returned a plan info other than the one the CUDA graph "
+                                   f"was captured with ({plain(info)} vs {self.plan_info}): this batch needs "
+                                   "a graph of its own")
+        self.replays += 1

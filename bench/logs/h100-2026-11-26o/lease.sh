@@ -1,0 +1,40 @@
+#!/bin/bash
+# Issue 41 on one H100 (`nvidia-h100-x1`), from a clean snapshot of HEAD (.lease-src, .gpu-bundle linked in),
+# idempotently, once per call:   bash bench/logs/h100-2026-11-26o/lease.sh SECONDS
+# The first call starts, in a process session of its own (setsid: it outlives the call on a warm machine):
+#   1. the decode GPU tests (the scheduler replay of plan_replay.py learned and checked on the real
+#      wrappers: fa2, fa3, the sink and spec-decode prefill wrappers, both MLA paths; every step against
+#      the float32 reference), which also build the decode modules;
+#   2. bench/decode_steps.py --issue41 over xqa, fa2, mla-fa3, mla-fa2 (decode rows at batch 1/4/16/64 x
+#      1k/4k; the lengths-+1-a-step rows with the scheduler replay and with FlashInfer's whole plan).
+# Every call waits up to SECONDS, then copies what exists to $OUT.
+secs=${1:-560}
+L=/tmp/l41
+[ -f /tmp/src/.copied ] || { rm -rf /tmp/src && cp -rL . /tmp/src && touch /tmp/src/.copied; }
+cd /tmp/src
+[ -f /tmp/site/.installed ] || { bash .gpu-bundle/install.sh > /dev/null && touch /tmp/site/.installed; }
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 MAX_JOBS=16 TRITON_CACHE_DIR=/tmp/triton-cache FLASHINFER_WORKSPACE_BASE=/tmp/fi
+mkdir -p $L
+echo "call at $(date -u +%T), machine up $(cut -d' ' -f1 /proc/uptime) s, $(nvidia-smi -L | head -1)" >> $L/lease.log
+if [ ! -f $L/done ] && { [ ! -f $L/pid ] || ! kill -0 "$(cat $L/pid)" 2> /dev/null; }; then
+  setsid nohup bash -c "
+    echo \$\$ > $L/pid; t0=\$(date +%s); el() { echo \$(( \$(date +%s) - t0 )); }
+    if [ ! -f $L/done-tests ]; then
+      timeout 420 python3 -P -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_decode_graphs_gpu.py \
+        tests/gpu/test_steady_step_gpu.py tests/gpu/test_decode_per_shape_gpu.py -k 'not warmup' > $L/tests.log 2>&1
+      echo \"gpu tests exit \$? at t=\$(el)\" >> $L/lease.log
+      touch $L/done-tests
+    fi
+    timeout 480 python3 bench/decode_steps.py --issue41 \${STEPS_ARGS:---backends xqa,fa2,mla-fa3,mla-fa2 --parts decode} \
+      --out $L/a > $L/steps.log 2>&1
+    echo \"decode_steps exit \$? at t=\$(el)\" >> $L/lease.log
+    touch $L/done" < /dev/null > /dev/null 2>&1 &
+fi
+end=$((SECONDS + secs))
+while [ ! -f $L/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
+( cd $L && tar czf $OUT/l41.tgz a 2> /dev/null )
+for f in $L/steps.log $L/tests.log $L/lease.log; do [ -f $f ] && cp $f $OUT/; done
+cat $L/lease.log
+grep -E "passed|failed|scheduler|Error|error" $L/tests.log 2> /dev/null | tail -40
+grep -h "^|" $L/a/decode-steps.md 2> /dev/null | head -50
+tail -5 $L/steps.log 2> /dev/null

@@ -1,0 +1,235 @@
+"""A CUDA-graph decode step that plans calls FlashInfer's scheduler alone, once the graph's first
+update checked that this replays the wrapper's whole plan (issue 41; attnplan/adapter/plan_replay.py).
+
+Held on the CPU with the real executor, backend, strategies (``graph_scheduler``) and
+``DecodeGraph.update``; FlashInfer's wrappers are replaced by ones shaped as FlashInfer's are
+(flashinfer/decode.py ``plan`` ends in ``self._plan_info = self._cached_module.plan(float, int,
+pinned, <host arrays>, ...)`` on a module namespace; the MLA wrapper's planned backend holds a
+module proxy whose *method* ``plan_with_staged_workspace_bytes`` it calls), whose scheduler
+writes a schedule computed from the host arrays it is handed into the int workspace. Every step
+checks that the workspace holds the schedule of that step's lengths, whichever way it was planned.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from attnplan.errors import AdapterCallError
+from attnplan.policy import AttentionConfig, plan_for, simulated_node
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("flashinfer")
+
+LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+
+
+def schedule_of(indptr, lens):
+    """What the stand-in scheduler writes: a function of the page indptr and the KV lengths."""
+    ptr = [int(x) for x in indptr]
+    return [v * 3 + 1 for v in ptr] + [int(x) % 7 for x in lens]
+
+
+def _scheduler(info):
+    def plan(float_ws, int_ws, pinned, qo_indptr_host, indptr_host, kv_lens_host, *rest):
+        sched = schedule_of(indptr_host, kv_lens_host)
+        pinned[:len(sched)] = torch.tensor(sched, dtype=torch.int32)
+        int_ws[:len(sched)].copy_(pinned[:len(sched)])     # FlashInfer: cudaMemcpyAsync from the pinned buffer
+        return info(indptr_host)
+    return plan
+
+
+class _PagedWrapper:
+    """flashinfer.BatchDecodeWithPagedKVCacheWrapper's plan in CUDA-graph mode, reduced to what
+    matters here: Python work, then the module's scheduler over the host arrays."""
+
+    def __init__(self, *, stale=False, info=lambda ptr: [7, 8, 9], module=True):
+        self._float_workspace_buffer = torch.zeros(64, dtype=torch.uint8)
+        self._int_workspace_buffer = torch.zeros(256, dtype=torch.int32)
+        self._pin_memory_int_workspace_buffer = torch.zeros(256, dtype=torch.int32)
+        self._module = SimpleNamespace(plan=_scheduler(info)) if module else None
+        self._stale = stale
+        self.whole_plans = 0
+
+    def plan(self, indptr, indices, last_page_len, *args, seq_lens=None, **kwargs):
+        self.whole_plans += 1
+        indptr_host = indptr.to("cpu")                      # the caller's host tensor itself
+        if self._stale:                                     # a wrapper that hands its scheduler a copy
+            indptr_host = indptr_host.clone()
+        qo_indptr_host = torch.arange(len(last_page_len) + 1, dtype=torch.int32)   # new each plan, constant
+        if self._module is None:
+            sched = schedule_of(indptr_host, seq_lens)
+            self._int_workspace_buffer[:len(sched)] = torch.tensor(sched, dtype=torch.int32)
+            self._plan_info = None
+            return
+        self._cached_module = self._module
+        self._plan_info = self._cached_module.plan(self._float_workspace_buffer, self._int_workspace_buffer,
+                                                   self._pin_memory_int_workspace_buffer, qo_indptr_host,
+                                                   indptr_host, seq_lens.to("cpu"), len(last_page_len))
+
+    def run(self, *args, **kwargs):
+        pass
+
+
+class _MlaProxy:
+    """flashinfer/jit/attention/modules.py _BatchMLAModuleProxy: the scheduler is a method."""
+
+    def plan_with_staged_workspace_bytes(self, float_ws, int_ws, pinned, qo, kv_indptr, kv_len, *rest):
+        sched = schedule_of(kv_indptr, kv_len)
+        pinned[:len(sched)] = torch.tensor(sched, dtype=torch.int32)
+        int_ws[:len(sched)].copy_(pinned[:len(sched)])
+        return [1, 2, 3], 4 * len(sched) + int(kv_len[0])    # bytes staged: not plan info
+
+
+class _MlaWrapper:
+    """mla/_batch_mla/_wrapper.py plan in CUDA-graph mode: a new backend object per plan, the
+    previous one's int workspace reused, a new pinned scratch each time."""
+
+    proxy = _MlaProxy()
+
+    def __init__(self):
+        self._float_workspace_buffer = torch.zeros(64, dtype=torch.uint8)
+        self._planned_backend = None
+        self.whole_plans = 0
+
+    def plan(self, *, metadata, **kwargs):
+        self.whole_plans += 1
+        prev = self._planned_backend
+        be = SimpleNamespace(_cached_module=self.proxy,
+                             _int_workspace_buffer=torch.zeros(256, dtype=torch.int32) if prev is None
+                             else prev._int_workspace_buffer,
+                             _pin_memory_int_workspace_buffer=torch.zeros(256, dtype=torch.int32))
+        be._plan_info = be._cached_module.plan_with_staged_workspace_bytes(
+            self._float_workspace_buffer, be._int_workspace_buffer, be._pin_memory_int_workspace_buffer,
+            metadata.qo_indptr.to("cpu"), metadata.kv_indptr.to("cpu"), metadata.kv_len_arr.to("cpu"), 16, 512, False)
+        self._planned_backend = be
+
+    def run(self, *args, **kwargs):
+        pass
+
+
+def _graph(monkeypatch, make, config, backend=None, batch=2, width=16):
+    from attnplan.adapter import AttentionExecutor
+    from attnplan.adapter.calls import registry, strategy
+    from attnplan.adapter.graphs import DecodeGraph
+
+    cfg = dict(config, attention_backend=backend) if backend else config
+    answer = plan_for(AttentionConfig(**cfg), simulated_node("H100"), engine="flashinfer")
+    assert answer.ok, answer.violations
+    made = []
+
+    def construct(b, pp, **graph_buffers):
+        made.append(make())
+        return made[-1]
+    for name, call in registry().items():
+        if strategy(name).host_planned:
+            monkeypatch.setattr(call, "construct", construct)
+    ex = AttentionExecutor(answer, device="cpu", backend="flashinfer", check=False)
+    cache = ex.allocate_kv_cache(batch * width)
+    g = DecodeGraph(ex, batch, width, cache)
+    return g, g.wrapper, answer.plan.kv_cache.page_size
+
+
+def _page_indptr(seq, page):
+    out = [0]
+    for s in seq:
+        out.append(out[-1] + (s + page - 1) // page)
+    return out
+
+
+def _workspace(w):
+    ws = w._planned_backend._int_workspace_buffer if isinstance(w, _MlaWrapper) else w._int_workspace_buffer
+    return ws.tolist()
+
+
+def _run_steps(g, w, page, steps, schedule_lens=True):
+    """Every step: the workspace holds this step's schedule (for fa2, planned from page counts
+    alone, the lengths it was last planned with)."""
+    table = torch.zeros(g.batch_size, g.layout.width, dtype=torch.int32)
+    planned_lens = None
+    for seq in steps:
+        seq_t = torch.tensor(seq, dtype=torch.int32)
+        before = g.plans_skipped
+        g.update(seq_t, table, seq_t)
+        if g.plans_skipped == before:
+            planned_lens = seq
+        want = schedule_of(_page_indptr(seq, page), planned_lens if schedule_lens else seq)
+        assert _workspace(w)[:len(want)] == want, seq
+
+
+def _advancing(start, n):
+    return [[s + i for s in start] for i in range(n)]
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_planned_steps_call_the_scheduler_alone_and_leave_the_whole_plans_schedule(monkeypatch, backend):
+    g, w, page = _graph(monkeypatch, _PagedWrapper, LLAMA, backend)
+    steps = _advancing([14, 30], 3 * page)
+    _run_steps(g, w, page, steps)
+    s = g.scheduler
+    assert s.ready and s.refused is None
+    # the first update: the strategy's plan, the recorded one, one over other lengths, this step's
+    # again; nothing whole after
+    assert w.whole_plans == 4
+    planned = len(steps) - g.plans_skipped
+    assert s.replays == planned - 1
+    if backend == "fa2":
+        assert g.plans_skipped > 0
+    else:
+        assert g.plans_skipped == 0
+
+
+def test_the_mla_wrapper_s_scheduler_method_is_replayed_and_restored(monkeypatch):
+    g, w, page = _graph(monkeypatch, _MlaWrapper, MLA, batch=2, width=16)
+    _run_steps(g, w, page, _advancing([33, 130], 10))
+    assert g.scheduler.ready, g.scheduler.refused
+    assert w.whole_plans == 4 and g.scheduler.replays == 9
+    # the spy is gone: the proxy's own method again
+    assert "plan_with_staged_workspace_bytes" not in vars(_MlaWrapper.proxy)
+
+
+def test_a_wrapper_that_hands_its_scheduler_a_copy_keeps_its_whole_plan(monkeypatch):
+    g, w, page = _graph(monkeypatch, lambda: _PagedWrapper(stale=True), LLAMA, "fa2")
+    steps = _advancing([14, 30], 3 * page)
+    _run_steps(g, w, page, steps)
+    assert not g.scheduler.ready
+    assert "did not reproduce" in g.scheduler.refused
+    assert g.scheduler.replays == 0 and w.whole_plans > 4
+
+
+def test_a_plan_info_that_follows_the_lengths_keeps_the_whole_plan(monkeypatch):
+    g, w, page = _graph(monkeypatch, lambda: _PagedWrapper(info=lambda ptr: [int(ptr[1])]), LLAMA, "fa2")
+    _run_steps(g, w, page, _advancing([14, 30], 2 * page))
+    assert not g.scheduler.ready and "plan info changed" in g.scheduler.refused
+
+
+def test_a_plan_info_change_after_capture_is_an_error_not_a_wrong_graph(monkeypatch):
+    g, w, page = _graph(monkeypatch, lambda: _PagedWrapper(info=lambda ptr: [int(ptr[-1] > 20)]), LLAMA, "fa2")
+    table = torch.zeros(2, 16, dtype=torch.int32)
+    seq = torch.tensor([14, 30], dtype=torch.int32)
+    g.update(seq, table, seq)
+    assert g.scheduler.ready
+    long = torch.tensor([200, 240], dtype=torch.int32)
+    with pytest.raises(AdapterCallError, match="captured with"):
+        g.update(long, table, long)
+
+
+def test_no_scheduler_and_the_switch_off_keep_the_whole_plan(monkeypatch):
+    g, w, page = _graph(monkeypatch, lambda: _PagedWrapper(module=False), LLAMA, "fa2")
+    _run_steps(g, w, page, _advancing([14, 30], 2 * page))
+    assert not g.scheduler.ready and "names no scheduler" in g.scheduler.refused
+    monkeypatch.setenv("ATTNPLAN_GRAPH_SCHEDULER_REPLAY", "0")
+    g, w, page = _graph(monkeypatch, _PagedWrapper, LLAMA, "fa2")
+    steps = _advancing([14, 30], 2 * page)
+    _run_steps(g, w, page, steps)
+    assert not g.scheduler.ready and g.scheduler.replays == 0
+    assert w.whole_plans == len(steps) - g.plans_skipped
+
+
+def test_lengths_whose_page_counts_cannot_change_keep_the_whole_plan(monkeypatch):
+    # one page per request and a table one page wide: no other page counts fit
+    g, w, page = _graph(monkeypatch, _PagedWrapper, LLAMA, "fa3", batch=2, width=1)
+    _run_steps(g, w, page, [[3, 5], [4, 6]])
+    assert not g.scheduler.ready and "page count" in g.scheduler.refused
