@@ -199,7 +199,7 @@ class DecodeGraph:
                 self._learn = False
                 real = host.seq_lens.numpy().copy()
                 self.scheduler.learn(lambda: self.call.graph_scheduler(self.wrapper), self._full_plan,
-                                     lambda: self._other_lengths(host), lambda: host.fill(real))
+                                     lambda attempt: self._other_lengths(host, real, attempt), lambda: host.fill(real))
         self._guard.after()
 
     def _full_plan(self) -> None:
@@ -210,14 +210,18 @@ class DecodeGraph:
         else:
             self._plan(self.host)
 
-    def _other_lengths(self, host: HostDecodeArrays) -> bool:
-        """Rewrite the host arrays with other valid lengths for the scheduler check: every request's
-        page count halved (at least its query's pages), or doubled from one page where the table
-        holds two. False where no request's page count can change."""
-        s = host.seq_lens.numpy()
+    def _other_lengths(self, host: HostDecodeArrays, real: Any, attempt: int) -> bool:
+        """Rewrite the host arrays with other valid lengths for the scheduler check (plan_replay.py):
+        attempt 0 halves every request's page count (at least its query's pages; doubled from one
+        page where the table holds two), attempt 1 fills every request's table. False where that
+        changes no request's page count."""
         page, q, cap = host.page, host.q_len, host.width * host.page
-        pages = (s + page - 1) // page
-        other = np.where(pages >= 2, np.maximum(q, (pages // 2) * page), np.minimum(cap, 2 * page)).astype(np.int32)
+        pages = (real + page - 1) // page
+        if attempt == 0:
+            other = np.where(pages >= 2, np.maximum(q, (pages // 2) * page), np.minimum(cap, 2 * page))
+        else:
+            other = np.full_like(real, cap)
+        other = other.astype(np.int32)
         if ((other + page - 1) // page == pages).all():
             return False
         host.fill(other)

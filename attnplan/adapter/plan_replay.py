@@ -131,15 +131,16 @@ class SchedulerReplay:
         return self.fn is not None
 
     def learn(self, scheduler: Callable[[], Optional[Scheduler]], full_plan: Callable[[], Any],
-              perturb: Callable[[], bool], restore: Callable[[], Any]) -> bool:
+              perturb: Callable[[int], bool], restore: Callable[[], Any]) -> bool:
         """``scheduler()``: where the wrapper's last plan called its scheduler (None: not known for
         this call); ``full_plan()``: the wrapper's whole plan over the graph's host arrays;
-        ``perturb()``: rewrite those arrays with other valid lengths (False where none fit);
-        ``restore()``: this step's lengths back. Leaves the wrapper planned for this step."""
+        ``perturb(attempt)``: rewrite those arrays with other valid lengths, attempt 0 and 1 each
+        another set (False where that changes no page count); ``restore()``: this step's lengths
+        back. Leaves the wrapper planned whole for this step."""
         moved = []
 
-        def other() -> bool:
-            moved.append(perturb())
+        def other(attempt: int) -> bool:
+            moved.append(perturb(attempt))
             return moved[-1]
         try:
             return self._learn(scheduler, full_plan, other, restore)
@@ -149,7 +150,7 @@ class SchedulerReplay:
                 full_plan()
 
     def _learn(self, scheduler: Callable[[], Optional[Scheduler]], full_plan: Callable[[], Any],
-               perturb: Callable[[], bool], restore: Callable[[], Any]) -> bool:
+               perturb: Callable[[int], bool], restore: Callable[[], Any]) -> bool:
         import torch
 
         s = scheduler()
@@ -160,32 +161,55 @@ class SchedulerReplay:
             return self._refuse(f"the wrapper's plan called its scheduler {len(calls)} times")
         fn = getattr(s.owner, s.attr)
         args, kwargs, first = calls[0]
-        _sync(s.schedule)
-        here = s.schedule.clone()
-        if not perturb():
-            return self._refuse("no request's page count can change within the graph's table")
-        s2 = scheduler()
-        if s2 is None or s2.schedule.data_ptr() != s.schedule.data_ptr():
-            return self._refuse("the wrapper's next plan left its schedule in another workspace")
-        other = record(s2, full_plan)
-        if len(other) != 1:
-            return self._refuse(f"the wrapper's plan called its scheduler {len(other)} times")
-        _sync(s.schedule)
-        want = s.schedule.clone()
-        if torch.equal(want, here):
-            return self._refuse("two page-count sets gave the same schedule: the check could not tell")
-        got = fn(*args, **kwargs)
-        _sync(s.schedule)
-        info, there = s.info(first), s.info(other[0][2])
-        if plain(s.info(got)) != plain(there) or not torch.equal(s.schedule, want):
-            return self._refuse("the recorded scheduler call alone did not reproduce the wrapper's whole plan")
-        if plain(there) != plain(info):
-            return self._refuse("the scheduler's plan info changed with the lengths: the captured graph "
-                                "holds the first plan's")
-        # This step's lengths back, planned whole: the wrapper's own state (what a graph captured
-        # after this update reads at run) is this step's, as without the check.
+        ws = s.schedule
+        # The scheduler's pinned scratch: what it leaves unwritten (alignment gaps) is copied to the
+        # workspace as it was, so two replays over scratch filled 0x00 and 0xFF tell the bytes it
+        # wrote (equal in both) from garbage no kernel reads (FlashInfer's MLA plan stages through
+        # a fresh scratch per plan: its gaps differ from plan to plan).
+        scratch = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.device.type == "cpu"
+                   and a.is_pinned()]
+
+        def replay(fill: int) -> tuple[Any, Any]:
+            for t in scratch:
+                t.view(torch.uint8).fill_(fill)
+            out = fn(*args, **kwargs)
+            _sync(ws)
+            return s.info(out), ws.clone()
+
+        tried = False
+        for attempt in (0, 1):
+            if not perturb(attempt):
+                continue
+            tried = True
+            s2 = scheduler()
+            if s2 is None or s2.schedule.data_ptr() != ws.data_ptr():
+                return self._refuse("the wrapper's next plan left its schedule in another workspace")
+            whole_plan = record(s2, full_plan)
+            if len(whole_plan) != 1:
+                return self._refuse(f"the wrapper's plan called its scheduler {len(whole_plan)} times")
+            _sync(ws)
+            whole, there = ws.clone(), s.info(whole_plan[0][2])
+            info0, got0 = replay(0x00)
+            _, got1 = replay(0xFF)
+            written = got0 == got1
+            if plain(info0) != plain(there) or not torch.equal(got0[written], whole[written]):
+                return self._refuse("the recorded scheduler call alone did not reproduce the wrapper's whole plan")
+            if plain(there) != plain(s.info(first)):
+                return self._refuse("the scheduler's plan info changed with the lengths: the captured graph "
+                                    "holds the first plan's")
+            # And the replay follows the lengths: this step's lengths give another schedule.
+            restore()
+            _, here = replay(0x00)
+            if not torch.equal(here, got0):
+                break
+        else:
+            return self._refuse("every other page-count set tried gave the same schedule: the check could not tell"
+                                if tried else "no request's page count can change within the graph's table")
+        # This step's lengths, planned whole: the wrapper's own state (what a graph captured after
+        # this update reads at run) is this step's, as without the check.
         restore()
         full_plan()
+        info = s.info(first)
         self.fn, self.args, self.kwargs, self.plan_info, self._info, self._part = fn, args, kwargs, plain(info), info, s.info
         return True
 
