@@ -265,11 +265,11 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
         if cfg.sinks and kv == "fp8_e4m3" and g is not None and \
                 ((spec == 2 and 11 <= g <= 15) or (spec == 3 and 9 <= g <= 16) or (spec >= 4 and g >= 9)):
             v.add("xqa.spec-sinks")
-        # sinks + a 16-bit cache: wrong where q_len x group > 32 unless the group is 16 or 32 (tier 5: bf16
-        # whole, fp16 through q_len 3); fp16 q_len 4 at groups 16 / 32 and q_len 5+ past group 8 unmeasured
+        # sinks + a 16-bit cache: wrong where q_len x group > 32 unless the group is 16 or 32 (tier 5 whole,
+        # bf16 and fp16); q_len 5+ past group 8 unmeasured
         if cfg.sinks and kv in ("fp16", "bf16") and g is not None and \
                 ((spec == 1 and 17 <= g <= 31) or (spec in (2, 3) and (spec + 1) * g > 32 and g not in (16, 32))
-                 or (spec >= 4 and g >= 9) or (kv == "fp16" and spec == 3 and g in (16, 32))):
+                 or (spec >= 4 and g >= 9)):
             v.add("xqa.spec-sinks")
         if major not in (9, 10, 12):
             v.add("xqa.arch")

@@ -1244,7 +1244,8 @@ def test_fa3_sink_wrapper_reads_the_phase_query_not_the_model_dtype():
     (8, 3, "auto", True, False),                                 # q_len x group = 32: correct
     (16, 2, "fp16", True, False), (32, 2, "fp16", True, False),  # measured correct over fp16 too (q_len 3)
     (13, 2, "fp16", True, True), (25, 1, "fp16", True, True),    # measured wrong over fp16
-    (16, 3, "fp16", True, True), (32, 3, "fp16", True, True),    # fp16 q_len 4 at 16 / 32: not measured, fail closed
+    (16, 3, "fp16", True, False), (32, 3, "fp16", True, False),  # fp16 q_len 4 at 16 / 32: measured correct
+    (10, 3, "fp16", True, True), (25, 3, "fp16", True, True),    # fp16 q_len 4: measured wrong
     (16, 4, "auto", True, True), (9, 5, "auto", True, True),     # q_len 5+: not measured, fail closed
 ])
 def test_xqa_spec_sinks_boundary(group, spec, kv, sinks, refused):
