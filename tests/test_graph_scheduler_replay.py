@@ -45,15 +45,18 @@ class _PagedWrapper:
     """flashinfer.BatchDecodeWithPagedKVCacheWrapper's plan in CUDA-graph mode, reduced to what
     matters here: Python work, then the module's scheduler over the host arrays."""
 
-    def __init__(self, *, stale=False, info=lambda ptr: [7, 8, 9], module=True):
+    def __init__(self, *, stale=False, info=lambda ptr: [7, 8, 9], module=True, refuse_above=None):
         self._float_workspace_buffer = torch.zeros(64, dtype=torch.uint8)
         self._int_workspace_buffer = torch.zeros(256, dtype=torch.int32)
         self._pin_memory_int_workspace_buffer = torch.zeros(256, dtype=torch.int32)
         self._module = SimpleNamespace(plan=_scheduler(info)) if module else None
         self._stale = stale
+        self._refuse_above = refuse_above
         self.whole_plans = 0
 
     def plan(self, indptr, indices, last_page_len, *args, seq_lens=None, **kwargs):
+        if self._refuse_above is not None and int(seq_lens.max()) > self._refuse_above:
+            raise ValueError("a length this wrapper refuses")       # e.g. one of FlashInfer's own checks
         self.whole_plans += 1
         indptr_host = indptr.to("cpu")                      # the caller's host tensor itself
         if self._stale:                                     # a wrapper that hands its scheduler a copy
@@ -233,3 +236,11 @@ def test_lengths_whose_page_counts_cannot_change_keep_the_whole_plan(monkeypatch
     g, w, page = _graph(monkeypatch, _PagedWrapper, LLAMA, "fa3", batch=2, width=1)
     _run_steps(g, w, page, [[3, 5], [4, 6]])
     assert not g.scheduler.ready and "page count can change" in g.scheduler.refused
+
+
+def test_a_check_that_trips_keeps_the_whole_plan_and_the_step_planned(monkeypatch):
+    # the wrapper refuses the check's other lengths (one page doubled to two): the check refuses,
+    # every step is planned whole
+    g, w, page = _graph(monkeypatch, lambda: _PagedWrapper(refuse_above=20), LLAMA, "fa3", width=16)
+    _run_steps(g, w, page, _advancing([10, 12], 4))
+    assert not g.scheduler.ready and "raised ValueError" in g.scheduler.refused

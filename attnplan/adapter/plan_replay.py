@@ -13,11 +13,16 @@ the scheduler call alone, replayed with the arguments the wrapper gave it.
 
 That is checked on the real wrapper, not assumed (``SchedulerReplay.learn``): the scheduler call
 is recorded under one whole plan; then over other lengths (every request's page count halved or
-doubled) the whole plan runs again, and the recorded call alone must leave the same schedule in
-the int workspace and return the same plan info, which must also equal the first plan's (the
-captured graph holds that one) - and the two lengths' schedules must differ, or the check could
-not tell a stale argument from a live one. Any difference, and the graph replays the wrapper's
-whole plan as before, with the reason kept (``refused``).
+doubled; failing that, every request's table full) the whole plan runs again, and the recorded call
+alone must leave the same bytes in the int workspace - those it writes: two replays over pinned
+scratch filled 0x00 and 0xFF tell them from alignment gaps copied as found - and return the same
+plan info, which must also equal the first plan's (the captured graph holds that one); and replayed
+over this step's lengths it must leave another schedule, or the check could not tell a stale
+argument from a live one. Any difference, and the graph replays the wrapper's whole plan as before,
+with the reason kept (``refused``). On the H100 (bench/logs/h100-2026-11-26o) the first version of
+this check - whole-workspace bytes, no scratch fill - learned fa2, fa3, spec-decode, sink and fa2-MLA
+graphs and refused fa3-MLA (its plan stages through fresh scratch per call) and fa2 below 8 pages a
+request (one schedule for every page count); the version here has run on the CPU only.
 
 Both ways share one hazard FlashInfer's own graph path has too: the scheduler writes a pinned
 host buffer and enqueues its copy to the device; a host more than one step ahead would rewrite
@@ -144,6 +149,8 @@ class SchedulerReplay:
             return moved[-1]
         try:
             return self._learn(scheduler, full_plan, other, restore)
+        except Exception as exc:    # an optimisation's check: what it trips on keeps the whole plan
+            return self._refuse(f"the check raised {type(exc).__name__}: {exc}")
         finally:
             if not self.ready and any(moved):
                 restore()
