@@ -374,10 +374,14 @@ def test_ctrl_c_prints_partial_report(services):
     with RawServer(hang) as hung:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("ATTNPLAN_TOKEN", None)
+        # Ctrl-C as a terminal delivers it: the child's SIGINT at its default, whatever this process
+        # inherited (a run started in the background by a non-interactive shell ignores SIGINT, and an
+        # ignored signal stays ignored across exec - Python then installs no KeyboardInterrupt).
         proc = subprocess.Popen(
             [sys.executable, "-m", "attnplan", "preflight", "--hosts", f"{services['b200a']},{hung.host}", *LLAMA,
              "--json", "--timeout", "60"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             assert hung.requested.wait(30), "preflight never reached the hanging node"
             time.sleep(0.5)  # the good node answers in milliseconds
