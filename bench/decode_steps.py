@@ -321,13 +321,15 @@ def decode_rows(name, out_dir, batches, contexts):
             g0.layout.seq_lens.copy_(inp.seq_lens)
             g0.layout.table.copy_(table)
             # And one whose planned steps run FlashInfer's whole plan, not its scheduler call alone
-            # (the tree before plan_replay.py): ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0.
-            gw = graph_with(ex, bs, width, cache, "ATTNPLAN_GRAPH_SCHEDULER_REPLAY")
-            gw.update(inp.seq_lens, table, seq_cpu)
-            gw.capture()
+            # (the tree before plan_replay.py): ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0. A call planned on
+            # the device (XQA) has no host plan: the same graph serves.
+            gw = g
             if getattr(g, "host_planned", False) and hasattr(g, "scheduler"):
                 row["scheduler_replay"] = g.scheduler.ready
                 row["scheduler_refused"] = g.scheduler.refused
+                gw = graph_with(ex, bs, width, cache, "ATTNPLAN_GRAPH_SCHEDULER_REPLAY")
+                gw.update(inp.seq_lens, table, seq_cpu)
+                gw.capture()
 
             def adapter_step():
                 g.update(inp.seq_lens, table, seq_cpu)
@@ -350,18 +352,16 @@ def decode_rows(name, out_dir, batches, contexts):
             offs = torch.randint(0, page, (bs,), generator=torch.Generator().manual_seed(bs * 7919 + ctx))
             host_steps = [(ctx - advance - page + offs + i).int() for i in range(advance)]
             dev_steps = [h.cuda() for h in host_steps]
-            at = [0]
 
-            def adapter_advancing():
-                i = at[0] = (at[0] + 1) % advance
-                g.update(dev_steps[i], table, host_steps[i])
-                g.graph.replay()
-            at_w = [0]
+            def advancing(graph):
+                at = [0]
 
-            def adapter_advancing_whole():
-                i = at_w[0] = (at_w[0] + 1) % advance
-                gw.update(dev_steps[i], table, host_steps[i])
-                gw.graph.replay()
+                def step():
+                    i = at[0] = (at[0] + 1) % advance
+                    graph.update(dev_steps[i], table, host_steps[i])
+                    graph.graph.replay()
+                return step
+            adapter_advancing, adapter_advancing_whole = advancing(g), advancing(gw)
             if mla:
                 qn = torch.randn(bs * qd, p.num_qo_heads, p.kv_lora_rank, device="cuda").bfloat16()
                 qp = torch.randn(bs * qd, p.num_qo_heads, p.qk_rope_head_dim, device="cuda").bfloat16()

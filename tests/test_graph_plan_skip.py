@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from attnplan.policy import AttentionConfig, plan_for, simulated_node
-
 torch = pytest.importorskip("torch")
 pytest.importorskip("flashinfer")
+
+from graph_stand_ins import advancing as _steps, graph, page_indptr as _indptr  # noqa: E402
 
 LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 
@@ -31,37 +31,9 @@ class _Wrapper:
 
 
 def _graph(monkeypatch, backend: str, batch: int, width: int):
-    from attnplan.adapter import AttentionExecutor
-    from attnplan.adapter.calls import strategy
-    from attnplan.adapter.graphs import DecodeGraph
-
-    answer = plan_for(AttentionConfig(**LLAMA, attention_backend=backend), simulated_node("H100"), engine="flashinfer")
-    assert answer.ok, answer.violations
-    assert answer.plan.decode.flashinfer_backend == backend
-    from attnplan.adapter.calls import registry
-
-    # every wrapper the executor and the graph make (FlashInfer's need a GPU to allocate)
-    for name, call in registry().items():
-        if strategy(name).host_planned:
-            monkeypatch.setattr(call, "construct", lambda b, pp, **graph_buffers: _Wrapper())
-    ex = AttentionExecutor(answer, device="cpu", backend="flashinfer", check=False)
-    page = answer.plan.kv_cache.page_size
-    cache = ex.allocate_kv_cache(batch * width)
-    g = DecodeGraph(ex, batch, width, cache)
-    assert isinstance(g.wrapper, _Wrapper)
-    return g, g.wrapper, page
-
-
-def _indptr(seq, page):
-    out = [0]
-    for s in seq:
-        out.append(out[-1] + (s + page - 1) // page)
-    return out
-
-
-def _steps(start, n):
-    """n decode steps: every request one token longer each step."""
-    return [[s + i for s in start] for i in range(n)]
+    g, w, page = graph(monkeypatch, _Wrapper, LLAMA, backend, batch, width)
+    assert isinstance(w, _Wrapper)
+    return g, w, page
 
 
 @pytest.mark.parametrize("start", [[1], [14, 30, 1, 17], [16, 32, 48, 64]])

@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import pytest
 
 from attnplan.errors import AdapterCallError
-from attnplan.policy import AttentionConfig, plan_for, simulated_node
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("flashinfer")
+
+from graph_stand_ins import advancing as _advancing, graph as _graph, page_indptr as _page_indptr  # noqa: E402
 
 LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
@@ -113,35 +114,6 @@ class _MlaWrapper:
         pass
 
 
-def _graph(monkeypatch, make, config, backend=None, batch=2, width=16):
-    from attnplan.adapter import AttentionExecutor
-    from attnplan.adapter.calls import registry, strategy
-    from attnplan.adapter.graphs import DecodeGraph
-
-    cfg = dict(config, attention_backend=backend) if backend else config
-    answer = plan_for(AttentionConfig(**cfg), simulated_node("H100"), engine="flashinfer")
-    assert answer.ok, answer.violations
-    made = []
-
-    def construct(b, pp, **graph_buffers):
-        made.append(make())
-        return made[-1]
-    for name, call in registry().items():
-        if strategy(name).host_planned:
-            monkeypatch.setattr(call, "construct", construct)
-    ex = AttentionExecutor(answer, device="cpu", backend="flashinfer", check=False)
-    cache = ex.allocate_kv_cache(batch * width)
-    g = DecodeGraph(ex, batch, width, cache)
-    return g, g.wrapper, answer.plan.kv_cache.page_size
-
-
-def _page_indptr(seq, page):
-    out = [0]
-    for s in seq:
-        out.append(out[-1] + (s + page - 1) // page)
-    return out
-
-
 def _workspace(w):
     ws = w._planned_backend._int_workspace_buffer if isinstance(w, _MlaWrapper) else w._int_workspace_buffer
     return ws.tolist()
@@ -160,10 +132,6 @@ def _run_steps(g, w, page, steps, schedule_lens=True):
             planned_lens = seq
         want = schedule_of(_page_indptr(seq, page), planned_lens if schedule_lens else seq)
         assert _workspace(w)[:len(want)] == want, seq
-
-
-def _advancing(start, n):
-    return [[s + i for s in start] for i in range(n)]
 
 
 @pytest.mark.parametrize("backend", ["fa2", "fa3"])

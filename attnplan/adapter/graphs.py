@@ -190,12 +190,9 @@ class DecodeGraph:
         self._guard.before()
         if self.scheduler.ready:
             self.scheduler()
-        elif self._planned is not None:
-            plan, args, kwargs = self._planned
-            plan(*args, **kwargs)
         else:
-            self._plan(host)
-            if self._learn:
+            self._full_plan()
+            if self._learn:                 # the first plan: check the scheduler call alone, once
                 self._learn = False
                 real = host.seq_lens.numpy().copy()
                 self.scheduler.learn(lambda: self.call.graph_scheduler(self.wrapper), self._full_plan,

@@ -88,6 +88,12 @@ def record(s: Scheduler, plan: Callable[[], Any]) -> list[tuple[tuple, dict, Any
     return calls
 
 
+def record_one(s: Scheduler, plan: Callable[[], Any]) -> tuple[Optional[tuple[tuple, dict, Any]], int]:
+    """``record`` where the plan must call its scheduler once: (that call or None, how many calls)."""
+    calls = record(s, plan)
+    return (calls[0] if len(calls) == 1 else None), len(calls)
+
+
 class PinnedGuard:
     """One step in flight for a scheduler's pinned staging buffer: ``before()`` waits for the copy
     the previous plan enqueued, ``after()`` marks this plan's. Nothing on a CPU device."""
@@ -163,11 +169,11 @@ class SchedulerReplay:
         s = scheduler()
         if s is None:
             return self._refuse("this call's wrapper names no scheduler to replay")
-        calls = record(s, full_plan)
-        if len(calls) != 1:
-            return self._refuse(f"the wrapper's plan called its scheduler {len(calls)} times")
+        call, n = record_one(s, full_plan)
+        if call is None:
+            return self._refuse(f"the wrapper's plan called its scheduler {n} times")
         fn = getattr(s.owner, s.attr)
-        args, kwargs, first = calls[0]
+        args, kwargs, first = call
         ws = s.schedule
         # The scheduler's pinned scratch: what it leaves unwritten (alignment gaps) is copied to the
         # workspace as it was, so two replays over scratch filled 0x00 and 0xFF tell the bytes it
@@ -191,11 +197,11 @@ class SchedulerReplay:
             s2 = scheduler()
             if s2 is None or s2.schedule.data_ptr() != ws.data_ptr():
                 return self._refuse("the wrapper's next plan left its schedule in another workspace")
-            whole_plan = record(s2, full_plan)
-            if len(whole_plan) != 1:
-                return self._refuse(f"the wrapper's plan called its scheduler {len(whole_plan)} times")
+            whole_plan, n = record_one(s2, full_plan)
+            if whole_plan is None:
+                return self._refuse(f"the wrapper's plan called its scheduler {n} times")
             _sync(ws)
-            whole, there = ws.clone(), s.info(whole_plan[0][2])
+            whole, there = ws.clone(), s.info(whole_plan[2])
             info0, got0 = replay(0x00)
             _, got1 = replay(0xFF)
             written = got0 == got1
