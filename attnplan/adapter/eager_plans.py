@@ -13,9 +13,18 @@ kernel call (``step.extra["decode_wrapper"]``). A check that refuses leaves the 
 backend's own wrapper, as before.
 
 Memory: the paged wrappers (fa2, fa3, sinks) plan into one int workspace and pinned buffer shared
-by every layout's (8 MiB each; a step plans before it runs, one stream); MLA's wrapper plans into
+by every layout's (8 MiB each; a step plans before it runs, one stream; one guard keeps the host from
+rewriting the pinned buffer before the previous step's copy out of it ran); MLA's wrapper plans into
 its own (16 MiB with its pinned staging), so at most ``MAX_OWN`` MLA layouts at once get one.
 ``ATTNPLAN_EAGER_SCHEDULER_REPLAY=0`` keeps every eager step on the backend's wrapper.
+
+What the check costs, once per layout (its ``AFTER``-th step): the wrapper's whole plan three times
+more and one device synchronization (it compares workspaces on the device); a step after that reads
+nothing back from the device. The whole plans write the layout's buffers in stream order before the
+step's metadata launch rewrites them - for MLA also the KV lengths, which on a layout bound to an
+engine's tensors (``DecodeLayouts.pick``) are the engine's own: the check's other lengths, then this
+step's again, as FlashInfer's own CUDA-graph MLA wrapper writes its host lengths into that buffer
+each plan.
 """
 
 from __future__ import annotations
@@ -40,19 +49,22 @@ class EagerPlans:
     def __init__(self, device: Any):
         self.enabled = os.environ.get("ATTNPLAN_EAGER_SCHEDULER_REPLAY") != "0"
         self.device = device
-        self._shared: Optional[tuple[Any, Any]] = None
+        self._shared: Optional[tuple[Any, Any, Any]] = None
         self._own: "weakref.WeakSet[HostPlan]" = weakref.WeakSet()
         self.refused: dict[tuple, str] = {}      # (batch size, q_len, width, index) -> why, the last few
         self.made = 0
 
-    def _workspace(self) -> tuple[Any, Any]:
+    def _workspace(self) -> tuple[Any, Any, Any]:
+        """(int workspace, pinned staging buffer, its one-step-in-flight guard), made on first use."""
         if self._shared is None:
             import torch
+
+            from .plan_replay import PinnedGuard
 
             # The size FlashInfer's wrappers allocate for themselves (flashinfer/decode.py __init__).
             dev = torch.empty(8 * 1024 * 1024, dtype=torch.uint8, device=self.device)
             cuda = dev.device.type == "cuda"
-            self._shared = (dev, torch.empty(dev.shape, dtype=torch.uint8, pin_memory=cuda))
+            self._shared = (dev, torch.empty(dev.shape, dtype=torch.uint8, pin_memory=cuda), PinnedGuard(dev.device))
         return self._shared
 
     def planned(self, ctx: Any, index: int, step: Any) -> Optional[Any]:

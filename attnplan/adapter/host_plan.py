@@ -44,11 +44,11 @@ class HostPlan:
     ``CallContext``) in CUDA-graph mode over ``layout``'s buffers, planned from ``host``; each step
     ``plan()`` after the caller filled ``host`` with the step's lengths. ``learn``: check and use
     the scheduler replay (else ``refused`` says why not). ``shared_workspace``: (device int
-    workspace, pinned host buffer) to plan into instead of the wrapper's own, for wrappers whose
-    steps all plan before they run (no page-count skip then)."""
+    workspace, pinned host buffer, the buffer's ``PinnedGuard``) to plan into instead of the
+    wrapper's own, for wrappers whose steps all plan before they run (no page-count skip then)."""
 
     def __init__(self, backend: Any, layout: DecodeLayout, host: HostDecodeArrays, *, learn: bool = True,
-                 refused: str = "", shared_workspace: Optional[tuple[Any, Any]] = None):
+                 refused: str = "", shared_workspace: Optional[tuple[Any, Any, PinnedGuard]] = None):
         import torch
 
         self.backend = backend
@@ -78,7 +78,8 @@ class HostPlan:
         self._learn = learn
         if not learn:
             self.scheduler.refused = refused
-        self._guard = PinnedGuard(layout.device)
+        # One step in flight per pinned staging buffer: a shared buffer's guard is shared too.
+        self._guard = shared_workspace[2] if self.shared else PinnedGuard(layout.device)
 
     def plan(self) -> None:
         """Plan this step's lengths (already in ``host``)."""
@@ -145,12 +146,12 @@ def other_lengths(host: HostDecodeArrays, real: Any, attempt: int) -> bool:
     return True
 
 
-def _share(wrapper: Any, workspace: tuple[Any, Any]) -> bool:
+def _share(wrapper: Any, workspace: tuple[Any, Any, Any]) -> bool:
     """Point a paged wrapper's int workspace and its pinned staging buffer at ``workspace``
     (flashinfer/decode.py and prefill.py ``__init__`` allocate 8 MiB of each per wrapper; their
     ``plan`` hands both to the scheduler and ``run`` reads the first). False, and nothing changed,
     for a wrapper without those two attributes (MLA's planned backends own theirs)."""
-    dev, pinned = workspace
+    dev, pinned, _ = workspace
     names = ("_int_workspace_buffer", "_pin_memory_int_workspace_buffer")
     if not all(isinstance(getattr(wrapper, n, None), type(dev)) for n in names):
         return False
