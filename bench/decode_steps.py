@@ -18,9 +18,13 @@ Per shape (every request at the same context, block table exactly as wide as it 
 step (the shape seen before: issue 41's cache per (batch, q_len, table width)):
 - ``metadata``: host median of ``build_step`` for the decode-only step (persistent input tensors,
   read in place, and copied ones);
-- ``plan_step``: host median of the executor's ``plan_step`` (metadata + FlashInfer's ``plan``);
-- ``fi_plan``: host median of FlashInfer's ``plan`` alone, called with the very arguments
-  ``plan_step`` gave it (recorded once), on the same wrapper; XQA plans nothing (0);
+- ``plan_step``: host median of the executor's ``plan_step`` (metadata + the plan: a shape seen
+  ``EagerPlans.AFTER`` times plans through its layout's own wrapper with FlashInfer's scheduler alone,
+  eager_plans.py; ``eager_replay`` says whether it did); ``plan_step_whole``: the same with
+  ``ATTNPLAN_EAGER_SCHEDULER_REPLAY=0`` (FlashInfer's whole ``plan`` every step, as before);
+- ``fi_plan``: host median of FlashInfer's ``plan`` alone on the backend's own wrapper (the one a
+  FlashInfer user plans each step), called with the very arguments the strategy gives it
+  (recorded once); XQA plans nothing (0);
 - graph step end to end: ``steps`` back-to-back decode steps, wall time / steps with one sync at the
   end (a step's host work overlaps the previous step's kernels, as in a serving loop; the best of
   two rounds, the variants interleaved), and the host time of one step (median, synchronized
@@ -297,14 +301,24 @@ def decode_rows(name, out_dir, batches, contexts):
             row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
             row["plan_step_copying_us"] = host_median(lambda: ex.plan_step(flip.reverse() or flip[0]))
             step = ex.plan_step(inp)
+            # A repeated shape plans through its layout's own wrapper, with the scheduler alone once
+            # checked (eager_plans.py); the same executor with that off, in this process, beside it.
+            row["eager_replay"] = step.extra.get("decode_wrapper") is not None
+            row["eager_refused"] = "; ".join(sorted(set(ex.backend.eager.refused.values()))) or None
             w = ex.backend._decode
             if w is not None:
-                a, k = recorded_plan(w, lambda: ex.backend.plan_step(step))
+                # FlashInfer's plan of the backend's own wrapper (as a FlashInfer user plans each step)
+                a, k = recorded_plan(w, lambda: ex.backend.calls["decode"].plan(ex.backend, w, step.decode, "decode"))
                 row["fi_plan_us"] = host_median(lambda: w.plan(*a, **k))
+                ex0 = with_env("ATTNPLAN_EAGER_SCHEDULER_REPLAY", lambda: executor_for(name))
+                row["plan_step_whole_us"] = host_median(lambda: ex0.plan_step(inp))
+                del ex0
             else:
                 row["fi_plan_us"] = 0.0
+                row["plan_step_whole_us"] = row["plan_step_us"]
             row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - row["fi_plan_us"]
             row["plan_step_copying_minus_fi_plan_us"] = row["plan_step_copying_us"] - row["fi_plan_us"]
+            row["plan_step_whole_minus_fi_plan_us"] = row["plan_step_whole_us"] - row["fi_plan_us"]
             # Graph steps, adapter vs FlashInfer's own.
             g = DecodeGraph(ex, bs, width, cache)
             g.update(inp.seq_lens, table, seq_cpu)
@@ -598,15 +612,12 @@ def host_gap_parts(g, seq_cpu, pa, pk):
     }
 
 
-def graph_with(ex, bs, width, cache, var):
-    """A ``DecodeGraph`` built with ``var=0`` in the environment (a switch read at construction:
-    ATTNPLAN_FUSED_APPEND, ATTNPLAN_GRAPH_SCHEDULER_REPLAY), the environment restored after."""
-    from attnplan.adapter.graphs import DecodeGraph
-
+def with_env(var, make):
+    """``make()`` with ``var=0`` in the environment (a switch read at construction), restored after."""
     old = os.environ.get(var)
     os.environ[var] = "0"
     try:
-        return DecodeGraph(ex, bs, width, cache)
+        return make()
     finally:
         if old is None:
             del os.environ[var]
@@ -614,11 +625,19 @@ def graph_with(ex, bs, width, cache, var):
             os.environ[var] = old
 
 
+def graph_with(ex, bs, width, cache, var):
+    """A ``DecodeGraph`` built with ``var=0`` (ATTNPLAN_FUSED_APPEND, ATTNPLAN_GRAPH_SCHEDULER_REPLAY)."""
+    from attnplan.adapter.graphs import DecodeGraph
+
+    return with_env(var, lambda: DecodeGraph(ex, bs, width, cache))
+
+
 def update_planned(g, seq_cpu, seq_lens=None, table=None):
     """``DecodeGraph.update`` as on a step that plans: fa2's graph skips FlashInfer's ``plan`` while the
-    page counts repeat (graphs.py ``_pages_only``), and these rows repeat one length set, so the last
+    page counts repeat (host_plan.py ``HostPlan.plan``), and these rows repeat one length set, so the last
     planned page counts are forgotten first. ``seq_lens`` / ``table`` None: the graph's own buffers."""
-    g._planned_pages = None
+    if g.host_planned:
+        g.planner._planned_pages = None
     g.update(g.layout.seq_lens if seq_lens is None else seq_lens, g.layout.table if table is None else table, seq_cpu)
 
 
@@ -690,11 +709,12 @@ def profile(out_dir, n=300, batches=(1, 64), names=("fa2", "mla-fa3")):
 
 
 def table(rows):
-    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer | graph step µs: FlashInfer + its own append / in place, unfused | in place ÷ FlashInfer + own append: fused / unfused (adapter ÷) | lengths +1 a step: adapter graph step µs / ÷ FlashInfer + own append (plans skipped) | the same, FlashInfer's whole plan on planned steps: ÷ FlashInfer + own append (scheduler replay) |",
+    lines = ["| backend | batch × ctx | plan_step − FlashInfer plan: persistent / copied inputs (plan) [eager scheduler replay; off: persistent] | graph step µs: adapter / in place / FlashInfer / FlashInfer + append | adapter ÷ FlashInfer (in place) | adapter ÷ FlashInfer + append (in place) | host per graph step µs: adapter / in place / FlashInfer | graph step µs: FlashInfer + its own append / in place, unfused | in place ÷ FlashInfer + own append: fused / unfused (adapter ÷) | lengths +1 a step: adapter graph step µs / ÷ FlashInfer + own append (plans skipped) | the same, FlashInfer's whole plan on planned steps: ÷ FlashInfer + own append (scheduler replay) |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['backend']} | {r['batch']} × {r['ctx'] // 1024}k | {r['plan_step_minus_fi_plan_us']:.0f} / "
-                     f"{r['plan_step_copying_minus_fi_plan_us']:.0f} ({r['fi_plan_us']:.0f}) | "
+                     f"{r['plan_step_copying_minus_fi_plan_us']:.0f} ({r['fi_plan_us']:.0f}) [{_eager_word(r)}; "
+                     f"{r.get('plan_step_whole_minus_fi_plan_us', float('nan')):.0f}] | "
                      f"{r['adapter_graph_step_us']:.1f} / {r['adapter_inplace_graph_step_us']:.1f} / "
                      f"{r['fi_graph_step_us']:.1f} / {r['fi_append_graph_step_us']:.1f} | {r['ratio']:.2f} "
                      f"({r['ratio_inplace']:.2f}) | {r['ratio_vs_fi_append']:.2f} ({r['ratio_inplace_vs_fi_append']:.2f}) | "
@@ -707,6 +727,12 @@ def table(rows):
                      f"{r.get('ratio_advancing_whole_vs_fi_own_append', float('nan')):.2f} "
                      f"({_replay_word(r)}) |")
     return "\n".join(lines)
+
+
+def _eager_word(r):
+    if not r.get("fi_plan_us"):
+        return "nothing planned on the host"
+    return "on" if r.get("eager_replay") else f"off: {r.get('eager_refused')}"
 
 
 def _replay_word(r):

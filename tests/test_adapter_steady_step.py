@@ -191,7 +191,7 @@ def test_a_plan_that_plans_nothing_on_the_host_gets_the_checked_bound_alone():
 
 
 def test_a_graph_replays_its_first_plans_arguments_which_are_the_refilled_host_arrays():
-    """DecodeGraph records the first plan a strategy makes (``_PlanRecorder``) and replays those
+    """DecodeGraph records the first plan a strategy makes (host_plan.py ``_PlanRecorder``) and replays those
     arguments each step: they must be the shape's host arrays themselves, so a refill is what
     the next plan reads - held here with the real fa2 decode strategy and a wrapper that keeps
     what its plan saw."""
@@ -199,7 +199,7 @@ def test_a_graph_replays_its_first_plans_arguments_which_are_the_refilled_host_a
 
     from attnplan.adapter.calls import strategy
     from attnplan.adapter.decode_layout import DecodeLayout
-    from attnplan.adapter.graphs import _PlanRecorder
+    from attnplan.adapter.host_plan import _PlanRecorder
     from attnplan.adapter.params import AttentionParams
 
     answer = plan_for(AttentionConfig(**LLAMA), simulated_node("H100"), engine="flashinfer")

@@ -39,7 +39,7 @@ def _graph(monkeypatch, backend: str, batch: int, width: int):
 @pytest.mark.parametrize("start", [[1], [14, 30, 1, 17], [16, 32, 48, 64]])
 def test_fa2_plans_only_when_a_page_count_changes(monkeypatch, start):
     g, w, page = _graph(monkeypatch, "fa2", len(start), 16)
-    assert g._pages_only
+    assert g.planner.pages_only
     table = torch.zeros(len(start), 16, dtype=torch.int32)
     planned_for = []
     steps = _steps(start, 3 * page)
@@ -60,7 +60,7 @@ def test_fa2_plans_only_when_a_page_count_changes(monkeypatch, start):
 
 def test_a_planner_that_reads_lengths_plans_every_step(monkeypatch):
     g, w, page = _graph(monkeypatch, "fa3", 2, 16)
-    assert not g._pages_only
+    assert not g.planner.pages_only
     table = torch.zeros(2, 16, dtype=torch.int32)
     steps = _steps([20, 40], 2 * page)
     for seq in steps:

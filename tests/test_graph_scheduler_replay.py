@@ -12,8 +12,6 @@ checks that the workspace holds the schedule of that step's lengths, whichever w
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from attnplan.errors import AdapterCallError
@@ -21,102 +19,11 @@ from attnplan.errors import AdapterCallError
 torch = pytest.importorskip("torch")
 pytest.importorskip("flashinfer")
 
-from graph_stand_ins import advancing as _advancing, graph as _graph, page_indptr as _page_indptr  # noqa: E402
+from graph_stand_ins import (MlaWrapper as _MlaWrapper, PagedWrapper as _PagedWrapper, advancing as _advancing,  # noqa: E402
+                             graph as _graph, page_indptr as _page_indptr, schedule_of, workspace as _workspace)
 
 LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
-
-
-def schedule_of(indptr, lens):
-    """What the stand-in scheduler writes: a function of the page indptr and the KV lengths."""
-    ptr = [int(x) for x in indptr]
-    return [v * 3 + 1 for v in ptr] + [int(x) % 7 for x in lens]
-
-
-def _scheduler(info):
-    def plan(float_ws, int_ws, pinned, qo_indptr_host, indptr_host, kv_lens_host, *rest):
-        sched = schedule_of(indptr_host, kv_lens_host)
-        pinned[:len(sched)] = torch.tensor(sched, dtype=torch.int32)
-        int_ws[:len(sched)].copy_(pinned[:len(sched)])     # FlashInfer: cudaMemcpyAsync from the pinned buffer
-        return info(indptr_host)
-    return plan
-
-
-class _PagedWrapper:
-    """flashinfer.BatchDecodeWithPagedKVCacheWrapper's plan in CUDA-graph mode, reduced to what
-    matters here: Python work, then the module's scheduler over the host arrays."""
-
-    def __init__(self, *, stale=False, info=lambda ptr: [7, 8, 9], module=True, refuse_above=None):
-        self._float_workspace_buffer = torch.zeros(64, dtype=torch.uint8)
-        self._int_workspace_buffer = torch.zeros(256, dtype=torch.int32)
-        self._pin_memory_int_workspace_buffer = torch.zeros(256, dtype=torch.int32)
-        self._module = SimpleNamespace(plan=_scheduler(info)) if module else None
-        self._stale = stale
-        self._refuse_above = refuse_above
-        self.whole_plans = 0
-
-    def plan(self, indptr, indices, last_page_len, *args, seq_lens=None, **kwargs):
-        if self._refuse_above is not None and int(seq_lens.max()) > self._refuse_above:
-            raise ValueError("a length this wrapper refuses")       # e.g. one of FlashInfer's own checks
-        self.whole_plans += 1
-        indptr_host = indptr.to("cpu")                      # the caller's host tensor itself
-        if self._stale:                                     # a wrapper that hands its scheduler a copy
-            indptr_host = indptr_host.clone()
-        qo_indptr_host = torch.arange(len(last_page_len) + 1, dtype=torch.int32)   # new each plan, constant
-        if self._module is None:
-            sched = schedule_of(indptr_host, seq_lens)
-            self._int_workspace_buffer[:len(sched)] = torch.tensor(sched, dtype=torch.int32)
-            self._plan_info = None
-            return
-        self._cached_module = self._module
-        self._plan_info = self._cached_module.plan(self._float_workspace_buffer, self._int_workspace_buffer,
-                                                   self._pin_memory_int_workspace_buffer, qo_indptr_host,
-                                                   indptr_host, seq_lens.to("cpu"), len(last_page_len))
-
-    def run(self, *args, **kwargs):
-        pass
-
-
-class _MlaProxy:
-    """flashinfer/jit/attention/modules.py _BatchMLAModuleProxy: the scheduler is a method."""
-
-    def plan_with_staged_workspace_bytes(self, float_ws, int_ws, pinned, qo, kv_indptr, kv_len, *rest):
-        sched = schedule_of(kv_indptr, kv_len)
-        pinned[:len(sched)] = torch.tensor(sched, dtype=torch.int32)
-        int_ws[:len(sched)].copy_(pinned[:len(sched)])
-        return [1, 2, 3], 4 * len(sched) + int(kv_len[0])    # bytes staged: not plan info
-
-
-class _MlaWrapper:
-    """mla/_batch_mla/_wrapper.py plan in CUDA-graph mode: a new backend object per plan, the
-    previous one's int workspace reused, a new pinned scratch each time."""
-
-    proxy = _MlaProxy()
-
-    def __init__(self):
-        self._float_workspace_buffer = torch.zeros(64, dtype=torch.uint8)
-        self._planned_backend = None
-        self.whole_plans = 0
-
-    def plan(self, *, metadata, **kwargs):
-        self.whole_plans += 1
-        prev = self._planned_backend
-        be = SimpleNamespace(_cached_module=self.proxy,
-                             _int_workspace_buffer=torch.zeros(256, dtype=torch.int32) if prev is None
-                             else prev._int_workspace_buffer,
-                             _pin_memory_int_workspace_buffer=torch.zeros(256, dtype=torch.int32))
-        be._plan_info = be._cached_module.plan_with_staged_workspace_bytes(
-            self._float_workspace_buffer, be._int_workspace_buffer, be._pin_memory_int_workspace_buffer,
-            metadata.qo_indptr.to("cpu"), metadata.kv_indptr.to("cpu"), metadata.kv_len_arr.to("cpu"), 16, 512, False)
-        self._planned_backend = be
-
-    def run(self, *args, **kwargs):
-        pass
-
-
-def _workspace(w):
-    ws = w._planned_backend._int_workspace_buffer if isinstance(w, _MlaWrapper) else w._int_workspace_buffer
-    return ws.tolist()
 
 
 def _run_steps(g, w, page, steps, schedule_lens=True):

@@ -77,6 +77,10 @@ class DecodeLayout:
         # Host side, fixed for the shape: qo indptr and the query lengths.
         self.qo_indptr_cpu = torch.arange(b + 1, dtype=torch.int32) * q
         self.query_lens = (q,) * b
+        # The eager path's planning state for this layout (eager_plans.py): its steps so far and,
+        # per decode call, the wrapper planned over these buffers (or False: the backend's own).
+        self.eager_steps = 0
+        self.planners: dict[int, Any] = {}
 
     @property
     def num_tokens(self) -> int:
@@ -439,6 +443,8 @@ def decode_step(plan: Any, inp: Any, needs: Any, layouts: DecodeLayouts, *, defe
     step = StepMetadata(kind="decode_only", needs=needs, num_tokens=layout.num_tokens, slots=layout.slots, decode=batch,
                         slot_pages=layout.slot_pages, slot_offsets=layout.slot_offsets)
     step.extra["layout"] = layout
+    if host is not None:
+        step.extra["host_arrays"] = host
     if defer_launch:
         step.extra["launch"] = layout.launcher(inp.seq_lens, table)
     return step

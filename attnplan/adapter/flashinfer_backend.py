@@ -36,6 +36,7 @@ from attnplan.policy import Plan
 
 from .calls import DEFAULT, DecodeSwitch, FixedDecode, KernelCall, strategy, workspace_layout
 from .dtypes import NVFP4, torch_dtype
+from .eager_plans import EagerPlans
 from .merge import fold_heads
 from .params import AttentionParams, split_kv_kwargs
 from .step import PhaseBatch, StepMetadata
@@ -71,6 +72,7 @@ class FlashInferBackend:
                                 non_blocking=True, **split_kv_kwargs(plan.attention)) for ph in ("prefill", "decode")}
         self.parts: dict[str, Any] = {}
         self._memo: dict[Any, Any] = {}
+        self.eager = EagerPlans(self.device)     # repeated decode shapes' own wrappers (shared by the views)
         self._decode = self.make_wrapper("decode")
         self._prefill = self.make_wrapper("prefill")
         self._wrappers = {"decode": self._decode, "prefill": self._prefill}
@@ -145,13 +147,22 @@ class FlashInferBackend:
             batch = getattr(step, phase)
             if batch is None:
                 continue
-            ctx = self
+            ctx, index = self, DEFAULT
             if phase == "decode" and self.switch is not None:
                 # one comparison of a host int the metadata holds (calls/_choice.py); the pick rides the step
-                ctx = step.extra["decode_context"] = self.decode_contexts[self.switch.pick(batch)]
+                index = self.switch.pick(batch)
+                ctx = step.extra["decode_context"] = self.decode_contexts[index]
             wrapper = ctx._wrappers[phase]
             if wrapper is not None:
-                ctx.calls[phase].plan(ctx, wrapper, batch, phase)
+                # A decode shape that repeats plans through a wrapper of its own over its layout's
+                # buffers, with FlashInfer's scheduler alone once checked (eager_plans.py).
+                own = None
+                if phase == "decode":
+                    own = self.eager.planned(ctx, index, step)
+                if own is None:
+                    ctx.calls[phase].plan(ctx, wrapper, batch, phase)
+                else:
+                    step.extra["decode_wrapper"] = own
             else:
                 step.extra.update(ctx.calls[phase].device_extras(ctx, getattr(ctx.plan, phase), batch.num_reqs))
 
@@ -164,8 +175,9 @@ class FlashInferBackend:
                    v_scale: float = 1.0, sinks: Optional[Any] = None) -> None:
         assert step.decode is not None
         ctx = self if self.switch is None else step.extra.get("decode_context", self)
-        ctx.calls["decode"].run(ctx, ctx._decode, step, "decode", q, cache, out, k_scale=k_scale,
-                                v_scale=v_scale, sinks=sinks)
+        wrapper = step.extra.get("decode_wrapper")
+        ctx.calls["decode"].run(ctx, ctx._decode if wrapper is None else wrapper, step, "decode", q, cache, out,
+                                k_scale=k_scale, v_scale=v_scale, sinks=sinks)
 
     def run_prefill(self, step: StepMetadata, q: Any, cache: Any, out: Any, *, k_scale: float = 1.0,
                     v_scale: float = 1.0, sinks: Optional[Any] = None) -> None:
@@ -178,7 +190,9 @@ class FlashInferBackend:
 
     def run_mla_decode(self, step: StepMetadata, q_nope: Any, q_pe: Any, cache: Any, out: Any) -> None:
         assert step.decode is not None
-        self.calls["decode"].run_latent(self, self._decode, step, q_nope, q_pe, cache, out)
+        wrapper = step.extra.get("decode_wrapper")
+        self.calls["decode"].run_latent(self, self._decode if wrapper is None else wrapper, step, q_nope, q_pe,
+                                        cache, out)
 
     def merge(self, out: Any, lse: Any, v_ctx: Any, s_ctx: Any, has_context: Any) -> None:
         # The kernel merges only rows whose mask is set and leaves the others untouched (seed 004).

@@ -36,29 +36,13 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-import numpy as np
 import torch
 
 from .decode_layout import DecodeLayout, HostDecodeArrays, _copy2
 from .flashinfer_backend import FlashInferBackend
-from .plan_replay import PinnedGuard, SchedulerReplay
+from .host_plan import HostPlan
 from .step import StepMetadata
 from attnplan.errors import AdapterCallError
-
-
-class _PlanRecorder:
-    """Stands for a wrapper while a strategy plans it: forwards everything, keeps ``plan``'s arguments."""
-
-    def __init__(self, wrapper: Any):
-        self._wrapper = wrapper
-        self.seen: Optional[tuple] = None
-
-    def plan(self, *args: Any, **kwargs: Any) -> Any:
-        self.seen = (args, kwargs)
-        return self._wrapper.plan(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._wrapper, name)
 
 
 class DecodeGraph:
@@ -118,33 +102,15 @@ class DecodeGraph:
         self.wrapper: Any = None
         self._max_pages = max_pages_per_req
         if self.host_planned:
-            self.wrapper = backend.make_wrapper("decode", **self.call.graph_buffers(lay))
-            # What the wrapper's plan reads, made once (issue 41): the host arrays of this batch
-            # size, rewritten in place each step, and one PhaseBatch over them whose only
-            # per-step fields are the KV bound and, where the plan counts them, the page indices.
-            self.host = HostDecodeArrays(batch_size, self.q_len, lay.page_size, lay.width)
-            self._plan_batch = lay.phase_batch(lay.seq_lens, lay.table, 0, torch.empty(0, dtype=torch.int32, device=dev),
-                                               self.host)
-            # A call that hands its plan no per-step tensor (every one but those that count the page
-            # indices) gets its first plan's arguments recorded and replayed: they are the host
-            # arrays above (rewritten in place), the graph's buffers and the plan's constants.
-            self._record = not self.call.graph_plan_counts_indices
-            self._planned: Optional[tuple] = None
-            # Where the wrapper plans from page counts alone (``KernelCall.graph_plan_pages_only``:
-            # FlashInfer's fa2 schedulers), a step whose page counts per request repeat the last
-            # plan's has that plan's schedule in the wrapper's int workspace already: no plan. A
-            # request crosses a page boundary once per page_size tokens, so at batch 1 with page 16
-            # 15 steps of 16 plan nothing (issue 41: FlashInfer's Python plan is ~40 us a step).
-            self._pages_only = self._record and self.call.graph_plan_pages_only(d)
-            self._planned_pages: Optional[bytes] = None
-            self.plans_skipped = 0
-            # FlashInfer's scheduler call alone on planned steps, once the first update learned and
-            # checked it (plan_replay.py); the pinned staging buffer's one-step-in-flight guard.
-            self.scheduler = SchedulerReplay()
-            self._learn = os.environ.get("ATTNPLAN_GRAPH_SCHEDULER_REPLAY") != "0"
-            if not self._learn:
-                self.scheduler.refused = "ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0"
-            self._guard = PinnedGuard(dev)
+            # The wrapper in CUDA-graph mode over the layout's buffers, the host arrays its plan reads
+            # (this batch size's, rewritten in place each step), its plan, page-count skip and
+            # scheduler replay (host_plan.py).
+            learn = os.environ.get("ATTNPLAN_GRAPH_SCHEDULER_REPLAY") != "0"
+            self.planner = HostPlan(backend, lay, HostDecodeArrays(batch_size, self.q_len, lay.page_size, lay.width),
+                                    learn=learn, refused="ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0")
+            self.wrapper = self.planner.wrapper
+            self.host = self.planner.host
+            self.scheduler = self.planner.scheduler
         else:
             self.step.extra.update(self.call.device_extras(backend, d, batch_size))
 
@@ -152,7 +118,7 @@ class DecodeGraph:
     def update(self, seq_lens: Any, block_table: Any, seq_lens_cpu: Optional[Any] = None) -> None:
         """The step's host work: a host-planned call's FlashInfer ``plan`` over this step's host
         lengths (``seq_lens_cpu``) written into the graph's host arrays (for fa2 only when a request's
-        page count changed since the last plan: ``_pages_only``), then one copy each of the
+        page count changed since the last plan: ``HostPlan.plan``), then one copy each of the
         lengths and the block table into the graph's buffers - nothing else (issue 41). An
         engine that writes straight into ``layout.seq_lens`` / ``layout.table`` passes them back:
         no copy."""
@@ -166,16 +132,8 @@ class DecodeGraph:
             if seq_lens_cpu is None:
                 raise AdapterCallError(f"the decode call {self.backend.plan.decode.call!r} plans on the host: "
                                        "pass seq_lens_cpu")
-            host = self.host.fill(seq_lens_cpu)
-            if self._pages_only:
-                key = host.page_counts_key()
-                if key == self._planned_pages:
-                    self.plans_skipped += 1
-                else:
-                    self._replan(host)
-                    self._planned_pages = key
-            else:
-                self._replan(host)
+            self.host.fill(seq_lens_cpu)
+            self.planner.plan()
         copy_seq = seq_lens.data_ptr() != lay.seq_lens.data_ptr()
         copy_table = block_table.data_ptr() != lay.table.data_ptr()
         table = lay.table if shape[1] == lay.width else lay.table[:, :shape[1]]
@@ -186,59 +144,10 @@ class DecodeGraph:
         elif copy_table:
             table.copy_(block_table, non_blocking=True)
 
-    def _replan(self, host: HostDecodeArrays) -> None:
-        self._guard.before()
-        if self.scheduler.ready:
-            self.scheduler()
-        else:
-            self._full_plan()
-            if self._learn:                 # the first plan: check the scheduler call alone, once
-                self._learn = False
-                real = host.seq_lens.numpy().copy()
-                self.scheduler.learn(lambda: self.call.graph_scheduler(self.wrapper), self._full_plan,
-                                     lambda attempt: self._other_lengths(host, real, attempt), lambda: host.fill(real))
-        self._guard.after()
-
-    def _full_plan(self) -> None:
-        """The wrapper's whole plan over the graph's host arrays as they are now."""
-        if self._planned is not None:
-            plan, args, kwargs = self._planned
-            plan(*args, **kwargs)
-        else:
-            self._plan(self.host)
-
-    def _other_lengths(self, host: HostDecodeArrays, real: Any, attempt: int) -> bool:
-        """Rewrite the host arrays with other valid lengths for the scheduler check (plan_replay.py):
-        attempt 0 halves every request's page count (at least its query's pages; doubled from one
-        page where the table holds two), attempt 1 fills every request's table. False where that
-        changes no request's page count."""
-        page, q, cap = host.page, host.q_len, host.width * host.page
-        pages = (real + page - 1) // page
-        if attempt == 0:
-            other = np.where(pages >= 2, np.maximum(q, (pages // 2) * page), np.minimum(cap, 2 * page))
-        else:
-            other = np.full_like(real, cap)
-        other = other.astype(np.int32)
-        if ((other + page - 1) // page == pages).all():
-            return False
-        host.fill(other)
-        return True
-
-    def _plan(self, host: HostDecodeArrays) -> None:
-        """The strategy's plan over the graph's host arrays (recorded the first time, where it can be)."""
-        batch = self._plan_batch
-        batch.max_kv_len = host.max_kv_len
-        # The graph writes the page indices; the wrapper's plan copies none of them in - except
-        # where it checks their count (``KernelCall.graph_plan_counts_indices``): that one gets
-        # the graph's own buffer (a copy onto itself).
-        if not self._record:
-            batch.kv_indices = self.layout.indices_upto(host.num_pages)
-            self.call.plan(self.backend, self.wrapper, batch, "decode")
-            return
-        rec = _PlanRecorder(self.wrapper)
-        self.call.plan(self.backend, rec, batch, "decode")
-        if rec.seen is not None:
-            self._planned = (self.wrapper.plan, *rec.seen)
+    @property
+    def plans_skipped(self) -> int:
+        """Steps whose page counts repeated the last plan's (fa2): planned nothing."""
+        return self.planner.plans_skipped if self.host_planned else 0
 
     # -- captured work ---------------------------------------------------------------------------
     def _run(self) -> None:

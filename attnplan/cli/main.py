@@ -60,6 +60,8 @@ environment:
   ATTNPLAN_FUSED_APPEND=0         a CUDA-graph decode step appends the new K/V with torch scatters, not in the metadata launch
   ATTNPLAN_GRAPH_SCHEDULER_REPLAY=0  a CUDA-graph decode step that plans runs FlashInfer's whole wrapper plan,
                                 not its scheduler call alone
+  ATTNPLAN_EAGER_SCHEDULER_REPLAY=0  an eager decode step of a repeated shape plans the backend's wrapper
+                                with FlashInfer's whole plan, not its layout's own with the scheduler alone
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)

@@ -6,6 +6,7 @@ shape's captured layout, with no device-to-host sync in either."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -92,7 +93,7 @@ def test_fa2_graph_steps_that_skip_the_plan_stay_exact(name):
     start = [150, 300, 17, 470]
     first = Batch(ex, [1] * bs, [s + steps for s in start], bs)
     g = DecodeGraph(ex, bs, first.table.shape[1], first.cache)
-    assert g._pages_only == (name == "fa2")
+    assert g.planner.pages_only == (name == "fa2")
     g.update(first.input.seq_lens, first.table, first.input.seq_lens_cpu)
     g.capture()
     errs = []
@@ -191,6 +192,75 @@ def test_eager_decode_through_layouts_without_sync(name):
     # A new step of the same shape, other lengths: the same layout, right answers.
     nxt = Batch(ex, [qd] * bs, random_lens(bs, qd, 2000), bs, reuse=b)
     assert rel_err(nxt.run(), nxt.reference()) <= TOL and len(ex._layouts) == layouts
+
+
+@pytest.mark.parametrize("name", ["fa2", "fa2-spec-q3", "fa3", "sink-fa2"])
+def test_eager_steps_of_a_repeated_shape_call_the_scheduler_alone(name):
+    """Issue 41: a decode shape's AFTER-th eager step gets a wrapper of its own over the layout's
+    buffers and checks FlashInfer's scheduler call alone (one device sync, outside the sync check);
+    every step after plans with that call alone, no sync, exact (eager_plans.py)."""
+    from attnplan.adapter.eager_plans import EagerPlans
+
+    ex = ex_for(name)
+    qd, bs, steps = ex.plan.decode.q_len_per_req, 6, 8
+    first = Batch(ex, [qd] * bs, random_lens(bs - 1, qd, 1500) + [1500], bs)
+    errs, ran, keep = [rel_err(first.run(), first.reference())], [], []
+    for i in range(steps):
+        # new input tensors each step, all kept: the copying layout throughout (no binding)
+        b = Batch(ex, [qd] * bs, random_lens(bs, qd, 1500), bs, reuse=first)
+        keep.append(b)
+        b.sinks = first.sinks
+        k, v = b.new_kv()
+        out = torch.full((bs * qd, ex.params.num_qo_heads, ex.params.head_dim_vo), float("nan"), dtype=torch.bfloat16,
+                         device="cuda")
+        learned = i + 2 > EagerPlans.AFTER          # the step after the one that checked
+        with no_device_sync() if learned else contextlib.nullcontext():
+            step = ex.plan_step(b.input)
+            ex.append_kv(step, b.cache, k, v)
+            ex.forward(step, b.q, b.cache, out, sinks=b.sinks)
+        ran.append(step.extra.get("decode_wrapper"))
+        errs.append(rel_err(out, b.reference()))
+    hp = ex._layouts.shape(bs, qd, first.table.shape[1]).own.planners.get(0)
+    print(f"eager replay {name} ({ex.plan.decode.call}, {ex.plan.decode.flashinfer_backend}): rel errs "
+          f"{[f'{e:.2e}' for e in errs]}, replays {getattr(getattr(hp, 'scheduler', None), 'replays', None)}, "
+          f"refused {ex.backend.eager.refused}")
+    assert max(errs) <= TOL
+    assert hp and hp.scheduler.ready, ex.backend.eager.refused
+    assert hp.shared and hp.scheduler.replays == steps + 1 - EagerPlans.AFTER
+    assert all(w is hp.wrapper for w in ran[EagerPlans.AFTER - 2:])
+
+
+@pytest.mark.parametrize("name", list(MLA_PLANS))
+def test_mla_eager_steps_of_a_repeated_shape_call_the_scheduler_alone(name):
+    from attnplan.adapter import StepInput
+    from attnplan.adapter.eager_plans import EagerPlans
+
+    ex = AttentionExecutor(MLA_PLANS[name](), device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    page, bs, longest = ex.plan.kv_cache.page_size, 8, 3000
+    width = (longest + page - 1) // page
+    table = torch.randperm(bs * width, device="cuda", generator=gen).view(bs, width).int()
+    cache = ex.allocate_kv_cache(bs * width)
+    cache.data.fill_(float("nan"))
+    lat = [torch.randn(longest, 576, device="cuda", generator=gen).bfloat16() for _ in range(bs)]
+    errs, steps, keep = [], 7, []
+    for i in range(steps):
+        seq = random_lens(bs - 1, 1, longest) + [longest if i == 0 else 1]
+        q_nope, q_pe, latent, ref = mla_step(ex, table, cache, lat, seq, gen)
+        seq_t = torch.tensor(seq, dtype=torch.int32)
+        keep.append(seq_t.cuda())           # kept: new addresses each step, the copying layout throughout
+        learned = i + 1 > EagerPlans.AFTER
+        with no_device_sync() if learned else contextlib.nullcontext():
+            step = ex.plan_step(StepInput([1] * bs, keep[-1], table, bs, seq_lens_cpu=seq_t))
+            ex.append_latent(step, cache, latent)
+            out = ex.mla_decode(step, q_nope, q_pe, cache)
+        errs.append(rel_err(out, ref))
+    hp = ex._layouts.shape(bs, 1, width).own.planners.get(0)
+    print(f"MLA eager replay {name} ({ex.plan.decode.flashinfer_backend}): rel errs {[f'{e:.2e}' for e in errs]}, "
+          f"replays {getattr(getattr(hp, 'scheduler', None), 'replays', None)}, refused {ex.backend.eager.refused}")
+    assert max(errs) <= TOL
+    assert hp and hp.scheduler.ready and hp.scheduler.replays == steps - EagerPlans.AFTER, ex.backend.eager.refused
+    assert step.extra["decode_wrapper"] is hp.wrapper
 
 
 @pytest.mark.parametrize("seed", range(6))

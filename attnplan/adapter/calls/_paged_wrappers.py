@@ -15,7 +15,7 @@ def plan_prefill(b: CallContext, wrapper: Any, batch: Any, phase: str) -> None:
     # The batch's longest query, which the metadata already holds as a host int: FlashInfer would
     # otherwise work it out again with host torch ops (prefill.py plan: ``(qo_indptr_host[1:] -
     # qo_indptr_host[:-1]).max().item()``). Exact in a CUDA graph too, whose recorded plan arguments
-    # are replayed (graphs.py _PlanRecorder): a graph's shape fixes its query length. The longest KV
+    # are replayed (host_plan.py _PlanRecorder): a graph's shape fixes its query length. The longest KV
     # length is not passed: a recorded plan would replay a stale one, and with it cuDNN reads KV
     # lengths on the device only up to that bound (prefill.py plan ``max_sequence_kv``).
     wrapper.plan(batch.qo_indptr_cpu, batch.kv_page_indptr_cpu, batch.kv_indices, batch.last_page_len_cpu,
