@@ -9,6 +9,9 @@
 #      also build the decode modules;
 #   2. bench/decode_steps.py --issue41 over fa2, fa3, mla-fa3, mla-fa2 (decode rows at batch 1/4/16/64 x 1k/4k:
 #      plan_step - FlashInfer's plan with the eager replay and, same process, without; the graph rows);
+#   beside 1 (niced; the bench waits for it, so that no build shares the host with a timing): issue 38's
+#   `attnplan verify --sample 32 --seed 41` resumed from bench/logs/h100-2026-11-26p/sample-results.jsonl
+#   (its 9 fa2 probes the previous lease's budget cut off);
 #   3. the other GPU test files (adapter, kernel paths, MLA, variants, layer groups, fp8 query), as far as
 #      the lease goes: eager decode steps of a repeated shape now plan through the layout's own wrapper.
 # Every call waits up to SECONDS, then copies what exists to $OUT.
@@ -23,12 +26,19 @@ echo "call at $(date -u +%T), machine up $(cut -d' ' -f1 /proc/uptime) s, $(npro
 if [ ! -f $L/done ] && { [ ! -f $L/pid ] || ! kill -0 "$(cat $L/pid)" 2> /dev/null; }; then
   setsid nohup bash -c "
     echo \$\$ > $L/pid; t0=\$(date +%s); el() { echo \$(( \$(date +%s) - t0 )); }
+    P=/tmp/sample; mkdir -p \$P; touch \$P/results.jsonl
+    ( FLASHINFER_WORKSPACE_BASE=\$P/fi nice -n 5 python3 -m attnplan verify --sample 32 --seed 41 \
+        --results-log \$P/results.jsonl --resume bench/logs/h100-2026-11-26p/sample-results.jsonl \
+        --resume \$P/results.jsonl --report \$P/report.md --build-timeout 900 --jobs 6 --build-jobs 4 \
+        > \$P/stdout.jsonl 2> \$P/stderr.log
+      echo \"sample exit \$? at t=\$(el)\" >> $L/lease.log; touch \$P/done ) &
     if [ ! -f $L/done-tests ]; then
       timeout 540 python3 -P -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_decode_graphs_gpu.py \
         tests/gpu/test_steady_step_gpu.py tests/gpu/test_decode_per_shape_gpu.py -k 'not warmup' > $L/tests.log 2>&1
       echo \"decode gpu tests exit \$? at t=\$(el)\" >> $L/lease.log
       touch $L/done-tests
     fi
+    while [ ! -f \$P/done ] && [ \$(el) -lt 900 ]; do sleep 5; done
     if [ ! -f $L/done-steps ]; then
       timeout 540 python3 bench/decode_steps.py --issue41 \${STEPS_ARGS:---backends fa2,fa3,mla-fa3,mla-fa2 --parts decode} \
         --out $L/a > $L/steps.log 2>&1
@@ -45,6 +55,9 @@ end=$((SECONDS + secs))
 while [ ! -f $L/done ] && [ $SECONDS -lt $end ]; do sleep 5; done
 ( cd $L && tar czf $OUT/l41.tgz a 2> /dev/null )
 for f in $L/steps.log $L/tests.log $L/tests2.log $L/lease.log; do [ -f $f ] && cp $f $OUT/; done
+mkdir -p $OUT/sample; for f in results.jsonl report.md; do [ -f /tmp/sample/$f ] && cp /tmp/sample/$f $OUT/sample/; done
+[ -f /tmp/sample/stderr.log ] && tail -100 /tmp/sample/stderr.log > $OUT/sample/stderr-tail.log
+echo "sample: $(grep -c . /tmp/sample/results.jsonl 2> /dev/null) new results"; grep -o '"outcome": "[a-z-]*"' /tmp/sample/results.jsonl 2> /dev/null | sort | uniq -c
 cat $L/lease.log
 grep -E "passed|failed|eager replay|scheduler|Error" $L/tests.log 2> /dev/null | tail -40
 grep -E "passed|failed|Error" $L/tests2.log 2> /dev/null | tail -20
