@@ -57,7 +57,12 @@ def require_plan(config: ConfigLike, node: Optional[NodeFacts] = None, *, rulese
 
 
 def plan_model(hf: Mapping[str, Any] | str | Path, node: Optional[NodeFacts] = None, **kw: Any) -> ModelPlanAnswer:
-    """``attnplan.model.plan_model`` (every attention layer group; this machine when ``node`` is None), finished."""
+    """``attnplan.model.plan_model`` (every attention layer group; this machine, probed, when ``node`` is
+    None), finished."""
+    if node is None:
+        from .node.probe import local_node
+
+        node = local_node()
     return finish(_plan_model(hf, node, **kw))
 
 

@@ -85,6 +85,24 @@ def host_median(fn, n=40):
     return host_only(fn, n)
 
 
+def host_medians(fns, n=60):
+    """Median host time in µs of each of ``fns``, timed in turn call by call (synchronized before
+    each, as ``host_only``) after five warm calls of each."""
+    import torch
+
+    for fn in fns:
+        for _ in range(5):
+            fn()
+    ts = [[] for _ in fns]
+    for _ in range(n):
+        for t, fn in zip(ts, fns):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [sorted(t)[len(t) // 2] * 1e6 for t in ts]
+
+
 def metadata(ex, inp):
     """The step metadata alone, as ``plan_step`` builds it (its pinned staging handed back)."""
     from attnplan.adapter.metadata import build_step
@@ -298,24 +316,28 @@ def decode_rows(name, out_dir, batches, contexts):
             flip = [StepInput(inp.query_lens, inp.seq_lens.clone(), table.clone(), bs, seq_lens_cpu=seq_cpu.clone())
                     for _ in range(2)]
             row["metadata_copying_us"] = host_median(lambda: metadata(ex, flip.reverse() or flip[0]))
-            row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
-            row["plan_step_copying_us"] = host_median(lambda: ex.plan_step(flip.reverse() or flip[0]))
             step = ex.plan_step(inp)
-            # A repeated shape plans through its layout's own wrapper, with the scheduler alone once
-            # checked (eager_plans.py); the same executor with that off, in this process, beside it.
-            row["eager_replay"] = step.extra.get("decode_wrapper") is not None
-            row["eager_refused"] = "; ".join(sorted(set(ex.backend.eager.refused.values()))) or None
             w = ex.backend._decode
             if w is not None:
-                # FlashInfer's plan of the backend's own wrapper (as a FlashInfer user plans each step)
+                # A repeated shape plans through its layout's own wrapper, with the scheduler alone once
+                # checked (eager_plans.py); the same executor with that off beside it; and FlashInfer's
+                # plan of the backend's own wrapper (as a FlashInfer user plans each step) with the
+                # arguments the strategy gives it - the four timed in turn, call by call (host_medians):
+                # a shared host drifts by more than the differences over a block of calls.
                 a, k = recorded_plan(w, lambda: ex.backend.calls["decode"].plan(ex.backend, w, step.decode, "decode"))
-                row["fi_plan_us"] = host_median(lambda: w.plan(*a, **k))
                 ex0 = with_env("ATTNPLAN_EAGER_SCHEDULER_REPLAY", lambda: executor_for(name))
-                row["plan_step_whole_us"] = host_median(lambda: ex0.plan_step(inp))
+                (row["plan_step_us"], row["plan_step_copying_us"], row["plan_step_whole_us"],
+                 row["fi_plan_us"]) = host_medians([lambda: ex.plan_step(inp), lambda: ex.plan_step(flip.reverse() or flip[0]),
+                                                    lambda: ex0.plan_step(inp), lambda: w.plan(*a, **k)])
                 del ex0
             else:
+                row["plan_step_us"], row["plan_step_copying_us"] = host_medians(
+                    [lambda: ex.plan_step(inp), lambda: ex.plan_step(flip.reverse() or flip[0])])
                 row["fi_plan_us"] = 0.0
                 row["plan_step_whole_us"] = row["plan_step_us"]
+            step = ex.plan_step(inp)
+            row["eager_replay"] = step.extra.get("decode_wrapper") is not None
+            row["eager_refused"] = "; ".join(sorted(set(ex.backend.eager.refused.values()))) or None
             row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - row["fi_plan_us"]
             row["plan_step_copying_minus_fi_plan_us"] = row["plan_step_copying_us"] - row["fi_plan_us"]
             row["plan_step_whole_minus_fi_plan_us"] = row["plan_step_whole_us"] - row["fi_plan_us"]

@@ -390,3 +390,17 @@ def test_explain_shows_each_groups_verdict(h100):
     assert "== layers 3..47 every 4 (full): OK" in text
     assert "== layers all but 3..47 every 4 (chunked_local, chunk 8200): REJECTED" in text
     assert text.count("selected:") == 2
+
+
+def test_the_public_plan_model_probes_this_machine_when_no_node_is_given(monkeypatch):
+    # attnplan.plan_model(path) - what the GPU layer-group test calls - handed None to the policy,
+    # which plans declared facts only: every call without a node failed (found on the H100, 2026-11-26).
+    import attnplan
+    import attnplan.node.probe as probe
+
+    probed = []
+    monkeypatch.setattr(probe, "local_node", lambda: probed.append(1) or simulated_node("H100"))
+    m = attnplan.plan_model(hf("gemma-3-27b-it"), overrides={"attention_backend": "fa2"}, engine="flashinfer")
+    assert probed == [1] and m.ok
+    assert m == attnplan.plan_model(hf("gemma-3-27b-it"), simulated_node("H100"), overrides={"attention_backend": "fa2"},
+                                    engine="flashinfer")

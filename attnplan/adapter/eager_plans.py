@@ -15,7 +15,8 @@ backend's own wrapper, as before.
 Memory: the paged wrappers (fa2, fa3, sinks) plan into one int workspace and pinned buffer shared
 by every layout's (8 MiB each; a step plans before it runs, one stream; one guard keeps the host from
 rewriting the pinned buffer before the previous step's copy out of it ran); MLA's wrapper plans into
-its own (16 MiB with its pinned staging), so at most ``MAX_OWN`` MLA layouts at once get one.
+its own (16 MiB with its pinned staging: 8 on the device, 8 pinned), so at most ``MAX_OWN`` (16) MLA layouts
+at once get one - a batch size's own layout and the one bound to an engine's tensors are two.
 ``ATTNPLAN_EAGER_SCHEDULER_REPLAY=0`` keeps every eager step on the backend's wrapper.
 
 What the check costs, once per layout (its ``AFTER``-th step): the wrapper's whole plan three times
@@ -44,7 +45,7 @@ class EagerPlans:
     wrapper that then runs it, or None where the caller plans its own wrapper as before."""
 
     AFTER = 3           # eager steps of a layout before it gets a wrapper of its own
-    MAX_OWN = 8         # layouts at once whose wrapper keeps a workspace of its own (MLA)
+    MAX_OWN = 16        # layouts at once whose wrapper keeps a workspace of its own (MLA): 256 MiB
 
     def __init__(self, device: Any):
         self.enabled = os.environ.get("ATTNPLAN_EAGER_SCHEDULER_REPLAY") != "0"
