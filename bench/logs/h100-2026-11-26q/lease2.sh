@@ -27,7 +27,7 @@ if [ ! -f $L/done ] && { [ ! -f $L/pid ] || ! kill -0 "$(cat $L/pid)" 2> /dev/nu
         --vary sliding_window=none,1024,8192 --vary logits_soft_cap=none,50 --vary dtype=bf16 --vary kv_cache_dtype=fp8 \
         --vary head_dim=128 --vary shape=short,one-long --jobs 6 --build-jobs 4 > $L/variants.log 2>&1
       echo \"variants exit \$? at t=\$(el)\" >> $L/lease.log; touch $L/done-v ) &
-    timeout 600 python3 -P -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_decode_graphs_gpu.py -k "eager or gemma3 or gpt_oss" \
+    timeout 600 python3 -P -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/test_decode_graphs_gpu.py -k 'eager or gemma3 or gpt_oss' \
       tests/gpu/test_layer_groups_gpu.py > $L/tests.log 2>&1
     echo \"eager + layer-group gpu tests exit \$? at t=\$(el)\" >> $L/lease.log
     while [ ! -f $L/done-v ] && [ \$(el) -lt 900 ]; do sleep 5; done
