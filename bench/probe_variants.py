@@ -73,7 +73,10 @@ def variants(base: dict[str, Any], ql: Any, kl: Any, vary: list[str]) -> list[tu
             val = _value(v)
             if base.get(field) == val:
                 continue
-            out.append((f"{field}={v}", {**base, field: val}, ql, kl))
+            q = ql
+            if field == "num_speculative_tokens" and ql:      # the query length follows: 1 + draft tokens
+                q = [1 + int(val or 0)] * len(ql)
+            out.append((f"{field}={v}", {**base, field: val}, q, kl))
     return out
 
 
