@@ -293,6 +293,11 @@ def spec_candidate(cfg: AttentionConfig, node: NodeFacts, backend: str, phase: s
     if backend == "fa2" and phase == "prefill" and kv == "nvfp4" and major is not None and major <= 9 \
             and not mla and qk == 64:
         v.add("kv.nvfp4-prefill")
+    # issue 38's sample (H100): the same kernel in decode (tensor cores, speculative) is wrong past 64 packed
+    # query rows per KV head (its 128-row tile); with draft tokens a CUDA graph packs rows by batch size
+    if backend == "fa2" and phase == "decode" and kv == "nvfp4" and major is not None and major <= 9 \
+            and not mla and qk == 64 and (cfg.num_speculative_tokens > 0 or g is None or g > 64):
+        v.add("kv.nvfp4-head64-wide-tile")
     if backend in ("fa2", "fa3") and cfg.sinks and not mla and cfg.logits_soft_cap is not None:
         v.add("sinks.softcap")
     if backend == "xqa" and g is None:

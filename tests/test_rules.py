@@ -1257,3 +1257,23 @@ def test_xqa_spec_sinks_boundary(group, spec, kv, sinks, refused):
     assert bool(hit) == refused, a.violations
     if refused:
         assert hit[0].phase == "decode" and policy.default_ruleset().rule("xqa.spec-sinks").outcome == "silent-wrong"
+
+
+# -- kv.nvfp4-head64-wide-tile (measured: issue 38's sample r0023 and its variants, bench/logs/h100-2026-11-26q) --
+@pytest.mark.parametrize("head, group, spec, kv, refused", [
+    (64, 57, 3, "nvfp4", True), (64, 17, 3, "nvfp4", True), (64, 57, 1, "nvfp4", True),   # measured wrong
+    (64, 16, 3, "nvfp4", True), (64, 8, 3, "nvfp4", True),   # measured correct eager; CUDA graphs pack more: refused
+    (64, 57, 0, "nvfp4", False),                              # q_len 1 x group 57: measured correct
+    (64, 65, 0, "nvfp4", True),                               # more than 64 rows at q_len 1: read, not measured
+    (128, 57, 3, "nvfp4", False), (64, 57, 3, "fp8", False),  # head 128, fp8 cache: measured correct
+])
+def test_nvfp4_head64_wide_tile_boundary(head, group, spec, kv, refused):
+    c = cfg(head_dim=head, num_qo_heads=group, num_kv_heads=1, kv_cache_dtype=kv, num_speculative_tokens=spec,
+            attention_backend="fa2")
+    a = run(c, simulated_node("H100"), FI)
+    hit = [v for v in a.violations if v.rule == "kv.nvfp4-head64-wide-tile"]
+    assert bool(hit) == refused, a.violations
+    if refused:
+        assert hit[0].phase == "decode" and policy.default_ruleset().rule("kv.nvfp4-head64-wide-tile").outcome == "silent-wrong"
+    # Blackwell is outside the rule (capability 10 reads NVFP4 natively)
+    assert not [v for v in run(c, simulated_node("B200"), FI).violations if v.rule == "kv.nvfp4-head64-wide-tile"]
