@@ -127,16 +127,23 @@ def mla_step(ex, table, cache, lat, seq, gen):
     return q_nope, q_pe, latent, ref
 
 
-@pytest.mark.parametrize("name", list(MLA_PLANS))
-def test_mla_graph_step(name):
-    ex = AttentionExecutor(MLA_PLANS[name](), device="cuda")
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    page, bs, longest = ex.plan.kv_cache.page_size, 8, 3000
+def mla_batch(ex, seed, bs=8, longest=3000):
+    """(generator, batch size, longest, table width, a random block table, a NaN-filled cache, each request's
+    latent rows) for MLA decode steps over up to ``longest`` tokens a request."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    page = ex.plan.kv_cache.page_size
     width = (longest + page - 1) // page
     table = torch.randperm(bs * width, device="cuda", generator=gen).view(bs, width).int()
     cache = ex.allocate_kv_cache(bs * width)
     cache.data.fill_(float("nan"))
     lat = [torch.randn(longest, 576, device="cuda", generator=gen).bfloat16() for _ in range(bs)]
+    return gen, bs, longest, width, table, cache, lat
+
+
+@pytest.mark.parametrize("name", list(MLA_PLANS))
+def test_mla_graph_step(name):
+    ex = AttentionExecutor(MLA_PLANS[name](), device="cuda")
+    gen, bs, longest, width, table, cache, lat = mla_batch(ex, 11)
     g = DecodeGraph(ex, bs, width, cache)
     errs = []
     for i in range(5):
@@ -244,13 +251,7 @@ def test_mla_eager_steps_of_a_repeated_shape_call_the_scheduler_alone(name):
     from attnplan.adapter.eager_plans import EagerPlans
 
     ex = AttentionExecutor(MLA_PLANS[name](), device="cuda")
-    gen = torch.Generator(device="cuda").manual_seed(12)
-    page, bs, longest = ex.plan.kv_cache.page_size, 8, 3000
-    width = (longest + page - 1) // page
-    table = torch.randperm(bs * width, device="cuda", generator=gen).view(bs, width).int()
-    cache = ex.allocate_kv_cache(bs * width)
-    cache.data.fill_(float("nan"))
-    lat = [torch.randn(longest, 576, device="cuda", generator=gen).bfloat16() for _ in range(bs)]
+    gen, bs, longest, width, table, cache, lat = mla_batch(ex, 12)
     errs, steps, keep = [], 7, []
     for i in range(steps):
         seq = random_lens(bs - 1, 1, longest) + [longest if i == 0 else 1]
