@@ -14,9 +14,11 @@ import torch
 from attnplan.policy import AttentionConfig, plan_for, simulated_node
 
 
-def executor(monkeypatch: Any, make: Callable[[], Any], config: dict, backend: Optional[str] = None) -> tuple[Any, int]:
+def executor(monkeypatch: Any, make: Callable[[], Any], config: dict, backend: Optional[str] = None,
+             make_graph: Optional[Callable[[], Any]] = None) -> tuple[Any, int]:
     """(a CPU executor, page size) for the rules' FlashInfer plan of ``config`` on a declared H100
-    (``backend``: asked for by name); every host-planned strategy constructs ``make()``."""
+    (``backend``: asked for by name); every host-planned strategy constructs ``make()`` (in CUDA-graph
+    mode, over a layout's buffers: ``make_graph()`` where given)."""
     from attnplan.adapter import AttentionExecutor
     from attnplan.adapter.calls import registry, strategy
 
@@ -27,7 +29,8 @@ def executor(monkeypatch: Any, make: Callable[[], Any], config: dict, backend: O
         assert answer.plan.decode.flashinfer_backend == backend
     for name, call in registry().items():
         if strategy(name).host_planned:
-            monkeypatch.setattr(call, "construct", lambda b, pp, **graph_buffers: make())
+            monkeypatch.setattr(call, "construct", lambda b, pp, **graph_buffers: (make_graph or make)() if graph_buffers
+                                else make())
     return AttentionExecutor(answer, device="cpu", backend="flashinfer", check=False), answer.plan.kv_cache.page_size
 
 

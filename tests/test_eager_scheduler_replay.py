@@ -134,3 +134,37 @@ def test_the_switch_off_keeps_every_step_on_the_backend_s_wrapper(monkeypatch):
     steps = advancing([14, 30], 8)
     assert _steps(ex, page, steps) == [None] * 8
     assert ex.backend._decode.whole_plans == 8
+
+
+def test_a_step_whose_plan_info_differs_plans_whole_and_the_wrapper_holds_each_step_s_own(monkeypatch):
+    # A plan info that follows the page count past 20 pages: the check's lengths (fewer pages) keep the
+    # first one, longer steps later return another. A CUDA graph would refuse them (it captured the first);
+    # an eager step plans whole, and the first step back on the first info plans whole again.
+    ex, page = executor(monkeypatch, lambda: PagedWrapper(info=lambda ptr: [int(ptr[-1] > 20)]), LLAMA, "fa2")
+    table = torch.arange(32, dtype=torch.int32).view(2, 16)
+    seqs = [[14, 30], [15, 31], [16, 32], [17, 33], [200, 240], [201, 241], [18, 34], [19, 35], [20, 36]]
+    whole = []
+    for seq in seqs:
+        step = ex.plan_step(_input(seq, table))
+        w = step.extra.get("decode_wrapper", ex.backend._decode)
+        ptr = page_indptr(seq, page)
+        assert list(w._plan_info) == [int(ptr[-1] > 20)], seq          # what the wrapper's run reads
+        want = schedule_of(ptr, seq)
+        assert workspace(w, len(want)) == want, seq
+        whole.append(getattr(w, "whole_plans", 0))
+    hp = ex._layouts.shape(2, 1, 16).own.planners[0]
+    assert hp.scheduler.ready and hp.scheduler.changed == 2
+    # the two long steps and the first one back planned whole; the last two replayed alone
+    assert whole[-3] == whole[-4] + 1 and whole[-1] == whole[-2] == whole[-3]
+
+
+def test_a_layout_wrapper_that_raises_leaves_the_step_on_the_backend_s_wrapper(monkeypatch):
+    class Raising(PagedWrapper):
+        def plan(self, *args, **kwargs):
+            raise RuntimeError("a check only the CUDA-graph mode makes")
+
+    ex, page = executor(monkeypatch, PagedWrapper, LLAMA, "fa2", make_graph=Raising)
+    ran = _steps(ex, page, advancing([14, 30], 6))
+    assert ran == [None] * 6
+    assert "raised RuntimeError" in ex.backend.eager.refused[(2, 1, 16, 0)]
+    assert ex._layouts.shape(2, 1, 16).own.planners[0] is False

@@ -80,12 +80,22 @@ class EagerPlans:
             layout.eager_steps += 1
             if layout.eager_steps < self.AFTER:
                 return None
-            hp = self._make(ctx, index, layout, host)
-            if hp is None:
+            hp = None
+            try:
+                hp = self._make(ctx, index, layout, host)
+                if hp is None:
+                    return None
+                hp.plan()
+            except Exception as exc:  # noqa: BLE001 - an optimisation: what it trips on keeps the backend's wrapper
+                if hp is not None:
+                    self._own.discard(hp)
+                layout.planners[index] = _NONE
+                self._note(layout, index, f"the layout's own wrapper raised {type(exc).__name__}: {exc}")
                 return None
         elif hp is _NONE:
             return None
-        hp.plan()
+        else:
+            hp.plan()
         if not hp.scheduler.ready:
             # Refused at its first plan (which planned this step in full): this step runs on it,
             # the next ones on the backend's wrapper.
@@ -95,7 +105,7 @@ class EagerPlans:
         return hp.wrapper
 
     def _make(self, ctx: Any, index: int, layout: Any, host: Any) -> Optional[HostPlan]:
-        hp = HostPlan(ctx, layout, host, shared_workspace=self._workspace())
+        hp = HostPlan(ctx, layout, host, shared_workspace=self._workspace(), graph=False)
         if not hp.shared:
             if len(self._own) >= self.MAX_OWN:
                 layout.planners[index] = _NONE

@@ -45,10 +45,13 @@ class HostPlan:
     ``plan()`` after the caller filled ``host`` with the step's lengths. ``learn``: check and use
     the scheduler replay (else ``refused`` says why not). ``shared_workspace``: (device int
     workspace, pinned host buffer, the buffer's ``PinnedGuard``) to plan into instead of the
-    wrapper's own, for wrappers whose steps all plan before they run (no page-count skip then)."""
+    wrapper's own, for wrappers whose steps all plan before they run (no page-count skip then).
+    ``graph``: a CUDA graph captures the wrapper's first plan (a later plan info of another value is
+    an error); else (eager steps) such a step plans whole."""
 
     def __init__(self, backend: Any, layout: DecodeLayout, host: HostDecodeArrays, *, learn: bool = True,
-                 refused: str = "", shared_workspace: Optional[tuple[Any, Any, PinnedGuard]] = None):
+                 refused: str = "", shared_workspace: Optional[tuple[Any, Any, PinnedGuard]] = None,
+                 graph: bool = True):
         import torch
 
         self.backend = backend
@@ -74,12 +77,15 @@ class HostPlan:
         self.pages_only = self._record and self.call.graph_plan_pages_only(d) and not self.shared
         self._planned_pages: Optional[bytes] = None
         self.plans_skipped = 0
-        self.scheduler = SchedulerReplay()
+        # A CUDA graph captured the first plan's info: another one is an error there; an eager step
+        # whose scheduler returns another one plans whole instead (the wrapper's run reads its own state).
+        self.scheduler = SchedulerReplay(strict=graph)
         self._learn = learn
         if not learn:
             self.scheduler.refused = refused
         # One step in flight per pinned staging buffer: a shared buffer's guard is shared too.
         self._guard = shared_workspace[2] if self.shared else PinnedGuard(layout.device)
+        self._first_state = True            # the wrapper's own plan state is the first plan's info
 
     def plan(self) -> None:
         """Plan this step's lengths (already in ``host``)."""
@@ -96,7 +102,13 @@ class HostPlan:
     def _replan(self) -> None:
         self._guard.before()
         if self.scheduler.ready:
-            self.scheduler()
+            same = self.scheduler()
+            if not same or not self._first_state:
+                # Another plan info (eager steps only; a graph raises): the whole plan leaves the wrapper's
+                # own state this step's; and once it did, the first step back on the first info plans whole
+                # too, so that the wrapper's state is that info again before replays alone resume.
+                self.full_plan()
+                self._first_state = same
         else:
             self.full_plan()
             if self._learn:                 # the first plan: check the scheduler call alone, once

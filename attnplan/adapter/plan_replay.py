@@ -125,9 +125,9 @@ def _sync(t: Any) -> None:
 class SchedulerReplay:
     """``learn`` once; then ``__call__`` plans a step with the recorded scheduler call alone."""
 
-    __slots__ = ("fn", "args", "kwargs", "plan_info", "_info", "_part", "refused", "replays")
+    __slots__ = ("fn", "args", "kwargs", "plan_info", "_info", "_part", "refused", "replays", "strict", "changed")
 
-    def __init__(self) -> None:
+    def __init__(self, strict: bool = True) -> None:
         self.fn: Any = None
         self.args: tuple = ()
         self.kwargs: dict = {}
@@ -136,6 +136,8 @@ class SchedulerReplay:
         self._part: Callable[[Any], Any] = _whole
         self.refused: Optional[str] = None      # why the whole plan is replayed instead
         self.replays = 0
+        self.strict = strict                    # another plan info is an error (a captured graph holds the first)
+        self.changed = 0                        # replays that returned another plan info (not strict)
 
     @property
     def ready(self) -> bool:
@@ -230,11 +232,18 @@ class SchedulerReplay:
         self.refused = why
         return False
 
-    def __call__(self) -> None:
+    def __call__(self) -> bool:
+        """Replay; False where the scheduler returned another plan info than the first plan's (an
+        eager caller then plans whole, which leaves the wrapper's state this plan's); raises where
+        ``strict`` (a CUDA graph captured the first one: no plan can change it)."""
         info = self._part(self.fn(*self.args, **self.kwargs))
         # FFI arrays compare by value (0.4 us; as plain tuples 7 us).
         if info != self._info and plain(info) != self.plan_info:
-            raise AdapterCallError("FlashInfer's scheduler returned a plan info other than the one the CUDA graph "
-                                   f"was captured with ({plain(info)} vs {self.plan_info}): this batch needs "
-                                   "a graph of its own")
+            if self.strict:
+                raise AdapterCallError("FlashInfer's scheduler returned a plan info other than the one the CUDA "
+                                       f"graph was captured with ({plain(info)} vs {self.plan_info}): this batch "
+                                       "needs a graph of its own")
+            self.changed += 1
+            return False
         self.replays += 1
+        return True
