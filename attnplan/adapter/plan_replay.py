@@ -22,7 +22,10 @@ argument from a live one. Any difference, and the graph replays the wrapper's wh
 with the reason kept (``refused``). On the H100 (bench/logs/h100-2026-11-26o) the first version of
 this check - whole-workspace bytes, no scratch fill - learned fa2, fa3, spec-decode, sink and fa2-MLA
 graphs and refused fa3-MLA (its plan stages through fresh scratch per call) and fa2 below 8 pages a
-request (one schedule for every page count); the version here has run on the CPU only.
+request (one schedule for every page count); the version here learned every one of them, fa3-MLA and fa2
+over 17-494 tokens included, and the eager steps' (eager_plans.py: fa2, spec decode, fa3, sink, both MLA
+paths), every step exact (bench/logs/h100-2026-11-26q). Eager callers pass ``strict=False``: a later plan
+info of another value is their cue to plan whole, not an error.
 
 Both ways share one hazard FlashInfer's own graph path has too: the scheduler writes a pinned
 host buffer and enqueues its copy to the device; a host more than one step ahead would rewrite
