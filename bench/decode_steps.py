@@ -68,7 +68,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "gpu"))
-from xqa_vs_fa2 import host_only, loop as loop_us  # noqa: E402 - the decode benches' one set of timers
+from xqa_vs_fa2 import host_only, host_only_each, loop as loop_us  # noqa: E402 - the decode benches' one set of timers
 
 LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
 MLA = dict(num_qo_heads=128, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
@@ -86,21 +86,11 @@ def host_median(fn, n=40):
 
 
 def host_medians(fns, n=60):
-    """Median host time in µs of each of ``fns``, timed in turn call by call (synchronized before
-    each, as ``host_only``) after five warm calls of each."""
-    import torch
-
+    """``xqa_vs_fa2.host_only_each``: each of ``fns`` timed in turn, call by call, after five warm calls of each."""
     for fn in fns:
         for _ in range(5):
             fn()
-    ts = [[] for _ in fns]
-    for _ in range(n):
-        for t, fn in zip(ts, fns):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            t.append(time.perf_counter() - t0)
-    return [sorted(t)[len(t) // 2] * 1e6 for t in ts]
+    return host_only_each(fns, n)
 
 
 def metadata(ex, inp):

@@ -468,16 +468,22 @@ def loop(fn, steps: int) -> float:
 
 def host_only(fn, steps: int) -> float:
     """Median host time of one step's call (device work left running, no sync inside)."""
+    return host_only_each([fn], steps)[0]
+
+
+def host_only_each(fns, steps: int) -> list[float]:
+    """``host_only`` of each of ``fns``, timed in turn call by call: a shared host drifts by more over a
+    block of calls than the differences between the calls compared."""
     import torch
 
-    ts = []
+    ts = [[] for _ in fns]
     for _ in range(steps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    ts.sort()
-    return ts[len(ts) // 2] * 1e6
+        for t, fn in zip(ts, fns):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [sorted(t)[len(t) // 2] * 1e6 for t in ts]
 
 
 def print_table(rows) -> None:

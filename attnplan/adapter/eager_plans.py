@@ -53,7 +53,6 @@ class EagerPlans:
         self._shared: Optional[tuple[Any, Any, Any]] = None
         self._own: "weakref.WeakSet[HostPlan]" = weakref.WeakSet()
         self.refused: dict[tuple, str] = {}      # (batch size, q_len, width, index) -> why, the last few
-        self.made = 0
 
     def _workspace(self) -> tuple[Any, Any, Any]:
         """(int workspace, pinned staging buffer, its one-step-in-flight guard), made on first use."""
@@ -113,7 +112,6 @@ class EagerPlans:
                 return None
             self._own.add(hp)
         layout.planners[index] = hp
-        self.made += 1
         return hp
 
     def _note(self, layout: Any, index: int, why: str) -> None:

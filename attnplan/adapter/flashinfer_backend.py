@@ -175,9 +175,8 @@ class FlashInferBackend:
                    v_scale: float = 1.0, sinks: Optional[Any] = None) -> None:
         assert step.decode is not None
         ctx = self if self.switch is None else step.extra.get("decode_context", self)
-        wrapper = step.extra.get("decode_wrapper")
-        ctx.calls["decode"].run(ctx, ctx._decode if wrapper is None else wrapper, step, "decode", q, cache, out,
-                                k_scale=k_scale, v_scale=v_scale, sinks=sinks)
+        ctx.calls["decode"].run(ctx, ctx.decode_wrapper(step), step, "decode", q, cache, out, k_scale=k_scale,
+                                v_scale=v_scale, sinks=sinks)
 
     def run_prefill(self, step: StepMetadata, q: Any, cache: Any, out: Any, *, k_scale: float = 1.0,
                     v_scale: float = 1.0, sinks: Optional[Any] = None) -> None:
@@ -190,9 +189,13 @@ class FlashInferBackend:
 
     def run_mla_decode(self, step: StepMetadata, q_nope: Any, q_pe: Any, cache: Any, out: Any) -> None:
         assert step.decode is not None
+        self.calls["decode"].run_latent(self, self.decode_wrapper(step), step, q_nope, q_pe, cache, out)
+
+    def decode_wrapper(self, step: StepMetadata) -> Any:
+        """The wrapper ``plan_step`` planned this step's decode on: its layout's own (eager_plans.py) or
+        this context's."""
         wrapper = step.extra.get("decode_wrapper")
-        self.calls["decode"].run_latent(self, self._decode if wrapper is None else wrapper, step, q_nope, q_pe,
-                                        cache, out)
+        return self._decode if wrapper is None else wrapper
 
     def merge(self, out: Any, lse: Any, v_ctx: Any, s_ctx: Any, has_context: Any) -> None:
         # The kernel merges only rows whose mask is set and leaves the others untouched (seed 004).
