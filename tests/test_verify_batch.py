@@ -25,6 +25,9 @@ FAKE = textwrap.dedent("""\
             os._exit(3)
         if how == "hang":
             time.sleep(60)
+        if how == "slow-ok":
+            time.sleep(1.0)
+            how = "ok"
         if how == "build-error":
             print(json.dumps({"outcome": "error", "error": "RuntimeError: Ninja build failed: nvcc"}), flush=True)
             break
@@ -88,6 +91,34 @@ def test_a_hang_is_killed_at_its_limit_and_a_failed_build_is_inherited_unrun(tmp
         assert res[pid]["outcome"] == "error" and "p03" in res[pid]["error"] and "pid" not in res[pid]
     assert res["p06"]["outcome"] == "build-timeout"                 # first probe of c: the build limit
     assert res["p07"]["outcome"] == "build-timeout" and "p06" in res["p07"]["error"]
+
+
+def test_a_killed_process_s_end_of_output_never_reaches_the_next_process(tmp_path, monkeypatch):
+    # Each process's output is read by a thread of its own. Under load that thread sees the killed
+    # process's end of output late - after the runner started the next process for the rest of the
+    # module; it must end its own queue, not the new one (a late binding did: the next probe, still
+    # running, was recorded as "probe process exited 0" - seen with two suites on 2 cores). The end of
+    # every process's output is held back 0.3 s here, and the next probe answers after 1 s.
+    class SlowEnd:
+        def __init__(self, f):
+            self._f = f
+
+        def __iter__(self):
+            yield from self._f
+            time.sleep(0.3)
+
+    class Popen(subprocess.Popen):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.stdout = SlowEnd(self.stdout)
+
+    import attnplan.verify.runner as runner
+
+    monkeypatch.setattr(runner.subprocess, "Popen", Popen)
+    probes = [_probe(0, "a", "ok"), _probe(1, "a", "hang"), _probe(2, "a", "slow-ok"), _probe(3, "a", "ok")]
+    res, _, _ = _run(tmp_path, probes, build_timeout=5.0, probe_timeout=2.0)
+    assert [res[p.id]["outcome"] for p in probes] == ["ok", "hang", "ok", "ok"], res
+    assert res["p02"]["pid"] == res["p03"]["pid"] != res["p00"]["pid"]
 
 
 def test_past_the_deadline_no_module_starts(tmp_path):

@@ -342,11 +342,9 @@ def batch_subprocess_runner(command: Sequence[str] = BATCH_CHILD, env: Optional[
                 table.add(p)
                 lines: "queue.Queue[Optional[str]]" = queue.Queue()
 
-                def pump() -> None:
-                    for line in p.stdout:        # type: ignore[union-attr]
-                        lines.put(line)
-                    lines.put(None)
-                threading.Thread(target=pump, daemon=True).start()
+                # This process's output and queue, bound now: the thread may see the end of the output
+                # after the loop moved on to a fresh process (and rebound p and lines).
+                threading.Thread(target=_pump, args=(p.stdout, lines), daemon=True).start()
                 try:
                     p.stdin.write("".join(json.dumps(q.spec) + "\n" for q in todo))   # type: ignore[union-attr]
                     p.stdin.close()                                                  # type: ignore[union-attr]
@@ -394,6 +392,13 @@ def batch_subprocess_runner(command: Sequence[str] = BATCH_CHILD, env: Optional[
                 todo = todo[done:]
 
     return run
+
+
+def _pump(out: Any, lines: Any) -> None:
+    """One process's output lines into its own queue, then None (its end)."""
+    for line in out:
+        lines.put(line)
+    lines.put(None)
 
 
 def _next_result(lines: Any, limit: float) -> Any:
