@@ -451,29 +451,56 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
     from attnplan.adapter import StepInput
     from attnplan.adapter import kv_cache as kvc
 
+    from attnplan.adapter.general_plans import replay_of
+
     ex = executor_for("fa2")
     page = ex.plan.kv_cache.page_size
     p = ex.params
-    rows = []
+    inputs = []
     for kind, dec_ctx, pre in shapes:
         q = [1] * len(dec_ctx) + pre
         seq = dec_ctx + pre
         width = max((s + page - 1) // page for s in seq)
-        cache = ex.allocate_kv_cache(len(seq) * width)
-        cache.data.view(torch.bfloat16).normal_()
         table = torch.randperm(len(seq) * width, device="cuda", dtype=torch.int32).view(len(seq), width)
         seq_cpu = torch.tensor(seq, dtype=torch.int32)
-        inp = StepInput(q, seq_cpu.cuda(), table, len(dec_ctx), seq_lens_cpu=seq_cpu)
+        inputs.append(StepInput(q, seq_cpu.cuda(), table, len(dec_ctx), seq_lens_cpu=seq_cpu))
+    # An engine's first steps, every shape twice: each wrapper's scheduler replay learns and is checked
+    # on them (general_plans.py), as in serving; the rows then time steps after it.
+    for _ in range(2):
+        for inp in inputs:
+            ex.plan_step(inp)
+    g = ex.backend.general
+
+    def replay_off(inp):
+        g.enabled = False
+        try:
+            return ex.plan_step(inp)
+        finally:
+            g.enabled = True
+    rows = []
+    for (kind, dec_ctx, pre), inp in zip(shapes, inputs):
+        seq = dec_ctx + pre
+        width = int(inp.block_table.shape[1])
+        cache = ex.allocate_kv_cache(len(seq) * width)
+        cache.data.view(torch.bfloat16).normal_()
         row = dict(kind=kind, decodes=len(dec_ctx), prefill_tokens=sum(pre), prefills=len(pre))
-        row["metadata_us"] = host_median(lambda: metadata(ex, inp))
-        row["plan_step_us"] = host_median(lambda: ex.plan_step(inp))
         step = ex.plan_step(inp)
         fi, plans = 0.0, []
         for phase, w in (("decode", ex.backend._decode), ("prefill", ex.backend._prefill)):
             if getattr(step, phase) is not None and w is not None:
                 a, k = recorded_plan(w, lambda: ex.backend.plan_wrapper(w, getattr(step, phase), phase))
                 plans.append((w, a, k))
-                fi += host_median(lambda: w.plan(*a, **k))
+                r = replay_of(ex.backend, w)
+                row[f"{phase}_replay"] = "none" if r is None else ("on" if r.ready else f"off: {r.refused}")
+
+        def fi_plans():
+            for w, a, k in plans:
+                w.plan(*a, **k)
+        # metadata, plan_step with the replay, without it, and FlashInfer's whole plans with the same
+        # arguments: timed in turn, call by call (a shared host drifts more over a block of calls)
+        (row["metadata_us"], row["plan_step_us"], row["plan_step_replay_off_us"],
+         fi) = host_medians([lambda: metadata(ex, inp), lambda: ex.plan_step(inp), lambda: replay_off(inp), fi_plans])
+        row["plan_step_replay_off_minus_fi_plan_us"] = row["plan_step_replay_off_us"] - fi
         row["fi_plan_us"] = fi
         row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - fi
         # End to end, eager: the adapter's step against FlashInfer's plans with the same arguments,
@@ -754,25 +781,29 @@ def _replay_word(r):
 
 
 def general_table(rows):
-    lines = ["| step | metadata | plan_step | FlashInfer plans | plan_step − plans | eager step end to end µs: adapter / FlashInfer (ratio) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| step | replay | metadata | plan_step | FlashInfer plans | plan_step − plans | the same, replay off "
+             "| eager step end to end µs: adapter / FlashInfer (ratio) |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         what = (f"{r['kind']}: {r['decodes']} decodes + {r['prefills']} prefills ({r['prefill_tokens']} tokens)")
-        lines.append(f"| {what} | {r['metadata_us']:.0f} | {r['plan_step_us']:.0f} | {r['fi_plan_us']:.0f} | "
-                     f"{r['plan_step_minus_fi_plan_us']:.0f} | {r['adapter_step_us']:.1f} / {r['fi_step_us']:.1f} "
-                     f"({r['ratio']:.2f}) |")
+        replay = ", ".join(f"{ph} {r[ph + '_replay']}" for ph in ("decode", "prefill") if ph + "_replay" in r)
+        lines.append(f"| {what} | {replay} | {r['metadata_us']:.0f} | {r['plan_step_us']:.0f} | {r['fi_plan_us']:.0f} | "
+                     f"{r['plan_step_minus_fi_plan_us']:.0f} | {r['plan_step_replay_off_minus_fi_plan_us']:.0f} | "
+                     f"{r['adapter_step_us']:.1f} / {r['fi_step_us']:.1f} ({r['ratio']:.2f}) |")
     return "\n".join(lines)
 
 
-def prebuild_for(names, general):
+def prebuild_for(names, general, breakdown=True):
     """Every module the measured plans load, in one ninja (warm-up's prebuild); ``general``: also
-    what the prefill/mixed rows (fa2's plan, both phases) and the breakdown (fa2, XQA) load."""
+    what the prefill/mixed rows (fa2's plan, both phases) and, with ``breakdown``, the breakdown and
+    profile (fa2, XQA, fa3-MLA) load."""
     from gpu_common import plan_or_raise
 
     from attnplan.adapter.warmup import plan_modules, prebuild
 
     mods = {}
-    for name in dict.fromkeys([*names, *(("fa2", "xqa", "mla-fa3") if general else ())]):
+    extra = (("fa2", "xqa", "mla-fa3") if breakdown else ("fa2",)) if general else ()
+    for name in dict.fromkeys([*names, *extra]):
         plan = plan_or_raise(*PLANS[name]).plan
         mods.update({m.name: m for m in plan_modules(plan) if (general and name == "fa2") or m.phase == "decode"})
     t0 = time.perf_counter()
@@ -816,7 +847,8 @@ def main():
     if "decode" not in parts:
         names = []
     if a.issue41:
-        prebuild_for(names, bool({"general", "breakdown", "profile"} & set(parts)))
+        prebuild_for(names, bool({"general", "breakdown", "profile"} & set(parts)),
+                     bool({"breakdown", "profile"} & set(parts)))
     rows = []
     for name in names:
         t0 = time.perf_counter()

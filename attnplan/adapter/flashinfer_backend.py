@@ -37,6 +37,7 @@ from attnplan.policy import Plan
 from .calls import DEFAULT, DecodeSwitch, FixedDecode, KernelCall, strategy, workspace_layout
 from .dtypes import NVFP4, torch_dtype
 from .eager_plans import EagerPlans
+from .general_plans import GeneralPlans
 from .merge import fold_heads
 from .params import AttentionParams, split_kv_kwargs
 from .step import PhaseBatch, StepMetadata
@@ -73,6 +74,7 @@ class FlashInferBackend:
         self.parts: dict[str, Any] = {}
         self._memo: dict[Any, Any] = {}
         self.eager = EagerPlans(self.device)     # repeated decode shapes' own wrappers (shared by the views)
+        self.general = GeneralPlans(self.device)   # the other steps' plans by the scheduler call alone, once learned
         self._decode = self.make_wrapper("decode")
         self._prefill = self.make_wrapper("prefill")
         self._wrappers = {"decode": self._decode, "prefill": self._prefill}
@@ -160,7 +162,9 @@ class FlashInferBackend:
                 if phase == "decode":
                     own = self.eager.planned(ctx, index, step)
                 if own is None:
-                    ctx.calls[phase].plan(ctx, wrapper, batch, phase)
+                    # Every other step: the wrapper's whole plan until its scheduler call alone was
+                    # learned and checked on it, that call after (general_plans.py).
+                    self.general.plan(ctx, phase, wrapper, batch)
                 else:
                     step.extra["decode_wrapper"] = own
             else:

@@ -18,6 +18,7 @@ class PagedDecode(KernelCall):
     returns_lse = True
     host_planned = True
     runs = "paged"
+    general_replay = True
 
     def construct(self, b: CallContext, pp: Any, **graph_buffers: Any) -> Any:
         return self.entry()(b.workspace, b.plan.kv_cache.layout, use_tensor_cores=bool(pp.use_tensor_cores),

@@ -17,6 +17,7 @@ class PagedPrefill(KernelCall):
     returns_lse = True
     host_planned = True
     runs = "paged"
+    general_replay = True
 
     def construct(self, b: CallContext, pp: Any, **graph_buffers: Any) -> Any:
         return self.entry()(b.workspace, b.plan.kv_cache.layout, backend=pp.flashinfer_backend, **graph_buffers)

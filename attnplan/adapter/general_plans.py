@@ -1,0 +1,413 @@
+"""Prefill and mixed steps planned with FlashInfer's scheduler call alone, learned from the wrapper's own
+whole plans and checked on it (issue 41).
+
+A prefill or mixed step has a new shape almost every step, so neither a captured layout nor a CUDA-graph
+wrapper (fixed batch size, fixed buffers) can hold it: the backend's wrapper plans it whole. FlashInfer's
+Python ``plan`` (flashinfer/prefill.py ``BatchPrefillWithPagedKVCacheWrapper.plan``; decode.py
+``BatchDecodeWithPagedKVCacheWrapper.plan`` for a mixed step's decode part) re-derives on the host what the
+step metadata already holds, copies the host indptrs the metadata already sent to the device once more
+(three ``.to(device)`` and one ``copy_`` a plan), and around that makes one call into the JIT module - the
+scheduler. On the H100's host that Python cost 57-116 µs timed alone and 114-290 µs right after the step's
+metadata (bench/RESULTS.md round eight), more than the scheduler itself.
+
+What a whole plan leaves on the wrapper is learned here from the wrapper itself, not transcribed:
+
+1. observe: a whole plan of a step, with the scheduler call recorded (plan_replay.record) and the wrapper's
+   attributes before and after it (and, for a tensor it keeps, its contents);
+2. bind: from two observed steps whose request count, token count and longest KV length all differ, every
+   scheduler argument and every attribute the plan writes gets a *binding*: a constant (the same in both),
+   the scheduler's result (plan info), or one of the step's own values - a host or device tensor of the
+   ``PhaseBatch`` by identity or by value, an int among its counts, or a kept tensor whose leading entries
+   are filled from one of its device tensors. An argument or attribute with no binding refuses the
+   replay (``refused`` says which);
+3. check: at a later step of other lengths the replay runs first (its scheduler call twice, over pinned
+   scratch filled 0x00 and 0xFF, as plan_replay.SchedulerReplay does), then the whole plan, and every
+   attribute, the plan info and the written bytes of the int workspace must be equal;
+4. replay: from then on a step's plan is the scheduler call over its own host arrays and ints, and the
+   bound attributes set to its own tensors (which the metadata already put on the device: no copies).
+
+An int binding can hold more than one candidate (a constant and a count, or two counts that were equal in
+both steps); a step where the candidates disagree plans whole, and that plan's values narrow them. A
+step whose replay raises plans whole and ends the replay for that wrapper. ``ATTNPLAN_GENERAL_SCHEDULER_
+REPLAY=0`` keeps every step on FlashInfer's whole plan.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from .plan_replay import PinnedGuard, plain, record_one
+
+INTS = ("num_reqs", "num_tokens", "max_q_len", "max_kv_len")
+MUST_DIFFER = ("num_reqs", "num_tokens", "max_kv_len")      # between the two steps a binding is read from
+TENSORS = ("qo_indptr_cpu", "kv_page_indptr_cpu", "last_page_len_cpu", "seq_lens_cpu",
+           "qo_indptr", "kv_page_indptr", "kv_indices", "last_page_len", "seq_lens")
+_MISSING = object()
+KEPT_BYTES = 1 << 20     # a kept tensor up to this size is compared before and after a learning plan
+LEARN_STEPS = 16        # whole-planned steps a wrapper may take to find a pair to bind from and a step to check
+
+
+def _values(batch: Any) -> dict[str, Any]:
+    v = {n: getattr(batch, n) for n in INTS}
+    for n in TENSORS:
+        t = getattr(batch, n)
+        if t is not None:
+            v[n] = t
+    return v
+
+
+def _is_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values: tensors by dtype, shape and elements (on their devices), the rest as plain Python."""
+    import torch
+
+    if a is b:
+        return True
+    if _is_tensor(a) or _is_tensor(b):
+        if not (_is_tensor(a) and _is_tensor(b)) or a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.device != b.device:
+            b = b.to(a.device)
+        return bool(torch.equal(a, b))
+    try:
+        return bool(plain(a) == plain(b))
+    except Exception:  # noqa: BLE001 - values that do not compare are not equal
+        return False
+
+
+class _Observed:
+    """One whole plan: the scheduler call, the attributes before and after, the step's values."""
+
+    __slots__ = ("call", "before", "after", "filled", "values")
+
+    def __init__(self, call: tuple, before: dict, after: dict, filled: dict, values: dict):
+        self.call, self.before, self.after, self.filled, self.values = call, before, after, filled, values
+
+
+class Refused(Exception):
+    pass
+
+
+class Ambiguous(Refused):
+    """Two steps that cannot tell two step values apart (equal in both): learn from another pair."""
+
+
+def _tensor_candidates(v: Any, values: dict[str, Any]) -> list[tuple]:
+    """Step tensors ``v`` is (identity) or equals (value, on the same device: a device copy of a host
+    array is named by the device tensor the metadata sent, which the replay hands over instead)."""
+    same = [("name", n) for n in TENSORS if n in values and values[n] is v]
+    if same:
+        return same
+    c = [("name", n) for n in TENSORS if n in values and values[n].device == v.device and _same(v, values[n])]
+    if len({n.removesuffix("_cpu") for _, n in c}) == 1:
+        c = c[:1]          # one field's host and device views alike (an executor on the CPU): the same data
+    return c
+
+
+def _int_candidates(a: Any, b: Any, va: dict, vb: dict) -> list[tuple]:
+    out = [("const", b)] if _same(a, b) else []
+    if isinstance(b, int) and not isinstance(b, bool):
+        out += [("name", n) for n in INTS if va[n] == a and vb[n] == b]
+    return out
+
+
+class StepReplay:
+    """One wrapper's learned plan: ``plan(batch)`` plans it (whole while learning, by replay once checked)."""
+
+    def __init__(self, call: Any, ctx: Any, wrapper: Any, phase: str, guard: PinnedGuard):
+        self.call, self.ctx, self.wrapper, self.phase = call, ctx, wrapper, phase
+        self.guard = guard
+        self.first: Optional[_Observed] = None
+        self.binding: Optional[dict] = None     # args / kwargs / attrs / fills / result attribute
+        self.ready = False
+        self.refused: Optional[str] = None
+        self.whole_steps = 0
+        self.replays = 0
+        self.narrowed = 0
+        self._bound_values: Optional[dict] = None
+
+    # -- whole plans ------------------------------------------------------------------------------
+    def _whole(self, batch: Any) -> None:
+        self.call.plan(self.ctx, self.wrapper, batch, self.phase)
+
+    def _scheduler(self) -> Any:
+        return self.call.graph_scheduler(self.wrapper)
+
+    def _observe(self, batch: Any) -> _Observed:
+        import torch
+
+        w = self.wrapper
+        before = dict(vars(w))
+        # The small tensors it keeps, whose contents a plan may refill (its KV-length buffer); not the
+        # workspaces (what the scheduler writes is checked as the schedule; the float one no plan writes).
+        kept = {k: v.clone() for k, v in before.items() if _small(v)}
+        s = self._scheduler()
+        if s is None:
+            raise Refused("the wrapper's plan calls no scheduler attnplan can replay")
+        call, n = record_one(s, lambda: self._whole(batch))
+        if call is None:
+            raise Refused(f"the wrapper's plan called its scheduler {n} times")
+        after = dict(vars(w))
+        filled = {}
+        for k, old in kept.items():
+            now = after.get(k)
+            if now is before[k] and not torch.equal(now, old):
+                filled[k] = now.clone()
+        return _Observed((s, call), before, after, filled, _values(batch))
+
+    # -- binding ----------------------------------------------------------------------------------
+    def _bind(self, a: _Observed, b: _Observed) -> dict:
+        (s, (args_a, kw_a, res_a)), (s2, (args_b, kw_b, res_b)) = a.call, b.call
+        if s.owner is not s2.owner or s.attr != s2.attr:
+            raise Refused("the two plans called different schedulers")
+        if len(args_a) != len(args_b) or set(kw_a) != set(kw_b):
+            raise Refused("the scheduler's arguments changed shape between plans")
+
+        def slot(x: Any, y: Any, where: str) -> list[tuple]:
+            if _is_tensor(y):
+                if x is y:
+                    return [("const", y)]
+                c = [k for k in _tensor_candidates(y, b.values) if k[1] in a.values and _same(x, a.values[k[1]])]
+                if len(c) == 1:
+                    return c
+                if not c and _same(x, y):
+                    return [("const", y)]     # a fresh tensor of the same value each plan (an empty dtype tag)
+                if c:
+                    raise Ambiguous(f"{where}: a tensor more than one step value names")
+                raise Refused(f"{where}: a tensor no step value names")
+            c = _int_candidates(x, y, a.values, b.values)
+            if not c:
+                raise Refused(f"{where} changes with the batch in a way no step value names ({x!r}, {y!r})")
+            return c
+
+        bind: dict[str, Any] = {
+            "fn": getattr(s2.owner, s2.attr), "scratch": [t for t in (*args_b, *kw_b.values()) if _is_tensor(t)
+                                                          and t.device.type == "cpu" and t.is_pinned()],
+            "schedule": s2.schedule, "info": s2.info,
+            "args": [slot(x, y, f"scheduler argument {i}") for i, (x, y) in enumerate(zip(args_a, args_b))],
+            "kwargs": {k: slot(kw_a[k], kw_b[k], f"scheduler argument {k}") for k in kw_b},
+            "attrs": {}, "fills": {}, "result": [],
+        }
+        # What the scheduler itself writes (its workspaces: the tensors it is handed every plan) the
+        # replayed call writes again.
+        consts = [(y, c) for y, c in zip((*args_b, *kw_b.values()), (*bind["args"], *bind["kwargs"].values()))]
+        written_by_scheduler = bind["own"] = {id(y) for y, c in consts if _is_tensor(y) and c == [("const", y)]}
+        for k, vb in b.after.items():
+            va, before = a.after.get(k, _MISSING), b.before.get(k, _MISSING)
+            if vb is res_b:
+                bind["result"].append(k)
+            elif id(vb) in written_by_scheduler:
+                continue
+            elif vb is before and (k in b.filled or k in a.filled):
+                c = [n for n in TENSORS if n in b.values and b.values[n].device == vb.device
+                     and _prefix_is(b.filled.get(k, vb), b.values[n])
+                     and (k not in a.filled or _prefix_is(a.filled[k], a.values[n]))]
+                if not c:
+                    raise Refused(f"attribute {k}: a kept tensor the plan refills from no step value")
+                bind["fills"][k] = c[0]
+            elif vb is before:
+                continue                          # not written by the plan, or written with itself
+            elif _is_tensor(vb):
+                if va is vb:
+                    continue
+                bind["attrs"][k] = slot(va, vb, f"attribute {k}")
+            else:
+                if va is _MISSING:
+                    raise Refused(f"attribute {k}: set by one plan, not by the other")
+                c = slot(va, vb, f"attribute {k}")
+                if c != [("const", vb)] or before is _MISSING or not _same(before, vb):
+                    bind["attrs"][k] = c
+        if not bind["result"]:
+            raise Refused("no attribute holds the scheduler's plan info")
+        return bind
+
+    # -- replay -----------------------------------------------------------------------------------
+    @staticmethod
+    def _pick(cands: list[tuple], v: dict) -> Any:
+        """The value of a binding for a step, or _MISSING where its candidates disagree."""
+        kind, x = cands[0]
+        got = x if kind == "const" else v[x]
+        for kind, x in cands[1:]:
+            other = x if kind == "const" else v[x]
+            if other is not got and other != got:
+                return _MISSING
+        return got
+
+    def _replay(self, batch: Any) -> bool:
+        """This step's plan by the scheduler call alone; False (nothing done) where an int binding's
+        candidates disagree for this step."""
+        bind, v = self.binding, _values(batch)
+        assert bind is not None
+        args = [self._pick(c, v) for c in bind["args"]]
+        kwargs = {k: self._pick(c, v) for k, c in bind["kwargs"].items()}
+        attrs = {k: self._pick(c, v) for k, c in bind["attrs"].items()}
+        if any(x is _MISSING for x in (*args, *kwargs.values(), *attrs.values())):
+            return False
+        self.guard.before()
+        info = bind["fn"](*args, **kwargs)
+        self.guard.after()
+        w = self.wrapper
+        for k in bind["result"]:
+            setattr(w, k, info)
+        for k, x in attrs.items():
+            setattr(w, k, x)
+        for k, n in bind["fills"].items():
+            t = v[n]
+            getattr(w, k).view(-1)[: t.numel()].copy_(t.view(-1), non_blocking=True)
+        return True
+
+    def _narrow(self, batch: Any) -> None:
+        """A whole plan for a step whose int candidates disagreed: keep those that hold for it."""
+        o = self._observe(batch)
+        _, (args, kwargs, _) = o.call
+        bind, v = self.binding, o.values
+        assert bind is not None
+
+        def keep(cands: list[tuple], actual: Any, where: str) -> list[tuple]:
+            left = [c for c in cands if _same(c[1] if c[0] == "const" else v[c[1]], actual)]
+            if not left:
+                raise Refused(f"{where}: no candidate held for a later step")
+            return left
+        bind["args"] = [keep(c, args[i], f"scheduler argument {i}") for i, c in enumerate(bind["args"])]
+        bind["kwargs"] = {k: keep(c, kwargs[k], f"scheduler argument {k}") for k, c in bind["kwargs"].items()}
+        bind["attrs"] = {k: keep(c, o.after.get(k), f"attribute {k}") for k, c in bind["attrs"].items()}
+        self.narrowed += 1
+
+    def _check(self, batch: Any) -> None:
+        """The replay against a whole plan on the same step: every attribute, the plan info and the
+        written bytes of the int workspace equal, or Refused."""
+        import torch
+
+        bind = self.binding
+        assert bind is not None
+        ws = bind["schedule"]
+        got = []
+        for fill in (0x00, 0xFF):
+            for t in bind["scratch"]:
+                t.view(torch.uint8).fill_(fill)
+            if not self._replay(batch):
+                raise Refused("a check step whose counts the binding could not tell apart")
+            _sync(ws)
+            got.append((ws.clone(), {k: v.clone() if _small(v) else v for k, v in vars(self.wrapper).items()}))
+        (ws0, mine), (ws1, _) = got
+        o = self._observe(batch)                # the whole plan last: the wrapper's state is its own
+        _sync(ws)
+        written = ws0 == ws1
+        if not torch.equal(ws0[written], ws[written]):
+            raise Refused("the replayed scheduler call left another schedule than the whole plan")
+        for k in set(mine) | set(o.after):
+            x, y = mine.get(k, _MISSING), o.after.get(k, _MISSING)
+            if id(vars(self.wrapper).get(k)) in bind["own"]:
+                continue                        # the scheduler's workspaces: compared as the schedule above
+            if x is _MISSING or y is _MISSING or not _same(x, y):
+                raise Refused(f"attribute {k}: the replay left another value than the whole plan")
+
+    # -- the step ---------------------------------------------------------------------------------
+    def plan(self, batch: Any) -> None:
+        if self.ready:
+            try:
+                if self._replay(batch):
+                    self.replays += 1
+                    return
+                self._narrow(batch)              # whole, and the binding narrowed by it
+            except Exception as exc:  # noqa: BLE001 - an optimisation: what it trips on plans whole
+                self._refuse(f"{type(exc).__name__}: {exc}")
+                self._whole(batch)
+            return
+        if self.refused is not None:
+            self._whole(batch)
+            return
+        try:
+            self._learn(batch)
+        except Exception as exc:  # noqa: BLE001 - the check refuses; the step is planned whole below
+            self._refuse(str(exc) if isinstance(exc, Refused) else f"the check raised {type(exc).__name__}: {exc}")
+            self._whole(batch)
+
+    def _learn(self, batch: Any) -> None:
+        self.whole_steps += 1
+        if self.whole_steps > LEARN_STEPS:
+            raise Refused(f"{LEARN_STEPS} steps gave no pair of steps to learn from and one to check")
+        if self.first is None and self._scheduler() is None:
+            self._whole(batch)                   # the first plan makes the wrapper's module and buffers
+            return
+        if self.binding is None:
+            o = self._observe(batch)
+            if self.first is None:
+                self.first = o
+            elif all(self.first.values[n] != o.values[n] for n in MUST_DIFFER):
+                try:
+                    self.binding = self._bind(self.first, o)
+                except Ambiguous:
+                    self.first = o           # e.g. last-page lengths equal to the lengths: another pair
+                    return
+                self._bound_values = {n: o.values[n] for n in INTS}
+            return
+        v = _values(batch)
+        if all(v[n] == self._bound_values[n] for n in MUST_DIFFER):    # type: ignore[index]
+            self._whole(batch)                   # the check needs other lengths than the binding's
+            return
+        self._check(batch)
+        self.ready, self.first = True, None
+
+    def _refuse(self, why: str) -> None:
+        self.ready, self.refused, self.binding, self.first = False, why, None, None
+
+
+def _small(v: Any) -> bool:
+    """A tensor attribute whose contents a learning plan compares (its size: not a workspace)."""
+    return _is_tensor(v) and v.numel() * v.element_size() <= KEPT_BYTES
+
+
+def _prefix_is(kept: Any, t: Any) -> bool:
+    """``kept``'s leading entries are ``t`` (same dtype)."""
+    import torch
+
+    flat = kept.reshape(-1)
+    if flat.dtype != t.dtype or flat.numel() < t.numel():
+        return False
+    src = t.reshape(-1).to(flat.device)
+    return bool(torch.equal(flat[: src.numel()], src))
+
+
+def _sync(t: Any) -> None:
+    if t.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(t.device)
+
+
+class GeneralPlans:
+    """One per backend: ``plan(ctx, phase, wrapper, batch)`` plans a prefill or mixed step's phase on the
+    context's wrapper - by its ``StepReplay`` where the call has a scheduler to replay, whole otherwise."""
+
+    def __init__(self, device: Any):
+        self.enabled = os.environ.get("ATTNPLAN_GENERAL_SCHEDULER_REPLAY") != "0"
+        self.guard = PinnedGuard(device)          # the paged wrappers' pinned buffers: one step in flight
+        self.by_wrapper: dict[int, StepReplay] = {}
+
+    def plan(self, ctx: Any, phase: str, wrapper: Any, batch: Any) -> None:
+        call = ctx.calls[phase]
+        if not self.enabled or not getattr(call, "general_replay", False):
+            call.plan(ctx, wrapper, batch, phase)
+            return
+        r = self.by_wrapper.get(id(wrapper))
+        if r is None or r.wrapper is not wrapper:
+            r = self.by_wrapper[id(wrapper)] = StepReplay(call, ctx, wrapper, phase, self.guard)
+        r.plan(batch)
+
+    def refused(self) -> dict[str, str]:
+        return {f"{r.phase}:{type(r.call).__name__}": r.refused for r in self.by_wrapper.values() if r.refused}
+
+
+def replay_of(backend: Any, wrapper: Any) -> Optional[StepReplay]:
+    """The ``StepReplay`` of ``wrapper`` in ``backend`` (tests, benchmarks)."""
+    return backend.general.by_wrapper.get(id(wrapper))
+
+
+__all__ = ["GeneralPlans", "StepReplay", "replay_of", "Refused"]

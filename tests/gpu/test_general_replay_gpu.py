@@ -1,0 +1,70 @@
+"""Prefill and mixed steps planned by FlashInfer's scheduler call alone once learned and checked on the
+wrapper (issue 41; attnplan/adapter/general_plans.py), on a real GPU against the float32 reference.
+
+One executor per plan runs a sequence of prefill-only and mixed steps whose counts change every step (an
+engine's first steps): the first plan each wrapper's own, two observed, one checked, every later one the
+replay. Every step's output is held to the reference (bf16: rel err <= 1e-2) with fresh random inputs
+over a NaN-poisoned cache and output, and the replay must have taken over.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from gpu_common import TOL, answer, Batch, executor, prebuild, rel_err  # noqa: E402
+
+from attnplan.adapter.general_plans import replay_of  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+CONFIGS = {
+    "probed": LLAMA,                                            # this machine's plan (H100: fa3 prefill)
+    "fa2": dict(LLAMA, attention_backend="fa2"),                # fa2 prefill and tensor-core decode
+    "spec-q3": dict(LLAMA, attention_backend="fa2", num_speculative_tokens=2),
+    "window": dict(LLAMA, attention_backend="fa2", sliding_window=256),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    prebuild(*(answer(**c) for c in CONFIGS.values()))
+
+
+def _shapes(qd, n, seed):
+    """n steps: prefill-only and mixed, every count other than the step before."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        nd = 0 if i % 3 == 0 else rnd.randint(1, 12)
+        npre = rnd.randint(1, 4)
+        q = [qd] * nd + [rnd.randint(1, 700) for _ in range(npre)]
+        seq = [rnd.randint(qd, 3000) for _ in range(nd)] + [x + rnd.choice([0, 0, rnd.randint(1, 900)]) for x in q[nd:]]
+        out.append((q, seq, nd))
+    return out
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_general_steps_replay_the_scheduler_and_stay_exact(name):
+    ex = executor(**CONFIGS[name])
+    qd = ex.plan.decode.q_len_per_req
+    errs = []
+    for q, seq, nd in _shapes(qd, 12, seed=41 + len(name)):
+        b = Batch(ex, q, seq, nd)
+        errs.append(rel_err(b.run(), b.reference()))
+    wrappers = {ph: w for ph, w in ex.backend._wrappers.items() if w is not None}
+    summary = {}
+    for ph, w in wrappers.items():
+        r = replay_of(ex.backend, w)
+        summary[ph] = None if r is None else dict(ready=r.ready, replays=r.replays, refused=r.refused,
+                                                   narrowed=r.narrowed, whole_steps=r.whole_steps)
+    print(f"general replay {name} {ex.answer.backends()}: {summary}; rel err max {max(errs):.2e}")
+    assert max(errs) <= TOL, errs
+    prefill = replay_of(ex.backend, ex.backend._prefill)
+    assert prefill is not None and prefill.ready and prefill.replays >= 4, summary

@@ -1,0 +1,235 @@
+"""Prefill and mixed steps plan with FlashInfer's scheduler call alone once that was learned from the
+wrapper's own whole plans and checked on it (issue 41; attnplan/adapter/general_plans.py).
+
+Held on the CPU with the real executor (``plan_step``: the step metadata, the backend's plan of each
+phase), with FlashInfer's eager wrappers replaced by stand-ins shaped as flashinfer/prefill.py and
+decode.py ``plan`` (their Python part - host copies, counts, a kept KV-length buffer, device copies of
+the indptrs - around one scheduler call whose schedule and plan info depend on every count it is
+handed). After every step the wrapper the step runs on must hold exactly what a fresh wrapper planned
+whole with the same arguments holds: every attribute's value, the plan info and the schedule. On the
+H100 the same path runs against the float32 reference in tests/gpu/test_adapter_gpu.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("flashinfer")
+
+from attnplan.adapter import StepInput  # noqa: E402
+from attnplan.adapter.general_plans import LEARN_STEPS, replay_of  # noqa: E402
+from graph_stand_ins import executor  # noqa: E402
+
+LLAMA = dict(head_dim=128, num_qo_heads=32, num_kv_heads=8)
+
+
+def _schedule(qo, kv_indptr, kv_lens, rows, batch, *consts):
+    """The stand-in scheduler's schedule: a function of every host array and count it is handed."""
+    out = [int(x) * 5 + 1 for x in qo] + [int(x) * 3 for x in kv_indptr] + [int(x) % 11 for x in kv_lens]
+    return out + [rows, batch, sum(int(c) for c in consts if isinstance(c, (int, bool)))]
+
+
+def _scheduler(calls):
+    def plan(float_ws, int_ws, pinned, qo, kv_indptr, kv_lens, rows, batch, *consts):
+        calls.append(1)
+        sched = _schedule(qo, kv_indptr, kv_lens, rows, batch, *consts)
+        pinned[: len(sched)] = torch.tensor(sched, dtype=torch.int32)
+        int_ws[: len(sched)].copy_(pinned[: len(sched)])     # FlashInfer: cudaMemcpyAsync from the pinned buffer
+        return [rows > 64, batch % 3, 7]                      # a plan info that changes with the counts
+    return plan
+
+
+class EagerWrapper:
+    """flashinfer's BatchPrefillWithPagedKVCacheWrapper / BatchDecodeWithPagedKVCacheWrapper ``plan`` in
+    eager mode, reduced to its kinds of state: counts, a refilled KV-length buffer, device copies of the
+    host indptrs, the page indices as given, the host lengths kept, one scheduler call."""
+
+    def __init__(self, *, odd=None, raise_at=None):
+        self.device = torch.device("cpu")
+        self._float_workspace_buffer = torch.zeros(64, dtype=torch.uint8)
+        self._int_workspace_buffer = torch.zeros(4096, dtype=torch.int32)
+        self._pin_memory_int_workspace_buffer = torch.zeros(4096, dtype=torch.int32)
+        self._kv_lens_buffer = torch.zeros(64, dtype=torch.int32)
+        self.calls: list[int] = []
+        self._module = SimpleNamespace(plan=_scheduler(self.calls))
+        self._odd = odd                    # a test's attribute no step value names
+        self._raise_at = raise_at
+        self.stats = SimpleNamespace(whole=0)     # not the wrapper's state: one object throughout
+
+    def plan(self, *args, seq_lens=None, max_token_per_sequence=None, window_left=-1, **kwargs):
+        self.stats.whole += 1
+        if max_token_per_sequence is None:                   # decode.py: (indptr, indices, last_page_len, ...)
+            kv_indptr, indices, last, heads, kv_heads, head_dim, page = args[:7]
+            batch = len(last)
+            qo = torch.arange(batch + 1, dtype=torch.int32)  # _get_range_buf: a new host tensor
+            max_q = 1
+        else:                                                # prefill.py: (qo_indptr, indptr, indices, last, ...)
+            qo, kv_indptr, indices, last, heads, kv_heads, head_dim, page = args[:8]
+            batch = len(qo) - 1
+            max_q = max_token_per_sequence
+        qo_host, kv_host = qo.to("cpu"), kv_indptr.to("cpu")
+        self._batch_size = batch
+        self._qo_indptr_last = int(qo_host[-1])
+        self._max_q_len = max_q
+        kv_lens = seq_lens.cpu().flatten().to(torch.int32)
+        self._kv_lens_buffer[: len(kv_lens)].copy_(kv_lens)
+        self._max_kv_len = int(kv_lens.max())
+        self._qo_indptr_buf = qo.clone()                     # .to(device): a device copy
+        self._paged_kv_indptr_buf = kv_indptr.clone()
+        self._paged_kv_indices_buf = indices                 # already on the device: itself
+        self._paged_kv_last_page_len_buf = last.clone()
+        self._seq_lens_kv = seq_lens
+        self._window_left = window_left
+        self._cached_module = self._module
+        if self._odd is not None:
+            self._odd_state = self._odd(kv_host)
+        if self._raise_at is not None and int(kv_lens.max()) >= self._raise_at:
+            self._module.plan = _raising
+        self._plan_info = self._cached_module.plan(
+            self._float_workspace_buffer, self._int_workspace_buffer, self._pin_memory_int_workspace_buffer, qo_host,
+            kv_host, kv_lens, self._qo_indptr_last, batch, heads, kv_heads, page, False, head_dim, head_dim, True,
+            window_left)
+
+    def run(self, *args, **kwargs):
+        self.runs = getattr(self, "runs", 0) + 1
+
+
+def _raising(*args):
+    raise RuntimeError("a scheduler that raises at this length")
+
+
+def _state(w, batch, sched):
+    """What a wrapper holds after a plan of ``batch``, as comparable values: every attribute, the plan
+    info, the schedule's ``sched`` entries and the refilled lengths (past them: earlier plans' leftovers,
+    which no kernel reads, in FlashInfer's buffers too)."""
+    skip = {"calls", "stats", "_module", "_odd", "_raise_at", "runs", "_pin_memory_int_workspace_buffer",
+            "_cached_module"}
+    out = {}
+    for k, v in vars(w).items():
+        if k in skip:
+            continue
+        out[k] = v.tolist() if isinstance(v, torch.Tensor) else v
+    out["_int_workspace_buffer"] = out["_int_workspace_buffer"][:sched]
+    out["_kv_lens_buffer"] = out["_kv_lens_buffer"][: batch.num_reqs]
+    return out
+
+
+def _whole_reference(ex, phase, batch, **kw):
+    """(the state of a fresh wrapper planned whole with the step's arguments, its schedule's length)"""
+    ref = EagerWrapper(**kw)
+    seen = []
+    inner = ref._module.plan
+    ref._module.plan = lambda *a: seen.append(len(_schedule(*a[3:]))) or inner(*a)
+    ex.backend.calls[phase].plan(ex.backend, ref, batch, phase)
+    return _state(ref, batch, seen[0]), seen[0]
+
+
+SHAPES = [  # (decode KV lengths, prefill (query, KV) lengths): every count changes from step to step
+    ([], [(100, 100)]), ([], [(40, 40), (70, 70)]), ([], [(9, 9), (30, 50), (61, 80)]),
+    ([], [(200, 260)]), ([], [(17, 17), (33, 90)]), ([], [(5, 5), (6, 6), (7, 7), (120, 300)]),
+    ([], [(64, 64)]), ([], [(3, 40), (90, 90)]),
+]
+MIXED = [([30, 50], [(20, 20)]), ([10, 11, 90], [(40, 60), (7, 7)]), ([200], [(3, 3)]),
+         ([31, 32, 33, 34], [(50, 50)]), ([8], [(16, 40), (5, 9)]), ([17, 60], [(2, 2)])]
+
+
+def _input(dec, pre, page, width=64):
+    q = [1] * len(dec) + [p[0] for p in pre]
+    seq = list(dec) + [p[1] for p in pre]
+    b = len(seq)
+    table = torch.arange(b * width, dtype=torch.int32).view(b, width).flip(1).contiguous()
+    t = torch.tensor(seq, dtype=torch.int32)
+    return StepInput(q, t.clone(), table, len(dec), seq_lens_cpu=t)
+
+
+def _run(ex, page, shapes, **kw):
+    """Plan every step; after each, every planned wrapper holds what a whole plan of the step holds."""
+    for dec, pre in shapes:
+        step = ex.plan_step(_input(dec, pre, page))
+        for phase in ("decode", "prefill"):
+            batch = getattr(step, phase)
+            if batch is None:
+                continue
+            w = ex.backend._wrappers[phase]
+            want, n = _whole_reference(ex, phase, batch, **kw)
+            assert _state(w, batch, n) == want, (phase, dec, pre)
+
+
+def test_prefill_steps_learn_then_plan_with_the_scheduler_call_alone(monkeypatch):
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    _run(ex, page, SHAPES * 2)
+    w = ex.backend._prefill
+    r = replay_of(ex.backend, w)
+    assert r is not None and r.ready, r and r.refused
+    # learning: the first plan, two observed (the second a pair with every count other), the check's
+    # whole plan; then every step the scheduler call alone
+    assert w.stats.whole == 4
+    assert r.replays == len(SHAPES) * 2 - 4
+    # the check's two replays called the scheduler too: every step called it, the check's thrice
+    assert len(w.calls) == len(SHAPES) * 2 + 2
+
+
+def test_mixed_steps_replay_both_wrappers(monkeypatch):
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    _run(ex, page, MIXED * 3)
+    for phase in ("decode", "prefill"):
+        r = replay_of(ex.backend, ex.backend._wrappers[phase])
+        assert r is not None and r.ready and r.replays > 0, (phase, r and r.refused)
+
+
+def test_a_binding_with_two_candidates_plans_whole_where_they_part_and_narrows(monkeypatch):
+    # Prefill without context: the longest query is the longest KV length in every learning step, so an
+    # attribute holding either is bound to both until a step with context tells them apart.
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    no_context = [([], [(100, 100)]), ([], [(40, 40), (70, 70)]), ([], [(9, 9), (30, 30), (61, 61)]),
+                  ([], [(200, 200)]), ([], [(5, 5), (150, 150)])]
+    _run(ex, page, no_context)
+    r = replay_of(ex.backend, ex.backend._prefill)
+    assert r.ready and r.narrowed == 0
+    cands = r.binding["attrs"]["_max_kv_len"]
+    assert ("name", "max_q_len") in cands and ("name", "max_kv_len") in cands
+    whole = ex.backend._prefill.stats.whole
+    _run(ex, page, [([], [(30, 90)]), ([], [(12, 70), (8, 8)])])
+    assert r.narrowed == 1 and r.binding["attrs"]["_max_kv_len"] == [("name", "max_kv_len")]
+    assert ex.backend._prefill.stats.whole == whole + 1 and r.ready
+
+
+def test_an_attribute_no_step_value_names_refuses_and_every_step_plans_whole(monkeypatch):
+    # e.g. a plan that keeps a number it works out from the indptr (the total pages + 1)
+    odd = (lambda kv: int(kv[-1]) + 1)
+    ex, page = executor(monkeypatch, lambda: EagerWrapper(odd=odd), LLAMA, "fa2")
+    _run(ex, page, SHAPES, odd=odd)
+    r = replay_of(ex.backend, ex.backend._prefill)
+    assert not r.ready and "_odd_state" in r.refused
+    assert ex.backend._prefill.stats.whole >= len(SHAPES) and r.replays == 0
+
+
+def test_a_replay_that_raises_ends_the_replay_and_the_step_plans_whole(monkeypatch):
+    # the stand-in's scheduler starts raising once a step reaches 250 tokens; the step's whole plan
+    # raises too then - the executor's error - so the test stops the shapes right before it
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    _run(ex, page, SHAPES)
+    r = replay_of(ex.backend, ex.backend._prefill)
+    assert r.ready
+    r.binding["fn"] = _raising
+    _run(ex, page, [([], [(60, 60)]), ([], [(20, 20), (9, 30)])])
+    assert not r.ready and "RuntimeError" in r.refused and r.replays > 0
+
+
+def test_steps_that_never_change_every_count_plan_whole_and_stop_learning(monkeypatch):
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    same_batch = [([], [(10 + i, 10 + i)]) for i in range(LEARN_STEPS + 3)]      # one request each step
+    _run(ex, page, same_batch)
+    r = replay_of(ex.backend, ex.backend._prefill)
+    assert not r.ready and r.binding is None and str(LEARN_STEPS) in r.refused
+
+
+def test_the_switch_keeps_every_step_on_the_whole_plan(monkeypatch):
+    monkeypatch.setenv("ATTNPLAN_GENERAL_SCHEDULER_REPLAY", "0")
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    _run(ex, page, SHAPES)
+    assert replay_of(ex.backend, ex.backend._prefill) is None
+    assert ex.backend._prefill.stats.whole == len(SHAPES)
