@@ -120,9 +120,12 @@ def _int_candidates(a: Any, b: Any, va: dict, vb: dict) -> list[tuple]:
 class StepReplay:
     """One wrapper's learned plan: ``plan(batch)`` plans it (whole while learning, by replay once checked)."""
 
-    def __init__(self, call: Any, ctx: Any, wrapper: Any, phase: str, guard: PinnedGuard):
+    def __init__(self, call: Any, ctx: Any, wrapper: Any, phase: str, device: Any):
         self.call, self.ctx, self.wrapper, self.phase = call, ctx, wrapper, phase
-        self.guard = guard
+        # Its pinned buffer, one step in flight: the scheduler rewrites it each plan and enqueues a copy
+        # out of it; one guard per wrapper (a guard shared by a step's two wrappers would wait for the
+        # other one's copy, just enqueued: a device sync every step).
+        self.guard = PinnedGuard(device)
         self.first: Optional[_Observed] = None
         self.binding: Optional[dict] = None     # args / kwargs / attrs / fills / result attribute
         self.ready = False
@@ -134,7 +137,9 @@ class StepReplay:
 
     # -- whole plans ------------------------------------------------------------------------------
     def _whole(self, batch: Any) -> None:
+        self.guard.before()
         self.call.plan(self.ctx, self.wrapper, batch, self.phase)
+        self.guard.after()
 
     def _scheduler(self) -> Any:
         return self.call.graph_scheduler(self.wrapper)
@@ -259,7 +264,7 @@ class StepReplay:
             setattr(w, k, x)
         for k, n in bind["fills"].items():
             t = v[n]
-            getattr(w, k).view(-1)[: t.numel()].copy_(t.view(-1), non_blocking=True)
+            getattr(w, k).view(-1)[: t.numel()].copy_(t.reshape(-1), non_blocking=True)
         return True
 
     def _narrow(self, batch: Any) -> None:
@@ -287,6 +292,7 @@ class StepReplay:
         bind = self.binding
         assert bind is not None
         ws = bind["schedule"]
+        _sync(ws)              # the scratch is refilled below: no copy out of it may still be queued
         got = []
         for fill in (0x00, 0xFF):
             for t in bind["scratch"]:
@@ -388,7 +394,7 @@ class GeneralPlans:
 
     def __init__(self, device: Any):
         self.enabled = os.environ.get("ATTNPLAN_GENERAL_SCHEDULER_REPLAY") != "0"
-        self.guard = PinnedGuard(device)          # the paged wrappers' pinned buffers: one step in flight
+        self.device = device
         self.by_wrapper: dict[int, StepReplay] = {}
 
     def plan(self, ctx: Any, phase: str, wrapper: Any, batch: Any) -> None:
@@ -398,7 +404,7 @@ class GeneralPlans:
             return
         r = self.by_wrapper.get(id(wrapper))
         if r is None or r.wrapper is not wrapper:
-            r = self.by_wrapper[id(wrapper)] = StepReplay(call, ctx, wrapper, phase, self.guard)
+            r = self.by_wrapper[id(wrapper)] = StepReplay(call, ctx, wrapper, phase, self.device)
         r.plan(batch)
 
     def refused(self) -> dict[str, str]:
