@@ -81,13 +81,35 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+class _Seen:
+    """One argument or attribute as a whole plan left it: the object, the step value it is (identity, at
+    the plan), and its contents then (a small tensor cloned: a step's host arrays are views of a staging
+    ring that later steps rewrite)."""
+
+    __slots__ = ("obj", "name", "snap")
+
+    def __init__(self, obj: Any, idents: dict[int, str]):
+        self.obj = obj
+        self.name = idents.get(id(obj)) if _is_tensor(obj) else None
+        self.snap = obj.clone() if _small(obj) else obj
+
+
 class _Observed:
-    """One whole plan: the scheduler call, the attributes before and after, the step's values."""
+    """One whole plan: the scheduler call and the attributes before and after it, each as ``_Seen``; the
+    kept tensors it refilled (their contents after); the step's values (tensors cloned)."""
 
-    __slots__ = ("call", "before", "after", "filled", "values")
+    __slots__ = ("scheduler", "args", "kwargs", "result", "before", "after", "filled", "values", "live")
 
-    def __init__(self, call: tuple, before: dict, after: dict, filled: dict, values: dict):
-        self.call, self.before, self.after, self.filled, self.values = call, before, after, filled, values
+    def __init__(self, scheduler: Any, call: tuple, before: dict, after: dict, filled: dict, live: dict):
+        idents = {id(t): n for n, t in live.items() if _is_tensor(t)}
+        args, kwargs, result = call
+        self.scheduler, self.result = scheduler, result
+        self.args = [_Seen(x, idents) for x in args]
+        self.kwargs = {k: _Seen(x, idents) for k, x in kwargs.items()}
+        self.before, self.after = before, {k: _Seen(v, idents) for k, v in after.items()}
+        self.filled = filled
+        self.live = live                         # keeps the step's tensors alive: their ids stay theirs
+        self.values = {n: (t.clone() if _is_tensor(t) else t) for n, t in live.items()}
 
 
 class Refused(Exception):
@@ -99,11 +121,8 @@ class Ambiguous(Refused):
 
 
 def _tensor_candidates(v: Any, values: dict[str, Any]) -> list[tuple]:
-    """Step tensors ``v`` is (identity) or equals (value, on the same device: a device copy of a host
-    array is named by the device tensor the metadata sent, which the replay hands over instead)."""
-    same = [("name", n) for n in TENSORS if n in values and values[n] is v]
-    if same:
-        return same
+    """Step tensors ``v`` equals (same device, dtype, shape, elements): a device copy of a host array
+    is named by the device tensor the metadata sent, which the replay hands over instead."""
     c = [("name", n) for n in TENSORS if n in values and values[n].device == v.device and _same(v, values[n])]
     if len({n.removesuffix("_cpu") for _, n in c}) == 1:
         c = c[:1]          # one field's host and device views alike (an executor on the CPU): the same data
@@ -164,48 +183,57 @@ class StepReplay:
             now = after.get(k)
             if now is before[k] and not torch.equal(now, old):
                 filled[k] = now.clone()
-        return _Observed((s, call), before, after, filled, _values(batch))
+        return _Observed(s, call, before, after, filled, _values(batch))
 
     # -- binding ----------------------------------------------------------------------------------
     def _bind(self, a: _Observed, b: _Observed) -> dict:
-        (s, (args_a, kw_a, res_a)), (s2, (args_b, kw_b, res_b)) = a.call, b.call
+        s, s2 = a.scheduler, b.scheduler
         if s.owner is not s2.owner or s.attr != s2.attr:
             raise Refused("the two plans called different schedulers")
-        if len(args_a) != len(args_b) or set(kw_a) != set(kw_b):
+        if len(a.args) != len(b.args) or set(a.kwargs) != set(b.kwargs):
             raise Refused("the scheduler's arguments changed shape between plans")
 
-        def slot(x: Any, y: Any, where: str) -> list[tuple]:
-            if _is_tensor(y):
-                if x is y:
-                    return [("const", y)]
-                c = [k for k in _tensor_candidates(y, b.values) if k[1] in a.values and _same(x, a.values[k[1]])]
+        def slot(x: _Seen, y: _Seen, where: str) -> list[tuple]:
+            if _is_tensor(y.obj):
+                if x.obj is y.obj:
+                    return [("const", y.obj)]            # a workspace, a buffer kept across plans
+                if y.name is not None:                    # the step's own tensor, handed through
+                    if x.name != y.name:
+                        raise Refused(f"{where}: another step value in each plan ({x.name}, {y.name})")
+                    return [("name", y.name)]
+                if not _is_tensor(x.obj):
+                    raise Refused(f"{where}: a tensor in one plan only")
+                c = [k for k in _tensor_candidates(y.snap, b.values)
+                     if _same(x.snap, a.values.get(k[1]))]
                 if len(c) == 1:
                     return c
-                if not c and _same(x, y):
-                    return [("const", y)]     # a fresh tensor of the same value each plan (an empty dtype tag)
+                if not c and _same(x.snap, y.snap):
+                    return [("const", y.obj)]        # a fresh tensor of the same value each plan (an empty dtype tag)
                 if c:
                     raise Ambiguous(f"{where}: a tensor more than one step value names")
                 raise Refused(f"{where}: a tensor no step value names")
-            c = _int_candidates(x, y, a.values, b.values)
+            c = _int_candidates(x.snap, y.snap, a.values, b.values)
             if not c:
-                raise Refused(f"{where} changes with the batch in a way no step value names ({x!r}, {y!r})")
+                raise Refused(f"{where} changes with the batch in a way no step value names ({x.snap!r}, {y.snap!r})")
             return c
 
         bind: dict[str, Any] = {
-            "fn": getattr(s2.owner, s2.attr), "scratch": [t for t in (*args_b, *kw_b.values()) if _is_tensor(t)
-                                                          and t.device.type == "cpu" and t.is_pinned()],
+            "fn": getattr(s2.owner, s2.attr),
+            "scratch": [y.obj for y in (*b.args, *b.kwargs.values())
+                        if _is_tensor(y.obj) and y.obj.device.type == "cpu" and y.obj.is_pinned()],
             "schedule": s2.schedule, "info": s2.info,
-            "args": [slot(x, y, f"scheduler argument {i}") for i, (x, y) in enumerate(zip(args_a, args_b))],
-            "kwargs": {k: slot(kw_a[k], kw_b[k], f"scheduler argument {k}") for k in kw_b},
+            "args": [slot(x, y, f"scheduler argument {i}") for i, (x, y) in enumerate(zip(a.args, b.args))],
+            "kwargs": {k: slot(a.kwargs[k], y, f"scheduler argument {k}") for k, y in b.kwargs.items()},
             "attrs": {}, "fills": {}, "result": [],
         }
         # What the scheduler itself writes (its workspaces: the tensors it is handed every plan) the
         # replayed call writes again.
-        consts = [(y, c) for y, c in zip((*args_b, *kw_b.values()), (*bind["args"], *bind["kwargs"].values()))]
-        written_by_scheduler = bind["own"] = {id(y) for y, c in consts if _is_tensor(y) and c == [("const", y)]}
-        for k, vb in b.after.items():
-            va, before = a.after.get(k, _MISSING), b.before.get(k, _MISSING)
-            if vb is res_b:
+        seen = [(y.obj, c) for y, c in zip((*b.args, *b.kwargs.values()), (*bind["args"], *bind["kwargs"].values()))]
+        written_by_scheduler = bind["own"] = {id(y) for y, c in seen if _is_tensor(y) and c == [("const", y)]}
+        for k, yb in b.after.items():
+            vb, before = yb.obj, b.before.get(k, _MISSING)
+            xa = a.after.get(k)
+            if vb is b.result:
                 bind["result"].append(k)
             elif id(vb) in written_by_scheduler:
                 continue
@@ -218,15 +246,15 @@ class StepReplay:
                 bind["fills"][k] = c[0]
             elif vb is before:
                 continue                          # not written by the plan, or written with itself
+            elif xa is None:
+                raise Refused(f"attribute {k}: set by one plan, not by the other")
             elif _is_tensor(vb):
-                if va is vb:
+                if xa.obj is vb:
                     continue
-                bind["attrs"][k] = slot(va, vb, f"attribute {k}")
+                bind["attrs"][k] = slot(xa, yb, f"attribute {k}")
             else:
-                if va is _MISSING:
-                    raise Refused(f"attribute {k}: set by one plan, not by the other")
-                c = slot(va, vb, f"attribute {k}")
-                if c != [("const", vb)] or before is _MISSING or not _same(before, vb):
+                c = slot(xa, yb, f"attribute {k}")
+                if c != [("const", yb.snap)] or before is _MISSING or not _same(before, vb):
                     bind["attrs"][k] = c
         if not bind["result"]:
             raise Refused("no attribute holds the scheduler's plan info")
@@ -270,7 +298,7 @@ class StepReplay:
     def _narrow(self, batch: Any) -> None:
         """A whole plan for a step whose int candidates disagreed: keep those that hold for it."""
         o = self._observe(batch)
-        _, (args, kwargs, _) = o.call
+        args, kwargs = [x.obj for x in o.args], {k: x.obj for k, x in o.kwargs.items()}
         bind, v = self.binding, o.values
         assert bind is not None
 
@@ -281,7 +309,8 @@ class StepReplay:
             return left
         bind["args"] = [keep(c, args[i], f"scheduler argument {i}") for i, c in enumerate(bind["args"])]
         bind["kwargs"] = {k: keep(c, kwargs[k], f"scheduler argument {k}") for k, c in bind["kwargs"].items()}
-        bind["attrs"] = {k: keep(c, o.after.get(k), f"attribute {k}") for k, c in bind["attrs"].items()}
+        bind["attrs"] = {k: keep(c, o.after[k].obj if k in o.after else _MISSING, f"attribute {k}")
+                         for k, c in bind["attrs"].items()}
         self.narrowed += 1
 
     def _check(self, batch: Any) -> None:
@@ -308,7 +337,7 @@ class StepReplay:
         if not torch.equal(ws0[written], ws[written]):
             raise Refused("the replayed scheduler call left another schedule than the whole plan")
         for k in set(mine) | set(o.after):
-            x, y = mine.get(k, _MISSING), o.after.get(k, _MISSING)
+            x, y = mine.get(k, _MISSING), (o.after[k].obj if k in o.after else _MISSING)
             if id(vars(self.wrapper).get(k)) in bind["own"]:
                 continue                        # the scheduler's workspaces: compared as the schedule above
             if x is _MISSING or y is _MISSING or not _same(x, y):
