@@ -48,9 +48,12 @@ step (the shape seen before: issue 41's cache per (batch, q_len, table width)):
 Host figures on the device machine's shared host move by up to 2x between runs; the JSON keeps
 every row.
 
-Prefill and mixed steps (general path, a new shape every step): metadata, plan_step, FlashInfer's
-plans with the same arguments, and the eager step end to end (plan_step + append + forward
-against FlashInfer's plans + the same append + its wrappers' runs); plus cProfile of a decode
+Prefill and mixed steps (general path, a new shape every step): metadata, plan_step with each
+wrapper's scheduler replay (general_plans.py; learned over the shapes first, as an engine's first
+steps) and without it, FlashInfer's plans with the same arguments, metadata and plan_step of the
+same steps carrying the engine's host block table (``block_table_cpu``), all timed in turn call by
+call, and the eager step end to end (plan_step + append + forward against FlashInfer's plans + the
+same append + its wrappers' runs); plus cProfile of a decode
 plan_step and of ``DecodeGraph.update`` in place at batch 1 and 64 (fa2). The breakdown also
 times, for host-planned calls, the candidates for the gap between FlashInfer's graph-mode plan
 alone and ``DecodeGraph.update`` in place (``host_gap_parts``: refill + plan back to back, the plan
@@ -61,6 +64,7 @@ the plan, update, refill and copies right after a replay was enqueued; update wi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -464,6 +468,9 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
         table = torch.randperm(len(seq) * width, device="cuda", dtype=torch.int32).view(len(seq), width)
         seq_cpu = torch.tensor(seq, dtype=torch.int32)
         inputs.append(StepInput(q, seq_cpu.cuda(), table, len(dec_ctx), seq_lens_cpu=seq_cpu))
+    # The same steps carrying the engine's host copy of the block table (vLLM keeps one): the host
+    # gathers the slots and page indices too (host_metadata.py).
+    hosted = [dataclasses.replace(inp, block_table_cpu=inp.block_table.cpu()) for inp in inputs]
     # An engine's first steps, every shape twice: each wrapper's scheduler replay learns and is checked
     # on them (general_plans.py), as in serving; the rows then time steps after it.
     for _ in range(2):
@@ -478,7 +485,7 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
         finally:
             g.enabled = True
     rows = []
-    for (kind, dec_ctx, pre), inp in zip(shapes, inputs):
+    for (kind, dec_ctx, pre), inp, inp_h in zip(shapes, inputs, hosted):
         seq = dec_ctx + pre
         width = int(inp.block_table.shape[1])
         cache = ex.allocate_kv_cache(len(seq) * width)
@@ -498,9 +505,12 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
                 w.plan(*a, **k)
         # metadata, plan_step with the replay, without it, and FlashInfer's whole plans with the same
         # arguments: timed in turn, call by call (a shared host drifts more over a block of calls)
-        (row["metadata_us"], row["plan_step_us"], row["plan_step_replay_off_us"],
-         fi) = host_medians([lambda: metadata(ex, inp), lambda: ex.plan_step(inp), lambda: replay_off(inp), fi_plans])
+        (row["metadata_us"], row["plan_step_us"], row["plan_step_replay_off_us"], fi, row["metadata_host_table_us"],
+         row["plan_step_host_table_us"]) = host_medians([lambda: metadata(ex, inp), lambda: ex.plan_step(inp),
+                                                         lambda: replay_off(inp), fi_plans, lambda: metadata(ex, inp_h),
+                                                         lambda: ex.plan_step(inp_h)])
         row["plan_step_replay_off_minus_fi_plan_us"] = row["plan_step_replay_off_us"] - fi
+        row["plan_step_host_table_minus_fi_plan_us"] = row["plan_step_host_table_us"] - fi
         row["fi_plan_us"] = fi
         row["plan_step_minus_fi_plan_us"] = row["plan_step_us"] - fi
         # End to end, eager: the adapter's step against FlashInfer's plans with the same arguments,
@@ -782,13 +792,15 @@ def _replay_word(r):
 
 def general_table(rows):
     lines = ["| step | replay | metadata | plan_step | FlashInfer plans | plan_step − plans | the same, replay off "
+             "| with the host block table: metadata / plan_step − plans "
              "| eager step end to end µs: adapter / FlashInfer (ratio) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         what = (f"{r['kind']}: {r['decodes']} decodes + {r['prefills']} prefills ({r['prefill_tokens']} tokens)")
         replay = ", ".join(f"{ph} {r[ph + '_replay']}" for ph in ("decode", "prefill") if ph + "_replay" in r)
         lines.append(f"| {what} | {replay} | {r['metadata_us']:.0f} | {r['plan_step_us']:.0f} | {r['fi_plan_us']:.0f} | "
                      f"{r['plan_step_minus_fi_plan_us']:.0f} | {r['plan_step_replay_off_minus_fi_plan_us']:.0f} | "
+                     f"{r['metadata_host_table_us']:.0f} / {r['plan_step_host_table_minus_fi_plan_us']:.0f} | "
                      f"{r['adapter_step_us']:.1f} / {r['fi_step_us']:.1f} ({r['ratio']:.2f}) |")
     return "\n".join(lines)
 

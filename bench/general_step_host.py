@@ -1,6 +1,6 @@
 """Host cost of the general step's metadata (issue 41): prefill-only and mixed steps on the CPU.
 
-    .venv/bin/python bench/general_step_host.py [--reps 400] [--json OUT.json]
+    .venv/bin/python bench/general_step_host.py [--reps 400] [--json OUT.json] [--host-table]
 
 For issue 41's six general shapes (bench/decode_steps.py GENERAL_SHAPES, fa2 plan on a simulated
 H100, page 16): the host median of ``build_step`` (time.perf_counter, ``--reps`` calls after warm-up)
@@ -13,6 +13,8 @@ is at least one kernel launch; ``clone`` stands for the one H2D copy, CPU being 
 with FlashInfer's wrapper classes swapped for ones whose ``plan`` does nothing (as
 tests/test_adapter_strategies_bind.py does): the host cost of what lies between the metadata and
 FlashInfer's own ``plan`` (argument building, the decode switch, the staging release).
+``--host-table``: the step also carries the engine's host copy of the block table
+(``StepInput.block_table_cpu``, as vLLM keeps one): the host gathers the slots and page indices too.
 """
 
 from __future__ import annotations
@@ -54,14 +56,15 @@ class OpCount(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def make_input(dec, pre, page, seed=0):
+def make_input(dec, pre, page, seed=0, host_table=False):
     g = torch.Generator().manual_seed(seed)
     q = [1] * len(dec) + pre
     seq = dec + pre
     width = max((s + page - 1) // page for s in seq)
     table = torch.randperm(len(seq) * width, generator=g, dtype=torch.int32).view(len(seq), width)
     seq_cpu = torch.tensor(seq, dtype=torch.int32)
-    return StepInput(q, seq_cpu.clone(), table, len(dec), seq_lens_cpu=seq_cpu)
+    return StepInput(q, seq_cpu.clone(), table, len(dec), seq_lens_cpu=seq_cpu,
+                     block_table_cpu=table.clone() if host_table else None)
 
 
 class _NoPlan:
@@ -100,6 +103,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=400)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--host-table", action="store_true", help="steps carry the engine's host block table too")
     a = ap.parse_args()
     torch.set_num_threads(1)
     answer = plan_for(AttentionConfig(head_dim=128, num_qo_heads=32, num_kv_heads=8, attention_backend="fa2"),
@@ -113,7 +117,7 @@ def main() -> None:
     print("| step | build_step median us (CPU) | plan_step - build_step us | launches | torch ops | ops |\n"
           "|---|---|---|---|---|---|")
     for what, dec, pre in SHAPES:
-        inp = make_input(dec, pre, page)
+        inp = make_input(dec, pre, page, host_table=a.host_table)
         meta = median_us(lambda: build_step(plan, inp, staging), a.reps)
         whole = median_us(lambda: ex.plan_step(inp), a.reps)
         with OpCount() as oc:

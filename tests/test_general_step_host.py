@@ -104,7 +104,10 @@ CASES = [("H100", {}, None), ("H100", dict(num_speculative_tokens=2), None), ("H
 
 @pytest.mark.parametrize("node,kw,page", CASES)
 @pytest.mark.parametrize("contiguous", [True, False])
-def test_random_batches_equal_the_definitions(node, kw, page, contiguous):
+@pytest.mark.parametrize("host_table", [False, True], ids=["device-table", "host-table"])
+def test_random_batches_equal_the_definitions(node, kw, page, contiguous, host_table):
+    """``host_table``: the engine also hands its host copy of the block table (``block_table_cpu``, as
+    vLLM keeps one): the host gathers the slots and page indices; the same values either way."""
     p = plan(node, page, **kw)
     page, q_dec = p.kv_cache.page_size, p.decode.q_len_per_req
     gen = torch.Generator().manual_seed(zlib.crc32(repr((node, page, q_dec, contiguous)).encode()))
@@ -113,8 +116,20 @@ def test_random_batches_equal_the_definitions(node, kw, page, contiguous):
         shape = {} if i >= 3 else [dict(nd=0), dict(npre=0, nd=5), dict(nd=1, npre=1)][i]
         q, seq, nd, table = random_batch(gen, q_dec, page, contiguous=contiguous, **shape)
         seq_t = torch.tensor(seq, dtype=torch.int32)
-        step = build_step(p, StepInput(q, seq_t.clone(), table, nd, seq_lens_cpu=seq_t), staging)
+        host = table.clone() if host_table else None     # a copy: nothing may read the device table for it
+        step = build_step(p, StepInput(q, seq_t.clone(), table, nd, seq_lens_cpu=seq_t, block_table_cpu=host), staging)
         check(step, table, seq, q, nd, page, p)
+        # with the host table the slots are part of the one copy itself (no gather, no add on the device)
+        one_copy = (step.decode or step.prefill).qo_indptr.untyped_storage().data_ptr()
+        assert (step.slots.untyped_storage().data_ptr() == one_copy) == host_table
+
+
+def test_a_host_table_of_another_shape_is_an_error():
+    p = plan()
+    seq_t = torch.tensor([40, 70], dtype=torch.int32)
+    table = torch.arange(20, dtype=torch.int32).view(2, 10)
+    with pytest.raises(AdapterCallError, match="block_table_cpu has shape"):
+        build_step(p, StepInput([40, 70], seq_t.clone(), table, 0, seq_lens_cpu=seq_t, block_table_cpu=table[:, :5]))
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -99,6 +99,17 @@ def _split_page(x: Any, page: int, entry: Any, offset: Any) -> None:
         np.divmod(x, page, out=(entry, offset))
 
 
+def _host_table(t: Any, table: Any) -> Any:
+    """The engine's host block table as a flat int32 numpy view, checked against the device table's shape."""
+    import torch
+
+    a = t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+    if tuple(a.shape) != tuple(table.shape):
+        raise AdapterCallError(f"block_table_cpu has shape {tuple(a.shape)}, block_table {tuple(table.shape)}: the "
+                               "host copy must be the device table's")
+    return np.ascontiguousarray(a, dtype=np.int32).reshape(-1)
+
+
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
               q: Any = None) -> Any:
     """``StepMetadata`` for a batch whose KV lengths the host knows (``inp.seq_lens_cpu``).
@@ -109,7 +120,8 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     come from one ``split_with_sizes`` each; the device runs the one copy, one gather (the new
     tokens' and the KV pages' block-table entries at once) and one add (the int64 slots from int32
     operands) - 3 launches where the KV pages number at most ``HOST_KV_ENTRIES`` (before: 6, and
-    11 past 4096 pages)."""
+    11 past 4096 pages). With the engine's host block table (``inp.block_table_cpu``) the host also
+    gathers the slots and page indices, and the copy is the step's one device operation."""
     import torch
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
@@ -133,6 +145,8 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     row = _iota(b, np.int64) * width                       # block-table entry of each request's page 0
     kv_on_host = needs.needs_paged_kv_indices and p_all <= HOST_KV_ENTRIES
     kv_on_device = needs.needs_paged_kv_indices and not kv_on_host
+    # The engine's host copy of the block table: the host gathers too (no device op but the one copy).
+    bt = None if kv_on_device or inp.block_table_cpu is None else _host_table(inp.block_table_cpu, table)
     phases = [(ph, r0, r1) for ph, r0, r1 in (("decode", 0, nd), ("prefill", nd, b)) if r1 > r0]
     m = len(phases)
     n_k = [r1 - r0 for _, r0, r1 in phases]
@@ -142,8 +156,11 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     # phase present: qo indptr [n+1] | per phase: kv page indptr [n+1] | seq lens [B] | last page
     # lens [B] | kv_on_device: each request's first entry minus kv_ptr [B] and its pages [B]. Seq and
     # last page lens of both phases are adjacent (numpy writes them at once); one split_with_sizes
-    # views every part apart, on the host and on the device.
-    sizes = [t_all + p_host, t_all, *[n + 1 for n in n_k], *[n + 1 for n in n_k], *n_k, *n_k]
+    # views every part apart, on the host and on the device. With the host's block table the first
+    # two parts are the slots themselves (int64, as int32 pairs: the buffer's start is 8-byte
+    # aligned) [2T] and the page indices [P].
+    sizes = [t_all + p_host, t_all] if bt is None else [2 * t_all, p_host]
+    sizes += [*[n + 1 for n in n_k], *[n + 1 for n in n_k], *n_k, *n_k]
     if kv_on_device:
         sizes += [b, b]
     total = sum(sizes)
@@ -157,10 +174,20 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     dt = np.int32 if small else np.int64
     x = (row * page + seq - q - qo[:-1]).astype(dt).repeat(q)
     np.add(x, _iota(t_all, dt), out=x)
-    o = 2 * t_all + p_host
-    _split_page(x, page, h[:t_all], h[t_all + p_host:o])
-    if kv_on_host:                       # page j of request r: entry r * width + j
-        np.add((row - kv_ptr[:-1]).astype(np.int32).repeat(pages), _iota(p_all, np.int32), out=h[t_all:t_all + p_all])
+    o = sum(sizes[:2])
+    if bt is None:
+        _split_page(x, page, h[:t_all], h[t_all + p_host:o])
+        if kv_on_host:                       # page j of request r: entry r * width + j
+            np.add((row - kv_ptr[:-1]).astype(np.int32).repeat(pages), _iota(p_all, np.int32),
+                   out=h[t_all:t_all + p_all])
+    else:
+        entry, offset = np.empty_like(x), np.empty_like(x)
+        _split_page(x, page, entry, offset)
+        slots64 = h[:2 * t_all].view(np.int64)
+        np.multiply(bt[entry], page, out=slots64, dtype=np.int64)     # int32 entries, int64 slots
+        slots64 += offset
+        if kv_on_host:
+            np.take(bt, (row - kv_ptr[:-1]).repeat(pages) + _iota(p_all, np.int64), out=h[2 * t_all:o])
     for ptr in (qo, kv_ptr):             # per phase, restarted at 0
         for _, r0, r1 in phases:
             np.subtract(ptr[r0:r1 + 1], ptr[r0], out=h[o:o + r1 - r0 + 1])
@@ -176,24 +203,29 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     # the one copy (pinned source on CUDA: asynchronous); on the CPU a copy all the same
     dev = host.clone() if device.type == "cpu" else host.to(device, non_blocking=True)
     hv, dv = host.split_with_sizes(sizes), dev.split_with_sizes(sizes)
-    # Gathers from the block table: index_select on its flat view where it is contiguous (int32
-    # indices, no conversion), take (int64 indices, any strides) where it is not.
-    flat = table.view(-1) if table.is_contiguous() else None
-    entries = flat.index_select(0, dv[0]) if flat is not None else torch.take(table, dv[0].long())
     kv_indices = None
-    if kv_on_host:
-        entries, kv_indices = entries.split_with_sizes([t_all, p_all])
-        kv_indices = kv_indices.to(torch.int32)
-    elif kv_on_device:
-        # Pages can number hundreds of thousands (256 requests x 32k tokens): the device expands them.
-        entry = torch.arange(p_all, dtype=torch.int32, device=device) + torch.repeat_interleave(
-            dv[2 + 4 * m], dv[3 + 4 * m], output_size=p_all)
-        kv_indices = torch.take(table, entry.long()).to(torch.int32)
-    # slot = table entry * page + offset in one add that writes int64 (torch computes it in the
-    # operands' int32: exact while slots < 2**31, i.e. a cache under 2**31 tokens - over 256 GiB
-    # at the smallest KV row any plan has, 1 head x 64 x fp8 x K and V).
-    slots = torch.empty(t_all, dtype=torch.int64, device=device)
-    torch.add(dv[1], entries, alpha=page, out=slots)
+    if bt is not None:
+        slots = dv[0].view(torch.int64)
+        if kv_on_host:
+            kv_indices = dv[1]
+    else:
+        # Gathers from the block table: index_select on its flat view where it is contiguous (int32
+        # indices, no conversion), take (int64 indices, any strides) where it is not.
+        flat = table.view(-1) if table.is_contiguous() else None
+        entries = flat.index_select(0, dv[0]) if flat is not None else torch.take(table, dv[0].long())
+        if kv_on_host:
+            entries, kv_indices = entries.split_with_sizes([t_all, p_all])
+            kv_indices = kv_indices.to(torch.int32)
+        elif kv_on_device:
+            # Pages can number hundreds of thousands (256 requests x 32k tokens): the device expands them.
+            entry = torch.arange(p_all, dtype=torch.int32, device=device) + torch.repeat_interleave(
+                dv[2 + 4 * m], dv[3 + 4 * m], output_size=p_all)
+            kv_indices = torch.take(table, entry.long()).to(torch.int32)
+        # slot = table entry * page + offset in one add that writes int64 (torch computes it in the
+        # operands' int32: exact while slots < 2**31, i.e. a cache under 2**31 tokens - over 256 GiB
+        # at the smallest KV row any plan has, 1 head x 64 x fp8 x K and V).
+        slots = torch.empty(t_all, dtype=torch.int64, device=device)
+        torch.add(dv[1], entries, alpha=page, out=slots)
     step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots)
     step.extra["staging_slot"] = slot
     qlens = q.tolist()

@@ -22,6 +22,11 @@ class StepInput:
     num_decodes: int                     # the first num_decodes requests are decode requests
     seq_lens_cpu: Optional[Any] = None   # host copy of seq_lens, when the plan needs one
     max_seq_len: Optional[int] = None    # host upper bound of seq_lens (default: block table width)
+    # Host copy of block_table, where the engine keeps one (vLLM: vllm/v1/worker/block_table.py
+    # BlockTable's CPU tensor, of which block_table is the device copy); must equal it. With
+    # seq_lens_cpu the host then works out the slots and page indices too and the device gathers
+    # nothing (host_metadata.py).
+    block_table_cpu: Optional[Any] = None
 
 
 @dataclass

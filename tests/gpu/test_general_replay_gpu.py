@@ -29,12 +29,21 @@ CONFIGS = {
     "fa2": dict(LLAMA, attention_backend="fa2"),                # fa2 prefill and tensor-core decode
     "spec-q3": dict(LLAMA, attention_backend="fa2", num_speculative_tokens=2),
     "window": dict(LLAMA, attention_backend="fa2", sliding_window=256),
+    "fa2-host-table": dict(LLAMA, attention_backend="fa2"),    # steps carry the engine's host block table
 }
 
 
 @pytest.fixture(scope="module", autouse=True)
 def built():
     prebuild(*(answer(**c) for c in CONFIGS.values()))
+
+
+def _with_host_table(b):
+    """The step's input with the engine's host copy of the block table (StepInput.block_table_cpu)."""
+    import dataclasses
+
+    b.input = dataclasses.replace(b.input, block_table_cpu=b.table.cpu())
+    return b
 
 
 def _shapes(qd, n, seed):
@@ -57,6 +66,8 @@ def test_general_steps_replay_the_scheduler_and_stay_exact(name):
     errs = []
     for q, seq, nd in _shapes(qd, 12, seed=41 + len(name)):
         b = Batch(ex, q, seq, nd)
+        if name.endswith("host-table"):
+            b = _with_host_table(b)
         errs.append(rel_err(b.run(), b.reference()))
     wrappers = {ph: w for ph, w in ex.backend._wrappers.items() if w is not None}
     summary = {}
