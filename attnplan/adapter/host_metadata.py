@@ -44,6 +44,8 @@ class HostStaging:
 
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
+        self._index = (self.device.index if self.device.index is not None else torch.cuda.current_device()) \
+            if self.cuda else None
         self._ring: list[list[Any]] = []      # [host buffer, event or None, busy]
         self._next = 0
 
@@ -73,7 +75,10 @@ class HostStaging:
         if slot < 0:
             return
         ev = self._ring[slot][1] or torch.cuda.Event()
-        ev.record(torch.cuda.current_stream(self.device))
+        # The device's current stream by its index, worked out once: torch.cuda.current_stream(device)
+        # resolves a torch.device in Python each call (~60 us under cProfile on the H100 machine's host,
+        # bench/logs/h100-2026-11-26r/call3/prof_meta.log).
+        ev.record(torch.cuda.current_stream(self._index))
         self._ring[slot][1] = ev
         self._ring[slot][2] = False
 
