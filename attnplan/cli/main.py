@@ -62,6 +62,8 @@ environment:
                                 not its scheduler call alone
   ATTNPLAN_EAGER_SCHEDULER_REPLAY=0  an eager decode step of a repeated shape plans the backend's wrapper
                                 with FlashInfer's whole plan, not its layout's own with the scheduler alone
+  ATTNPLAN_GENERAL_SCHEDULER_REPLAY=0  a prefill / mixed step plans FlashInfer's wrappers whole, not with the
+                                scheduler call alone once learned and checked on them
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)

@@ -1,3 +1,5 @@
+# Note (found afterwards): spy_module wraps the JIT module's plan once more for every shape, so the *_sched columns
+# of every shape after the first count the scheduler several times; the first shape's and the whole-plan columns hold.
 # Issue 41, general steps: where plan_step's FlashInfer plans lose their time. Per shape (fa2 executor, the
 # bench's GENERAL_SHAPES), timed call by call in turn (medians of 60): metadata alone; plan_step; FlashInfer's
 # plan with the recorded arguments alone, right after the metadata (same recorded arguments), right after a
