@@ -7,8 +7,8 @@ Python ``plan`` (flashinfer/prefill.py ``BatchPrefillWithPagedKVCacheWrapper.pla
 ``BatchDecodeWithPagedKVCacheWrapper.plan`` for a mixed step's decode part) re-derives on the host what the
 step metadata already holds, copies the host indptrs the metadata already sent to the device once more
 (three ``.to(device)`` and one ``copy_`` a plan), and around that makes one call into the JIT module - the
-scheduler. On the H100's host that Python cost 57-116 µs timed alone and 114-290 µs right after the step's
-metadata (bench/RESULTS.md round eight), more than the scheduler itself.
+scheduler. On the H100 machine's hosts a 1 x 1k prefill plan costs 57-177 µs of which the scheduler is 21-28
+(bench/RESULTS.md rounds eight and twelve).
 
 What a whole plan leaves on the wrapper is learned here from the wrapper itself, not transcribed:
 
