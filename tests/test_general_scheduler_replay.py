@@ -250,3 +250,18 @@ def test_the_switch_keeps_every_step_on_the_whole_plan(monkeypatch):
     _run(ex, page, SHAPES)
     assert replay_of(ex.backend, ex.backend._prefill) is None
     assert ex.backend._prefill.stats.whole == len(SHAPES)
+
+
+@pytest.mark.parametrize("config,replayed", [
+    (dict(head_dim=128, num_qo_heads=8, num_kv_heads=8), {"prefill"}),                       # CUDA-core decode
+    (dict(head_dim=64, num_qo_heads=64, num_kv_heads=8, sinks=True), set()),                   # the sink wrapper
+], ids=["cuda-core-decode", "sink"])
+def test_only_calls_whose_replay_ran_on_the_gpu_replay(monkeypatch, config, replayed):
+    # KernelCall.general_replay: fa2 / fa3 prefill and fa2's tensor-core decode were held to the float32
+    # reference on the H100 (tests/gpu/test_general_replay_gpu.py); the others keep FlashInfer's whole plan.
+    ex, page = executor(monkeypatch, EagerWrapper, config, "fa2")
+    _run(ex, page, MIXED * 2)
+    got = {ph for ph in ("decode", "prefill") if replay_of(ex.backend, ex.backend._wrappers[ph]) is not None}
+    assert got == replayed
+    for ph in replayed:
+        assert replay_of(ex.backend, ex.backend._wrappers[ph]).ready

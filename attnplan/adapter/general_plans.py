@@ -425,15 +425,19 @@ class GeneralPlans:
         self.enabled = os.environ.get("ATTNPLAN_GENERAL_SCHEDULER_REPLAY") != "0"
         self.device = device
         self.by_wrapper: dict[int, StepReplay] = {}
+        self._whole_only: dict[int, Any] = {}     # wrappers whose call has no checked replay: planned whole
 
     def plan(self, ctx: Any, phase: str, wrapper: Any, batch: Any) -> None:
         call = ctx.calls[phase]
-        if not self.enabled or not getattr(call, "general_replay", False):
+        r = self.by_wrapper.get(id(wrapper)) if self.enabled else None
+        if r is None and self.enabled and id(wrapper) not in self._whole_only:
+            if call.general_replay(getattr(ctx.plan, phase)):
+                r = self.by_wrapper[id(wrapper)] = StepReplay(call, ctx, wrapper, phase, self.device)
+            else:
+                self._whole_only[id(wrapper)] = wrapper      # kept: its id stays its own
+        if r is None:
             call.plan(ctx, wrapper, batch, phase)
             return
-        r = self.by_wrapper.get(id(wrapper))
-        if r is None or r.wrapper is not wrapper:
-            r = self.by_wrapper[id(wrapper)] = StepReplay(call, ctx, wrapper, phase, self.device)
         r.plan(batch)
 
     def refused(self) -> dict[str, str]:

@@ -82,15 +82,19 @@ class KernelCall:
     # In CUDA-graph mode the graph writes the page indices and the wrapper's plan is handed none,
     # unless its plan checks their count against the lengths: then it gets the graph's own buffer.
     graph_plan_counts_indices: ClassVar[bool] = False
-    # An eager step may plan this call's wrapper with its scheduler call alone once learned and checked
-    # on the wrapper (general_plans.py): its ``graph_scheduler`` names the scheduler of an eager plan too.
-    general_replay: ClassVar[bool] = False
 
     def graph_plan_pages_only(self, pp: Any) -> bool:
         """Whether this call's wrapper, in CUDA-graph mode, plans from the batch's KV page counts
         alone (besides the plan's constants): then a step whose page counts repeat the last plan's
         would get the same schedule, already in the wrapper's int workspace, and its plan is skipped
         (graphs.py ``DecodeGraph.update``). Default no: plan every step."""
+        return False
+
+    def general_replay(self, pp: Any) -> bool:
+        """Whether a prefill / mixed step may plan this call's wrapper (for phase plan ``pp``) with its
+        scheduler call alone once learned and checked on the wrapper (general_plans.py; its
+        ``graph_scheduler`` names the scheduler of an eager plan too). Default no: only the wrappers
+        whose replay ran on the GPU against the float32 reference say yes."""
         return False
 
     def graph_scheduler(self, wrapper: Any) -> Optional[Any]:

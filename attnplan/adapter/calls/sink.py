@@ -42,6 +42,10 @@ class Sink(PagedPrefill):
             kv_data_type=b.kv_data_type(), head_dim_qk=p.head_dim_qk, head_dim_vo=p.head_dim_vo,
             window_left=p.window_left, **graph_buffers)
 
+    def general_replay(self, pp: Any) -> bool:
+        # Not run on the GPU through the general replay yet: its steps plan whole.
+        return False
+
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         q, kv, _, sw, _ = module_dtypes(params)
         fb = params["flashinfer_backend"]
