@@ -136,8 +136,8 @@ MIXED = [([30, 50], [(20, 20)]), ([10, 11, 90], [(40, 60), (7, 7)]), ([200], [(3
          ([31, 32, 33, 34], [(50, 50)]), ([8], [(16, 40), (5, 9)]), ([17, 60], [(2, 2)])]
 
 
-def _input(dec, pre, page, width=64):
-    q = [1] * len(dec) + [p[0] for p in pre]
+def _input(dec, pre, page, width=64, q_dec=1):
+    q = [q_dec] * len(dec) + [p[0] for p in pre]
     seq = list(dec) + [p[1] for p in pre]
     b = len(seq)
     table = torch.arange(b * width, dtype=torch.int32).view(b, width).flip(1).contiguous()
@@ -145,12 +145,12 @@ def _input(dec, pre, page, width=64):
     return StepInput(q, t.clone(), table, len(dec), seq_lens_cpu=t)
 
 
-def _run(ex, page, shapes, scribble=False, **kw):
+def _run(ex, page, shapes, scribble=False, q_dec=1, **kw):
     """Plan every step; after each, every planned wrapper holds what a whole plan of the step holds.
     ``scribble``: then overwrite the step's host arrays, as the pinned staging ring does once it hands
     their buffer to a later step (host_metadata.HostStaging)."""
     for dec, pre in shapes:
-        step = ex.plan_step(_input(dec, pre, page))
+        step = ex.plan_step(_input(dec, pre, page, q_dec=q_dec))
         for phase in ("decode", "prefill"):
             batch = getattr(step, phase)
             if batch is None:
@@ -252,15 +252,19 @@ def test_the_switch_keeps_every_step_on_the_whole_plan(monkeypatch):
     assert ex.backend._prefill.stats.whole == len(SHAPES)
 
 
-@pytest.mark.parametrize("config,replayed", [
-    (dict(head_dim=128, num_qo_heads=8, num_kv_heads=8), {"prefill"}),                       # CUDA-core decode
-    (dict(head_dim=64, num_qo_heads=64, num_kv_heads=8, sinks=True), set()),                   # the sink wrapper
-], ids=["cuda-core-decode", "sink"])
-def test_only_calls_whose_replay_ran_on_the_gpu_replay(monkeypatch, config, replayed):
-    # KernelCall.general_replay: fa2 / fa3 prefill and fa2's tensor-core decode were held to the float32
-    # reference on the H100 (tests/gpu/test_general_replay_gpu.py); the others keep FlashInfer's whole plan.
-    ex, page = executor(monkeypatch, EagerWrapper, config, "fa2")
-    _run(ex, page, MIXED * 2)
+@pytest.mark.parametrize("config,backend,replayed", [
+    (dict(head_dim=128, num_qo_heads=8, num_kv_heads=8), "fa2", {"prefill"}),                # CUDA-core decode
+    (dict(head_dim=64, num_qo_heads=64, num_kv_heads=8, sinks=True), "fa2", set()),          # the sink wrapper
+    (dict(LLAMA, num_speculative_tokens=2), "fa3", {"prefill"}),        # fa3's speculative decode on its prefill kernel
+], ids=["cuda-core-decode", "sink", "fa3-spec-decode"])
+def test_only_calls_whose_replay_ran_on_the_gpu_replay(monkeypatch, config, backend, replayed):
+    # KernelCall.general_replay: fa2 / fa3 prefill and fa2's tensor-core and speculative decode were held to
+    # the float32 reference on the H100 (tests/gpu/test_general_replay_gpu.py); the others keep FlashInfer's
+    # whole plan.
+    ex, page = executor(monkeypatch, EagerWrapper, config, backend)
+    qd = ex.plan.decode.q_len_per_req
+    shapes = [([d for d in dec if d >= qd], pre) for dec, pre in MIXED]
+    _run(ex, page, shapes * 2, q_dec=qd)
     got = {ph for ph in ("decode", "prefill") if replay_of(ex.backend, ex.backend._wrappers[ph]) is not None}
     assert got == replayed
     for ph in replayed:
