@@ -35,6 +35,8 @@ CONTROL_FLOW = {
     "FlashInferError": "kernels/trtllm_gen/select.py: FlashInfer's FLASHINFER_CHECK in the ported selection, made a miss",
     "Reached": "oracle/trtllm_wrappers.py: the stubbed kernel launch was reached (FlashInfer's wrapper took the call)",
     "Unreachable": "cli/upgrade.py --preflight: a node that does not answer with node facts (exit 3, as preflight)",
+    "Refused": "adapter/general_plans.py: why a wrapper's scheduler replay is refused (kept as its reason; the step plans whole)",
+    "Ambiguous": "adapter/general_plans.py: two learning steps that cannot tell step values apart (another pair is tried)",
 }
 
 

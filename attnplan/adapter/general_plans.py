@@ -28,8 +28,8 @@ What a whole plan leaves on the wrapper is learned here from the wrapper itself,
 
 An int binding can hold more than one candidate (a constant and a count, or two counts that were equal in
 both steps); a step where the candidates disagree plans whole, and that plan's values narrow them. A
-step whose replay raises plans whole and ends the replay for that wrapper. ``ATTNPLAN_GENERAL_SCHEDULER_
-REPLAY=0`` keeps every step on FlashInfer's whole plan.
+step whose replay raises plans whole and ends the replay for that wrapper.
+``ATTNPLAN_GENERAL_SCHEDULER_REPLAY=0`` keeps every step on FlashInfer's whole plan.
 """
 
 from __future__ import annotations
@@ -360,8 +360,11 @@ class StepReplay:
             return
         try:
             self._learn(batch)
-        except Exception as exc:  # noqa: BLE001 - the check refuses; the step is planned whole below
-            self._refuse(str(exc) if isinstance(exc, Refused) else f"the check raised {type(exc).__name__}: {exc}")
+        except Refused as exc:                   # the check refuses; the step is planned whole
+            self._refuse(str(exc))
+            self._whole(batch)
+        except Exception as exc:  # noqa: BLE001 - what the check trips on refuses too
+            self._refuse(f"the check raised {type(exc).__name__}: {exc}")
             self._whole(batch)
 
     def _learn(self, batch: Any) -> None:
