@@ -221,7 +221,7 @@ class StepReplay:
             "fn": getattr(s2.owner, s2.attr),
             "scratch": [y.obj for y in (*b.args, *b.kwargs.values())
                         if _is_tensor(y.obj) and y.obj.device.type == "cpu" and y.obj.is_pinned()],
-            "schedule": s2.schedule, "info": s2.info,
+            "schedule": s2.schedule,
             "args": [slot(x, y, f"scheduler argument {i}") for i, (x, y) in enumerate(zip(a.args, b.args))],
             "kwargs": {k: slot(a.kwargs[k], y, f"scheduler argument {k}") for k, y in b.kwargs.items()},
             "attrs": {}, "fills": {}, "result": [],
@@ -442,9 +442,6 @@ class GeneralPlans:
             call.plan(ctx, wrapper, batch, phase)
             return
         r.plan(batch)
-
-    def refused(self) -> dict[str, str]:
-        return {f"{r.phase}:{type(r.call).__name__}": r.refused for r in self.by_wrapper.values() if r.refused}
 
 
 def replay_of(backend: Any, wrapper: Any) -> Optional[StepReplay]:
