@@ -252,20 +252,26 @@ def test_the_switch_keeps_every_step_on_the_whole_plan(monkeypatch):
     assert ex.backend._prefill.stats.whole == len(SHAPES)
 
 
-@pytest.mark.parametrize("config,backend,replayed", [
-    (dict(head_dim=128, num_qo_heads=8, num_kv_heads=8), "fa2", {"prefill"}),                # CUDA-core decode
-    (dict(head_dim=64, num_qo_heads=64, num_kv_heads=8, sinks=True), "fa2", set()),          # the sink wrapper
-    (dict(LLAMA, num_speculative_tokens=2), "fa3", {"prefill"}),        # fa3's speculative decode on its prefill kernel
-], ids=["cuda-core-decode", "sink", "fa3-spec-decode"])
-def test_only_calls_whose_replay_ran_on_the_gpu_replay(monkeypatch, config, backend, replayed):
-    # KernelCall.general_replay: fa2 / fa3 prefill and fa2's tensor-core and speculative decode were held to
-    # the float32 reference on the H100 (tests/gpu/test_general_replay_gpu.py); the others keep FlashInfer's
-    # whole plan.
+@pytest.mark.parametrize("config,backend,decode_says", [
+    (dict(head_dim=128, num_qo_heads=8, num_kv_heads=8), "fa2", True),                 # CUDA-core decode
+    (dict(head_dim=64, num_qo_heads=64, num_kv_heads=8, sinks=True), "fa2", True),     # the sink wrapper
+    (dict(LLAMA, num_speculative_tokens=2), "fa3", True),       # fa3's speculative decode on its prefill kernel
+    (dict(head_dim=128, num_qo_heads=8, num_kv_heads=8), "fa2", False),                # a decode call that says no
+], ids=["cuda-core-decode", "sink", "fa3-spec-decode", "decode-says-no"])
+def test_only_calls_that_say_so_replay(monkeypatch, config, backend, decode_says):
+    # KernelCall.general_replay: only the calls whose replay was held to the float32 reference on the H100
+    # (tests/gpu/test_general_replay_gpu.py) say yes; a call that says no keeps FlashInfer's whole plan.
     ex, page = executor(monkeypatch, EagerWrapper, config, backend)
+    call = ex.backend.calls["decode"]
+    if not decode_says:
+        monkeypatch.setattr(type(call), "general_replay", lambda self, pp: False)
+    assert call.general_replay(ex.plan.decode) is decode_says
     qd = ex.plan.decode.q_len_per_req
     shapes = [([d for d in dec if d >= qd], pre) for dec, pre in MIXED]
     _run(ex, page, shapes * 2, q_dec=qd)
     got = {ph for ph in ("decode", "prefill") if replay_of(ex.backend, ex.backend._wrappers[ph]) is not None}
-    assert got == replayed
-    for ph in replayed:
+    assert got == ({"decode", "prefill"} if decode_says else {"prefill"})
+    for ph in got:
         assert replay_of(ex.backend, ex.backend._wrappers[ph]).ready
+    if not decode_says:
+        assert ex.backend._decode.stats.whole == sum(1 for dec, _ in shapes * 2 if dec)

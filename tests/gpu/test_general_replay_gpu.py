@@ -30,6 +30,9 @@ CONFIGS = {
     "spec-q3": dict(LLAMA, attention_backend="fa2", num_speculative_tokens=2),
     "window": dict(LLAMA, attention_backend="fa2", sliding_window=256),
     "fa2-host-table": dict(LLAMA, attention_backend="fa2"),    # steps carry the engine's host block table
+    "sink": dict(LLAMA, sinks=True),                            # the sink wrapper: fa3 prefill, fa2 decode
+    "cuda-core": dict(head_dim=128, num_qo_heads=8, num_kv_heads=8, attention_backend="fa2"),  # group 1
+    "fa3-spec-q3": dict(LLAMA, attention_backend="fa3", num_speculative_tokens=2),  # decode on fa3's prefill
 }
 
 
@@ -79,3 +82,8 @@ def test_general_steps_replay_the_scheduler_and_stay_exact(name):
     assert max(errs) <= TOL, errs
     prefill = replay_of(ex.backend, ex.backend._prefill)
     assert prefill is not None and prefill.ready and prefill.replays >= 4, summary
+    # every wrapper whose call replays (KernelCall.general_replay) took over in the mixed steps too
+    for ph, w in wrappers.items():
+        if ex.backend.calls[ph].general_replay(getattr(ex.plan, ph)):
+            r = replay_of(ex.backend, w)
+            assert r is not None and r.ready and r.replays >= 2 and not r.refused, (ph, summary)

@@ -47,9 +47,10 @@ class PagedDecode(KernelCall):
         return paged_scheduler(wrapper)
 
     def general_replay(self, pp: Any) -> bool:
-        # fa2's tensor-core decode (the prefill module) in mixed steps: held to the float32 reference on
-        # the H100 (tests/gpu/test_general_replay_gpu.py); the CUDA-core decode scheduler has not run it.
-        return bool(pp.use_tensor_cores) and pp.flashinfer_backend == "fa2"
+        # fa2's decode in mixed steps, on tensor cores (the prefill module's scheduler) and on CUDA cores
+        # (BatchDecodeWithPagedKVCachePlan): held to the float32 reference on the H100
+        # (tests/gpu/test_general_replay_gpu.py "fa2", "cuda-core").
+        return pp.flashinfer_backend == "fa2"
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         if params["use_tensor_cores"]:

@@ -31,10 +31,10 @@ class PagedPrefill(KernelCall):
         return paged_scheduler(wrapper)
 
     def general_replay(self, pp: Any) -> bool:
-        # fa2 and fa3 prefill and fa2's speculative decode on it: held to the float32 reference on the
-        # H100 (tests/gpu/test_general_replay_gpu.py, bench/RESULTS.md round twelve); fa3's speculative
-        # decode has not run through it.
-        return pp.flashinfer_backend == "fa2" or (pp.flashinfer_backend == "fa3" and not pp.runs_on_prefill_kernel)
+        # fa2 and fa3 prefill, and the speculative decode that runs on either: held to the float32
+        # reference on the H100 (tests/gpu/test_general_replay_gpu.py: probed, fa2, spec-q3, fa3-spec-q3;
+        # bench/logs/h100-2026-11-27/). cuDNN / trtllm-gen run no scheduler to replay.
+        return pp.flashinfer_backend in ("fa2", "fa3")
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))

@@ -28,8 +28,9 @@ def sink_jit_args(backend: str, q: Any, kv: Any, hd_qk: int, hd_vo: int, sw: boo
 
 
 class Sink(PagedPrefill):
-    """FlashInfer's sink wrapper subclasses BatchPrefillWithPagedKVCacheWrapper: planned, and
-    graph-captured, as the paged prefill; constructed, built and run as its variant."""
+    """FlashInfer's sink wrapper subclasses BatchPrefillWithPagedKVCacheWrapper: planned, graph-captured
+    and replayed in prefill / mixed steps (general_replay; tests/gpu/test_general_replay_gpu.py "sink") as
+    the paged prefill; constructed, built and run as its variant."""
 
     name = "sink"
     entry_point = "flashinfer.BatchAttentionWithAttentionSinkWrapper"
@@ -41,10 +42,6 @@ class Sink(PagedPrefill):
             b.workspace, b.plan.kv_cache.layout, backend=pp.flashinfer_backend, q_data_type=torch_dtype(pp.query_dtype),
             kv_data_type=b.kv_data_type(), head_dim_qk=p.head_dim_qk, head_dim_vo=p.head_dim_vo,
             window_left=p.window_left, **graph_buffers)
-
-    def general_replay(self, pp: Any) -> bool:
-        # Not run on the GPU through the general replay yet: its steps plan whole.
-        return False
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         q, kv, _, sw, _ = module_dtypes(params)
