@@ -484,6 +484,20 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
             return ex.plan_step(inp)
         finally:
             g.enabled = True
+
+    # the metadata's host arithmetic by numpy instead of host_step.c (host_native.py), timed in turn
+    from attnplan.adapter import host_native
+
+    lib = host_native.library()
+
+    def numpy_path(fn):
+        def run():
+            host_native._state["lib"] = None
+            try:
+                return fn()
+            finally:
+                host_native._state["lib"] = lib
+        return run
     rows = []
     for (kind, dec_ctx, pre), inp, inp_h in zip(shapes, inputs, hosted):
         seq = dec_ctx + pre
@@ -506,9 +520,12 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
         # metadata, plan_step with the replay, without it, and FlashInfer's whole plans with the same
         # arguments: timed in turn, call by call (a shared host drifts more over a block of calls)
         (row["metadata_us"], row["plan_step_us"], row["plan_step_replay_off_us"], fi, row["metadata_host_table_us"],
-         row["plan_step_host_table_us"]) = host_medians([lambda: metadata(ex, inp), lambda: ex.plan_step(inp),
-                                                         lambda: replay_off(inp), fi_plans, lambda: metadata(ex, inp_h),
-                                                         lambda: ex.plan_step(inp_h)])
+         row["plan_step_host_table_us"], row["metadata_numpy_us"], row["plan_step_numpy_us"]) = host_medians(
+            [lambda: metadata(ex, inp), lambda: ex.plan_step(inp), lambda: replay_off(inp), fi_plans,
+             lambda: metadata(ex, inp_h), lambda: ex.plan_step(inp_h), numpy_path(lambda: metadata(ex, inp)),
+             numpy_path(lambda: ex.plan_step(inp))])
+        row["native"] = lib is not None
+        row["plan_step_numpy_minus_fi_plan_us"] = row["plan_step_numpy_us"] - fi
         row["plan_step_replay_off_minus_fi_plan_us"] = row["plan_step_replay_off_us"] - fi
         row["plan_step_host_table_minus_fi_plan_us"] = row["plan_step_host_table_us"] - fi
         row["fi_plan_us"] = fi
@@ -793,14 +810,16 @@ def _replay_word(r):
 def general_table(rows):
     lines = ["| step | replay | metadata | plan_step | FlashInfer plans | plan_step − plans | the same, replay off "
              "| with the host block table: metadata / plan_step − plans "
+             "| numpy, not host_step.c: metadata / plan_step − plans "
              "| eager step end to end µs: adapter / FlashInfer (ratio) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         what = (f"{r['kind']}: {r['decodes']} decodes + {r['prefills']} prefills ({r['prefill_tokens']} tokens)")
         replay = ", ".join(f"{ph} {r[ph + '_replay']}" for ph in ("decode", "prefill") if ph + "_replay" in r)
         lines.append(f"| {what} | {replay} | {r['metadata_us']:.0f} | {r['plan_step_us']:.0f} | {r['fi_plan_us']:.0f} | "
                      f"{r['plan_step_minus_fi_plan_us']:.0f} | {r['plan_step_replay_off_minus_fi_plan_us']:.0f} | "
                      f"{r['metadata_host_table_us']:.0f} / {r['plan_step_host_table_minus_fi_plan_us']:.0f} | "
+                     f"{r['metadata_numpy_us']:.0f} / {r['plan_step_numpy_minus_fi_plan_us']:.0f} | "
                      f"{r['adapter_step_us']:.1f} / {r['fi_step_us']:.1f} ({r['ratio']:.2f}) |")
     return "\n".join(lines)
 

@@ -53,7 +53,8 @@ environment:
                                 is reachable (auto, the default: only on GPUs whose plans depend on
                                 it, 9.0, 10.x, 12.x)
   ATTNPLAN_EXAMPLES_DIR=DIR     config.json files `serve` offers as presets (default: the shipped ones)
-  ATTNPLAN_CACHE_DIR=DIR        where vLLM's flag table is cached (default ~/.cache/attnplan)
+  ATTNPLAN_CACHE_DIR=DIR        where vLLM's flag table is cached and the adapter's host_step.c built
+                                (default ~/.cache/attnplan)
   ATTNPLAN_VLLM_PLUGIN=off      turn the vLLM plugin's startup check off (in vLLM processes)
   ATTNPLAN_VLLM_DEVICE=NAME     the vLLM plugin checks against a catalog device instead of this GPU
   ATTNPLAN_DECODE_METADATA=torch  the adapter builds decode metadata with torch ops, not one Triton launch
@@ -64,6 +65,8 @@ environment:
                                 with FlashInfer's whole plan, not its layout's own with the scheduler alone
   ATTNPLAN_GENERAL_SCHEDULER_REPLAY=0  a prefill / mixed step plans FlashInfer's wrappers whole, not with the
                                 scheduler call alone once learned and checked on them
+  ATTNPLAN_NATIVE_HOST=0        a prefill / mixed step's metadata by numpy, not the adapter's host_step.c
+                                (the same bytes; numpy runs anyway where no C compiler is found)
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)

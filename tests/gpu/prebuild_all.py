@@ -1,7 +1,7 @@
 """Build every JIT module the GPU test files need in one parallel ninja before pytest runs them,
 so one short GPU session compiles once with all cores (each file's fixture then finds them built).
 
-    python3 tests/gpu/prebuild_all.py [new_paths adapter mla variants graphs]
+    python3 tests/gpu/prebuild_all.py [new_paths adapter mla variants graphs general]
 """
 
 from __future__ import annotations
@@ -52,6 +52,12 @@ def modules(which: list[str]) -> dict:
 
         for make in (*t.PLANS.values(), *t.MLA_PLANS.values()):
             add(make(), ("decode",))
+    if "general" in which:
+        import test_general_replay_gpu as t
+        from gpu_common import answer
+
+        for c in t.CONFIGS.values():
+            add(answer(**c))
     return mods
 
 

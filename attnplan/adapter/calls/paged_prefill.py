@@ -33,7 +33,7 @@ class PagedPrefill(KernelCall):
     def general_replay(self, pp: Any) -> bool:
         # fa2 and fa3 prefill, and the speculative decode that runs on either: held to the float32
         # reference on the H100 (tests/gpu/test_general_replay_gpu.py: probed, fa2, spec-q3, fa3-spec-q3;
-        # bench/logs/h100-2026-11-27/). cuDNN / trtllm-gen run no scheduler to replay.
+        # bench/logs/h100-2026-11-26s/). cuDNN / trtllm-gen run no scheduler to replay.
         return pp.flashinfer_backend in ("fa2", "fa3")
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:

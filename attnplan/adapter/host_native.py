@@ -1,0 +1,120 @@
+"""host_step.c compiled on first use and loaded with ctypes: the step metadata's host arithmetic in two
+calls instead of ~30 numpy ones (issue 41; host_metadata.py ``from_host``).
+
+Built once per source (its sha256 names the directory) under ``$ATTNPLAN_CACHE_DIR`` (else
+``$XDG_CACHE_HOME/attnplan``, else ``~/.cache/attnplan``) with ``$CC``, else the first of cc, gcc, g++,
+clang on PATH - as FlashInfer builds its JIT modules - into a temporary file renamed into place, so two
+processes building at once both load a whole library. Anything that fails (no compiler, a read-only cache,
+a library of another ABI) leaves ``status()`` saying why and the numpy path running: same bytes, more host
+time. ``ATTNPLAN_NATIVE_HOST=0`` keeps the numpy path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from attnplan.errors import SetupError
+
+SOURCE = Path(__file__).with_name("host_step.c")
+ABI = 2                                   # host_step.c ap_abi()
+COMPILERS = ("cc", "gcc", "g++", "clang")
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _cache_dir() -> Path:
+    from attnplan.vllm.args import cache_dir
+
+    return cache_dir() / "native"
+
+
+def _compiler() -> Optional[str]:
+    cc = os.environ.get("CC")
+    if cc:
+        return shutil.which(cc) or cc
+    for name in COMPILERS:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def _build(src: bytes) -> Path:
+    digest = hashlib.sha256(src).hexdigest()[:16]
+    out = _cache_dir() / digest / "host_step.so"
+    if out.exists():
+        return out
+    cc = _compiler()
+    if cc is None:
+        raise SetupError(f"no C compiler ($CC, or one of {', '.join(COMPILERS)} on PATH)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        lang = ["-x", "c"] if not os.path.basename(cc).startswith(("g++", "c++", "clang++")) else ["-x", "c++"]
+        r = subprocess.run([cc, *lang, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            raise SetupError(f"{cc} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def _load() -> Any:
+    if os.environ.get("ATTNPLAN_NATIVE_HOST") == "0":
+        raise SetupError("ATTNPLAN_NATIVE_HOST=0")
+    path = _build(SOURCE.read_bytes())
+    lib = ctypes.CDLL(str(path))
+    lib.ap_abi.restype = ctypes.c_int64
+    if lib.ap_abi() != ABI:
+        raise SetupError(f"{path} has ABI {lib.ap_abi()}, this attnplan {ABI}")
+    P, I = ctypes.c_void_p, ctypes.c_int64
+    lib.ap_measure.argtypes = [P, P, I, I, I, P]
+    lib.ap_measure.restype = I
+    lib.ap_fill.argtypes = [P, P, I, I, I, I, I, I, I, I, P, P, P]
+    lib.ap_fill.restype = None
+    _state["path"] = str(path)
+    return lib
+
+
+def library() -> Optional[Any]:
+    """The loaded library, or None (``status()`` says why); built and loaded once per process."""
+    lib = _state.get("lib", False)
+    if lib is not False:
+        return lib
+    with _lock:
+        if "lib" not in _state:
+            try:
+                _state["lib"] = _load()
+                _state["why"] = None
+            except Exception as e:  # noqa: BLE001 - any failure keeps the numpy path, said in status()
+                _state["lib"] = None
+                _state["why"] = f"{type(e).__name__}: {e}"
+    return _state["lib"]
+
+
+def status() -> dict[str, Any]:
+    """{"native": bool, "path": the library or None, "why": why not or None} (after ``library()``)."""
+    library()
+    return {"native": _state["lib"] is not None, "path": _state.get("path"), "why": _state["why"]}
+
+
+def _reset() -> None:
+    """Forget the loaded library (tests: ATTNPLAN_NATIVE_HOST, another cache dir)."""
+    with _lock:
+        _state.clear()
+
+
+__all__ = ["library", "status", "SOURCE", "ABI"]
