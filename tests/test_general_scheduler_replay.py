@@ -214,6 +214,21 @@ def test_a_binding_with_two_candidates_plans_whole_where_they_part_and_narrows(m
     assert ex.backend._prefill.stats.whole == whole + 1 and r.ready
 
 
+def test_candidates_that_part_at_the_check_step_narrow_and_a_later_step_checks(monkeypatch):
+    # Both learning steps prefill without context (longest query = longest KV length); the step meant to check
+    # has context, so the binding of _max_kv_len cannot tell which value to replay: that step plans whole and
+    # narrows it, and the next step is the check (before: the replay was refused - MHA fa2 on the H100).
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    _run(ex, page, [([], [(100, 100)]), ([], [(40, 40), (70, 70)]), ([], [(9, 9), (30, 30), (61, 61)])])
+    r = replay_of(ex.backend, ex.backend._prefill)
+    assert not r.ready and r.refused is None and len(r.binding["attrs"]["_max_kv_len"]) == 2
+    _run(ex, page, [([], [(30, 90)])])
+    assert not r.ready and r.refused is None and r.narrowed == 1
+    assert r.binding["attrs"]["_max_kv_len"] == [("name", "max_kv_len")]
+    _run(ex, page, [([], [(12, 70), (8, 8)]), ([], [(5, 5), (6, 60)]), ([], [(20, 200)])])
+    assert r.ready and r.refused is None and r.replays == 2
+
+
 def test_an_attribute_no_step_value_names_refuses_and_every_step_plans_whole(monkeypatch):
     # e.g. a plan that keeps a number it works out from the indptr (the total pages + 1)
     odd = (lambda kv: int(kv[-1]) + 1)

@@ -390,8 +390,22 @@ class StepReplay:
         if all(v[n] == self._bound_values[n] for n in MUST_DIFFER):    # type: ignore[index]
             self._whole(batch)                   # the check needs other lengths than the binding's
             return
+        if not self._agrees(v):
+            # Two candidates of an int binding part at this step (e.g. the longest query and the longest
+            # KV length, equal in both learning steps of prefills without context): its whole plan
+            # narrows them, and a later step is the check (a refusal here cost MHA's fa2 prefill its
+            # replay on the H100: bench/logs/h100-2026-11-26s/README.md).
+            self._narrow(batch)
+            return
         self._check(batch)
         self.ready, self.first = True, None
+
+    def _agrees(self, v: dict) -> bool:
+        """Every binding's candidates give one value for the step of values ``v``."""
+        bind = self.binding
+        assert bind is not None
+        return all(self._pick(c, v) is not _MISSING
+                   for c in (*bind["args"], *bind["kwargs"].values(), *bind["attrs"].values()))
 
     def _refuse(self, why: str) -> None:
         self.ready, self.refused, self.binding, self.first = False, why, None, None

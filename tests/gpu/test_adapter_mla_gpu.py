@@ -147,7 +147,9 @@ def test_mla_steps_do_no_device_to_host_sync():
 
 
 def test_trtllm_mla_plan_refused_here():
-    b200 = plan_for(AttentionConfig(**MLA), simulated_node("B200", cubins="available"))
+    # kernel truth: vLLM 0.33's own pick on B200 prefills with FLASH_ATTN, which the adapter refuses by the
+    # engine's name before any rule (startup.refuse_foreign_engine_backend)
+    b200 = plan_for(AttentionConfig(**MLA), simulated_node("B200", cubins="available"), engine="flashinfer")
     assert b200.backends() == ("trtllm-ragged", "trtllm-gen-mla")
     before = settled_memory()
     with pytest.raises(PlanMismatchError) as err:

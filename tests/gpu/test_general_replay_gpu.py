@@ -82,8 +82,12 @@ def test_general_steps_replay_the_scheduler_and_stay_exact(name):
     assert max(errs) <= TOL, errs
     prefill = replay_of(ex.backend, ex.backend._prefill)
     assert prefill is not None and prefill.ready and prefill.replays >= 4, summary
-    # every wrapper whose call replays (KernelCall.general_replay) took over in the mixed steps too
+    # every wrapper whose call replays (KernelCall.general_replay) took over in the mixed steps too; a plan
+    # with a per-shape decode choice (the probed one: XQA or fa2 by pages) may run its mixed steps' decode
+    # on the other call's wrapper, so there only the prefill is required
     for ph, w in wrappers.items():
+        if ph == "decode" and ex.backend.switch is not None:
+            continue
         if ex.backend.calls[ph].general_replay(getattr(ex.plan, ph)):
             r = replay_of(ex.backend, w)
             assert r is not None and r.ready and r.replays >= 2 and not r.refused, (ph, summary)

@@ -1,16 +1,17 @@
 #!/bin/bash
 # Every GPU test file (make test-gpu's tests/gpu, one pytest per file) over this machine's GPUs, one worker a
 # GPU taking the next file not yet done; resumable: a later call on the same warm machine (the JIT cache and
-# /tmp/q kept) runs only the files no earlier call finished. Logs: $OUT/tests/<file>.log, rc in the summary.
+# /tmp/q kept) runs only the files no earlier call finished. Logs: $OUT/tests/<file>.log (the first two calls), all
+# of them in $OUT/tests-all.log (the third: the returned files are counted), rc in the summary. GPU_FILES: the files.
 #   bash bench/logs/h100-2026-11-26s/gpu_queue.sh SECONDS
 secs=${1:-500}
 t0=$SECONDS
-Q=/tmp/q; mkdir -p $Q $OUT/tests
+Q=/tmp/q; mkdir -p $Q
 for c in $Q/claim.*; do [ -e "$c" ] || continue; n=${c#$Q/claim.}; [ -f $Q/done.$n ] || rmdir "$c"; done
 # longest first (bench/logs of earlier calls), so the two workers end together
-FILES="test_adapter_kernel_paths_gpu test_general_replay_gpu test_adapter_gpu test_adapter_mla_gpu
+FILES=${GPU_FILES:-"test_adapter_kernel_paths_gpu test_general_replay_gpu test_adapter_gpu test_adapter_mla_gpu
  test_decode_graphs_gpu test_adapter_variants_gpu test_layer_groups_gpu test_fa3_e5m2_and_nvfp4_decode_gpu
- test_steady_step_gpu test_decode_per_shape_gpu test_fp8_query_gpu test_verify_gpu test_sink_jit_name_gpu"
+ test_steady_step_gpu test_decode_per_shape_gpu test_fp8_query_gpu test_verify_gpu test_sink_jit_name_gpu"}
 worker() {
   local gpu=$1
   for f in $FILES; do
@@ -19,11 +20,11 @@ worker() {
     [ $left -gt 20 ] || { rmdir $Q/claim.$f; return; }
     echo "[gpu $gpu] $f at $((SECONDS - t0)) s"
     CUDA_VISIBLE_DEVICES=$gpu timeout $left python3 -P -m pytest -q -s -p no:cacheprovider -m gpu tests/gpu/$f.py \
-      > $OUT/tests/$f.log 2>&1
+      > $Q/run.$f 2>&1
     local rc=$?
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then rmdir $Q/claim.$f; echo "[gpu $gpu] $f cut at $((SECONDS - t0)) s"; return; fi
-    echo $rc > $Q/done.$f; cp $OUT/tests/$f.log $Q/log.$f
-    echo "[gpu $gpu] $f rc $rc at $((SECONDS - t0)) s: $(grep -E '(passed|failed|error)' $OUT/tests/$f.log | tail -1)"
+    echo $rc > $Q/done.$f; cp $Q/run.$f $Q/log.$f
+    echo "[gpu $gpu] $f rc $rc at $((SECONDS - t0)) s: $(grep -E '(passed|failed|error)' $Q/log.$f | tail -1)"
   done
 }
 n=$(nvidia-smi -L | wc -l)
@@ -34,3 +35,4 @@ for f in $FILES; do
   if [ -f $Q/done.$f ]; then echo "$f rc $(cat $Q/done.$f): $(grep -E '(passed|failed|error)' $Q/log.$f | tail -1)"
   else echo "$f NOT DONE"; fi
 done
+for f in $FILES; do [ -f $Q/run.$f ] && { echo "##### $f"; cat $Q/run.$f; }; done > $OUT/tests-all.log
