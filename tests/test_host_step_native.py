@@ -105,6 +105,19 @@ def test_native_names_the_short_request_as_numpy_does(monkeypatch):
     assert msgs[0] == msgs[1] and msgs[0].startswith("prefill:")
 
 
+def test_a_request_longer_than_its_table_row_is_refused_on_both_paths(monkeypatch):
+    # host_step.c reads the host block table through a pointer: a request whose pages overrun its row would
+    # read past it, so the step is refused first (numpy's gather would raise IndexError, the device's assert)
+    plan = _plan(16)
+    table = torch.arange(8, dtype=torch.int32).view(2, 4)           # 4 pages = 64 tokens a request
+    seq = torch.tensor([64, 65], dtype=torch.int32)
+    inp = StepInput([1, 5], seq, table, 1, seq_lens_cpu=seq.clone(), block_table_cpu=table.clone())
+    for lib in (native, None):
+        monkeypatch.setattr(host_native, "library", lambda lib=lib: lib)
+        with pytest.raises(AdapterCallError, match="needs 5 pages of 16 tokens; the block table holds 4"):
+            build_step(plan, inp)
+
+
 def test_without_a_compiler_the_numpy_path_runs_and_says_why(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNPLAN_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))

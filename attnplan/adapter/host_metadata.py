@@ -1,9 +1,10 @@
 """Step metadata from host KV lengths (every native plan has them), at a host cost per step that
 does not grow with torch's per-op overhead (issue 17).
 
-The host works out everything per request and per new token with numpy (a numpy op on a few
-hundred ints costs ~1 us; a torch op ~5-10 us of dispatch on the H100's host), writes it into a
-pinned staging buffer that is reused across steps, and sends it in one copy; the device only
+The host works out everything per request and per new token - in one C pass (host_step.c, built
+and loaded by host_native.py), or with numpy where no C compiler is found (the same bytes; a numpy op
+on a few hundred ints costs ~1 us, a torch op 5-30 us of dispatch on the H100 machines' hosts) - writes
+it into a pinned staging buffer that is reused across steps, and sends it in one copy; the device only
 gathers the block-table entries of the new tokens and of the KV pages (one gather) and turns the
 first into slots (one add): three launches a step (issue 41; bench/general_step_host.py). On the
 H100 the previous torch version took 0.45-1.6 ms per step (bench/RESULTS.md).
@@ -197,6 +198,7 @@ class _NativeFill:
     def __init__(self, lib: Any, q: Any, s: Any, page: int):
         import torch
 
+        q = np.ascontiguousarray(q, dtype=np.int64)           # read through its pointer: int64, contiguous
         self.lib, self.q, self.page = lib, q, page
         if isinstance(s, torch.Tensor) and s.dtype in (torch.int32, torch.int64) and s.is_contiguous() \
                 and s.device.type == "cpu":
@@ -250,10 +252,14 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
         raise AdapterCallError(f"seq_lens_cpu has {len(inp.seq_lens_cpu)} entries for {b} requests")
     lib = host_native.library()
     fill = _NumpyFill(q, inp.seq_lens_cpu, page) if lib is None else _NativeFill(lib, q, inp.seq_lens_cpu, page)
-    t_all, p_all, _, bad = fill.measure()
+    t_all, p_all, longest, bad = fill.measure()
     if bad >= 0:
         raise AdapterCallError(f"{'decode' if bad < nd else 'prefill'}: a request's KV length is shorter than its "
                                "query length (append this step's tokens before attending)")
+    if (longest + page - 1) // page > width:
+        # every page index and slot below comes from the table's row: a longer request would read past it
+        raise AdapterCallError(f"a request's KV length {longest} needs {(longest + page - 1) // page} pages of "
+                               f"{page} tokens; the block table holds {width} a request (pass a wider block_table)")
     kv_on_host = needs.needs_paged_kv_indices and p_all <= HOST_KV_ENTRIES
     kv_on_device = needs.needs_paged_kv_indices and not kv_on_host
     # The engine's host copy of the block table: the host gathers too (no device op but the one copy).

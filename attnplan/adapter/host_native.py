@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -37,14 +38,15 @@ def _cache_dir() -> Path:
     return cache_dir() / "native"
 
 
-def _compiler() -> Optional[str]:
+def _compiler() -> Optional[list[str]]:
+    """The compiler's command line: ``$CC`` as the shell would split it (``gcc -m64``), else the first found."""
     cc = os.environ.get("CC")
     if cc:
-        return shutil.which(cc) or cc
+        return shlex.split(cc)
     for name in COMPILERS:
         path = shutil.which(name)
         if path:
-            return path
+            return [path]
     return None
 
 
@@ -60,11 +62,14 @@ def _build(src: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        lang = ["-x", "c"] if not os.path.basename(cc).startswith(("g++", "c++", "clang++")) else ["-x", "c++"]
-        r = subprocess.run([cc, *lang, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
-                           capture_output=True, text=True, timeout=120)
+        lang = ["-x", "c++"] if os.path.basename(cc[0]).startswith(("g++", "c++", "clang++")) else ["-x", "c"]
+        try:
+            r = subprocess.run([*cc, *lang, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
+                               capture_output=True, text=True, timeout=120)
+        except OSError as e:                  # $CC names no program
+            raise SetupError(f"{cc[0]}: {e.strerror or e}") from e
         if r.returncode != 0:
-            raise SetupError(f"{cc} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
+            raise SetupError(f"{cc[0]} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-400:]}")
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):
