@@ -124,7 +124,7 @@ def test_without_a_compiler_the_numpy_path_runs_and_says_why(monkeypatch, tmp_pa
     host_native._reset()
     try:
         st = host_native.status()
-        assert st["native"] is False and "no-such-cc" in st["why"]
+        assert st["compiled"] is False and "no-such-cc" in st["why"]
         plan = _plan(16)
         table = torch.arange(20, dtype=torch.int32).view(2, 10)
         inp = StepInput([1, 7], torch.tensor([5, 9], dtype=torch.int32), table, 1,
@@ -141,7 +141,7 @@ def test_the_switch_keeps_the_numpy_path(monkeypatch):
     host_native._reset()
     try:
         st = host_native.status()
-        assert st["native"] is False and "ATTNPLAN_NATIVE_HOST=0" in st["why"]
+        assert st["compiled"] is False and "ATTNPLAN_NATIVE_HOST=0" in st["why"]
     finally:
         host_native._reset()
 
@@ -153,7 +153,7 @@ def test_the_library_is_built_once_per_source_and_checks_its_abi(monkeypatch, tm
     try:
         lib = host_native.library()
         assert lib is not None and lib.ap_abi() == host_native.ABI
-        built = list(tmp_path.glob("native/*/host_step.so"))
+        built = list(tmp_path.glob("host_step/*/host_step.so"))
         assert len(built) == 1 and host_native.status()["path"] == str(built[0])
         mtime = built[0].stat().st_mtime_ns
         host_native._reset()

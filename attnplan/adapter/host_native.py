@@ -1,9 +1,9 @@
 """host_step.c compiled on first use and loaded with ctypes: the step metadata's host arithmetic in two
 calls instead of ~30 numpy ones (issue 41; host_metadata.py ``from_host``).
 
-Built once per source (its sha256 names the directory) under ``$ATTNPLAN_CACHE_DIR`` (else
-``$XDG_CACHE_HOME/attnplan``, else ``~/.cache/attnplan``) with ``$CC``, else the first of cc, gcc, g++,
-clang on PATH - as FlashInfer builds its JIT modules - into a temporary file renamed into place, so two
+Built once per source (its sha256 names the directory) in ``host_step/`` under ``$ATTNPLAN_CACHE_DIR`` (else
+``$XDG_CACHE_HOME/attnplan``, else ``~/.cache/attnplan``) with ``$CC``, else the first of cc, gcc, g++, clang
+on PATH - as FlashInfer builds its JIT modules - into a temporary file renamed into place, so two
 processes building at once both load a whole library. Anything that fails (no compiler, a read-only cache,
 a library of another ABI) leaves ``status()`` saying why and the numpy path running: same bytes, more host
 time. ``ATTNPLAN_NATIVE_HOST=0`` keeps the numpy path.
@@ -27,6 +27,7 @@ from attnplan.errors import SetupError
 SOURCE = Path(__file__).with_name("host_step.c")
 ABI = 2                                   # host_step.c ap_abi()
 COMPILERS = ("cc", "gcc", "g++", "clang")
+COMPILE_SECONDS = 300                     # one small C file: seconds, unless the machine is starved
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -35,7 +36,7 @@ _state: dict[str, Any] = {}
 def _cache_dir() -> Path:
     from attnplan.vllm.args import cache_dir
 
-    return cache_dir() / "native"
+    return cache_dir() / "host_step"
 
 
 def _compiler() -> Optional[list[str]]:
@@ -65,7 +66,7 @@ def _build(src: bytes) -> Path:
         lang = ["-x", "c++"] if os.path.basename(cc[0]).startswith(("g++", "c++", "clang++")) else ["-x", "c"]
         try:
             r = subprocess.run([*cc, *lang, "-O2", "-shared", "-fPIC", "-o", tmp, str(SOURCE)],
-                               capture_output=True, text=True, timeout=120)
+                               capture_output=True, text=True, timeout=COMPILE_SECONDS)
         except OSError as e:                  # $CC names no program
             raise SetupError(f"{cc[0]}: {e.strerror or e}") from e
         if r.returncode != 0:
@@ -111,9 +112,9 @@ def library() -> Optional[Any]:
 
 
 def status() -> dict[str, Any]:
-    """{"native": bool, "path": the library or None, "why": why not or None} (after ``library()``)."""
+    """{"compiled": bool, "path": the library or None, "why": why not or None} (after ``library()``)."""
     library()
-    return {"native": _state["lib"] is not None, "path": _state.get("path"), "why": _state["why"]}
+    return {"compiled": _state["lib"] is not None, "path": _state.get("path"), "why": _state["why"]}
 
 
 def _reset() -> None:
