@@ -263,6 +263,12 @@ def test_warmup_runs_every_batch_kind(cfg):
     report = ex.warmup(progress=events.append)
     assert list(report.batch_kinds) == ["prefill_only", "decode_only", "mixed"]
     assert events[-1]["event"] == "done" and not report.compiled_during_exercise
+    # the summary says how the host works out prefill / mixed metadata (host_native.py), and why not C
+    from attnplan.adapter import host_native
+
+    st = host_native.status()
+    want = f"host_step.c ({st['path']})" if st["compiled"] else f"numpy ({st['why']})"
+    assert report.host_metadata == want and report.summary().endswith(f"host metadata: {want}")
 
 
 @pytest.mark.parametrize("heads,head_dim,elem,expect", [(64, 128, 2, 1), (128, 128, 2, 2), (128, 512, 2, 4),

@@ -44,12 +44,17 @@ class WarmupReport:
     compiled_during_exercise: list[str] = field(default_factory=list)
     build_seconds: float = 0.0
     seconds: float = 0.0
+    # how prefill / mixed steps work out their metadata on the host: host_step.c's library, or numpy and why
+    # (host_native.py: the same bytes, more host time a step)
+    host_metadata: str = ""
 
     def summary(self) -> str:
         mods = ", ".join(f"{m.name} {m.seconds:.1f}s ({m.how})" for m in self.modules) or "none"
         kinds = ", ".join(f"{k} {v * 1e3:.0f}ms" for k, v in self.batch_kinds.items())
         late = f"; compiled late: {self.compiled_during_exercise}" if self.compiled_during_exercise else ""
-        return f"warm-up {self.seconds:.1f}s (build {self.build_seconds:.1f}s): modules [{mods}]; batch kinds [{kinds}]{late}"
+        host = f"; host metadata: {self.host_metadata}" if self.host_metadata else ""
+        return (f"warm-up {self.seconds:.1f}s (build {self.build_seconds:.1f}s): modules [{mods}]; batch kinds "
+                f"[{kinds}]{late}{host}")
 
 
 # The merge of partial states by LSE (flashinfer/cascade.py) is no call's module: the policy lists
@@ -225,8 +230,11 @@ def exercise(ex: Any, kind: str) -> None:
 def warmup(ex: Any, progress: Optional[Callable[[dict], None]] = None, *, parallel: bool = True) -> WarmupReport:
     import torch
 
+    from . import host_native
+
     say = progress or (lambda _e: None)
-    report = WarmupReport()
+    st = host_native.status()
+    report = WarmupReport(host_metadata=f"host_step.c ({st['path']})" if st["compiled"] else f"numpy ({st['why']})")
     t_start = time.perf_counter()
     if ex.backend.name == "flashinfer":
         modules = plan_modules(ex.plan)
