@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from .plan_replay import PinnedGuard, plain, record_one
+from .plan_replay import PinnedGuard, plain, record_one, sync_device
 
 INTS = ("num_reqs", "num_tokens", "max_q_len", "max_kv_len")
 MUST_DIFFER = ("num_reqs", "num_tokens", "max_kv_len")      # between the two steps a binding is read from
@@ -272,16 +272,27 @@ class StepReplay:
                 return _MISSING
         return got
 
-    def _replay(self, batch: Any) -> bool:
-        """This step's plan by the scheduler call alone; False (nothing done) where an int binding's
-        candidates disagree for this step."""
-        bind, v = self.binding, _values(batch)
+    def _picked(self, v: dict) -> Optional[tuple[list, dict, dict]]:
+        """The scheduler's args and kwargs and the attributes to set for the step of values ``v``; None
+        where an int binding's candidates disagree for it."""
+        bind = self.binding
         assert bind is not None
         args = [self._pick(c, v) for c in bind["args"]]
         kwargs = {k: self._pick(c, v) for k, c in bind["kwargs"].items()}
         attrs = {k: self._pick(c, v) for k, c in bind["attrs"].items()}
         if any(x is _MISSING for x in (*args, *kwargs.values(), *attrs.values())):
+            return None
+        return args, kwargs, attrs
+
+    def _replay(self, batch: Any) -> bool:
+        """This step's plan by the scheduler call alone; False (nothing done) where an int binding's
+        candidates disagree for this step."""
+        bind, v = self.binding, _values(batch)
+        assert bind is not None
+        picked = self._picked(v)
+        if picked is None:
             return False
+        args, kwargs, attrs = picked
         self.guard.before()
         info = bind["fn"](*args, **kwargs)
         self.guard.after()
@@ -321,18 +332,18 @@ class StepReplay:
         bind = self.binding
         assert bind is not None
         ws = bind["schedule"]
-        _sync(ws)              # the scratch is refilled below: no copy out of it may still be queued
+        sync_device(ws)              # the scratch is refilled below: no copy out of it may still be queued
         got = []
         for fill in (0x00, 0xFF):
             for t in bind["scratch"]:
                 t.view(torch.uint8).fill_(fill)
             if not self._replay(batch):
                 raise Refused("a check step whose counts the binding could not tell apart")
-            _sync(ws)
+            sync_device(ws)
             got.append((ws.clone(), {k: v.clone() if _small(v) else v for k, v in vars(self.wrapper).items()}))
         (ws0, mine), (ws1, _) = got
         o = self._observe(batch)                # the whole plan last: the wrapper's state is its own
-        _sync(ws)
+        sync_device(ws)
         written = ws0 == ws1
         if not torch.equal(ws0[written], ws[written]):
             raise Refused("the replayed scheduler call left another schedule than the whole plan")
@@ -390,7 +401,7 @@ class StepReplay:
         if all(v[n] == self._bound_values[n] for n in MUST_DIFFER):    # type: ignore[index]
             self._whole(batch)                   # the check needs other lengths than the binding's
             return
-        if not self._agrees(v):
+        if self._picked(v) is None:
             # Two candidates of an int binding part at this step (e.g. the longest query and the longest
             # KV length, equal in both learning steps of prefills without context): its whole plan
             # narrows them, and a later step is the check (a refusal here cost MHA's fa2 prefill its
@@ -399,13 +410,6 @@ class StepReplay:
             return
         self._check(batch)
         self.ready, self.first = True, None
-
-    def _agrees(self, v: dict) -> bool:
-        """Every binding's candidates give one value for the step of values ``v``."""
-        bind = self.binding
-        assert bind is not None
-        return all(self._pick(c, v) is not _MISSING
-                   for c in (*bind["args"], *bind["kwargs"].values(), *bind["attrs"].values()))
 
     def _refuse(self, why: str) -> None:
         self.ready, self.refused, self.binding, self.first = False, why, None, None
@@ -425,13 +429,6 @@ def _prefix_is(kept: Any, t: Any) -> bool:
         return False
     src = t.reshape(-1).to(flat.device)
     return bool(torch.equal(flat[: src.numel()], src))
-
-
-def _sync(t: Any) -> None:
-    if t.device.type == "cuda":
-        import torch
-
-        torch.cuda.synchronize(t.device)
 
 
 class GeneralPlans:

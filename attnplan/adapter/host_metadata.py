@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from . import host_native
 from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
 
@@ -50,8 +51,6 @@ class HostStaging:
             if self.cuda else None
         self._ring: list[list[Any]] = []      # [host buffer, event or None, busy]
         self._next = 0
-        from . import host_native
-
         host_native.library()                 # built (once per source) with the executor, not at its first step
 
     def take(self, n: int) -> tuple[Any, int]:
@@ -239,8 +238,6 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     engine's host block table (``inp.block_table_cpu``) the host also gathers the slots and page
     indices, and the copy is the step's one device operation."""
     import torch
-
-    from . import host_native
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
     device = inp.seq_lens.device

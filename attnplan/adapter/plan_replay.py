@@ -118,7 +118,8 @@ class PinnedGuard:
             self._event.record()
 
 
-def _sync(t: Any) -> None:
+def sync_device(t: Any) -> None:
+    """Wait for ``t``'s device (a CUDA tensor; nothing on the CPU)."""
     if t.device.type == "cuda":
         import torch
 
@@ -191,7 +192,7 @@ class SchedulerReplay:
             for t in scratch:
                 t.view(torch.uint8).fill_(fill)
             out = fn(*args, **kwargs)
-            _sync(ws)
+            sync_device(ws)
             return s.info(out), ws.clone()
 
         tried = False
@@ -205,7 +206,7 @@ class SchedulerReplay:
             whole_plan, n = record_one(s2, full_plan)
             if whole_plan is None:
                 return self._refuse(f"the wrapper's plan called its scheduler {n} times")
-            _sync(ws)
+            sync_device(ws)
             whole, there = ws.clone(), s.info(whole_plan[2])
             info0, got0 = replay(0x00)
             _, got1 = replay(0xFF)
