@@ -41,14 +41,23 @@ def _step(rnd: random.Random, q_dec: int, page: int, host_table: bool, seq_kind:
                      block_table_cpu=table.clone() if host_table else None)
 
 
+class _ZeroedStaging(host_metadata.HostStaging):
+    """CPU staging whose buffers start zeroed: past the layout both paths' buffers hold the same bytes."""
+
+    def take(self, n):
+        buf, slot = super().take(n)
+        return buf.zero_(), slot
+
+
 def _both(monkeypatch, plan, inp):
     """(native step, numpy step, their staging buffers' bytes)."""
     steps = []
     for lib in (native, None):
         monkeypatch.setattr(host_native, "library", lambda lib=lib: lib)
-        step = build_step(plan, inp)
+        step = build_step(plan, inp, _ZeroedStaging("cpu"))
         batch = step.prefill or step.decode
-        steps.append((step, bytes(batch.qo_indptr_cpu.untyped_storage())))
+        whole = torch.empty(0, dtype=torch.uint8).set_(batch.qo_indptr_cpu.untyped_storage())
+        steps.append((step, whole.numpy().tobytes()))
     return steps
 
 
@@ -163,3 +172,34 @@ def test_the_library_is_built_once_per_source_and_checks_its_abi(monkeypatch, tm
         assert host_native.library() is None and "ABI" in host_native.status()["why"]
     finally:
         host_native._reset()
+
+
+@pytest.mark.parametrize("host_table", [False, True], ids=["device-table", "host-table"])
+@pytest.mark.parametrize("lib_kind", ["c", "numpy"])
+def test_a_general_step_carries_each_new_tokens_page_and_offset(monkeypatch, host_table, lib_kind):
+    # so that the per-layer append launches no division of the slots (kv_cache.append): the two parts agree
+    # with the slots, and an append through them writes the cache an append through the slots writes
+    if lib_kind == "c" and native is None:
+        pytest.skip(f"host_step.c not built: {host_native.status()['why']}")
+    from attnplan.adapter import kv_cache
+
+    monkeypatch.setattr(host_native, "library", lambda: native if lib_kind == "c" else None)
+    rnd = random.Random(f"parts{host_table}{lib_kind}")
+    page = 16
+    plan = _plan(page)
+    for _ in range(8):
+        inp = _step(rnd, 1, page, host_table, "int32")
+        step = build_step(plan, inp)
+        assert step.slot_pages is not None and step.slot_offsets is not None
+        slots = step.slots.tolist()
+        assert (step.slot_pages.long() * page + step.slot_offsets.long()).tolist() == slots
+        assert all(0 <= o < page for o in step.slot_offsets.tolist())
+        pages = int(inp.block_table.max()) + 1
+        k = torch.randn(step.num_tokens, 8, 128, dtype=torch.bfloat16)
+        v = torch.randn_like(k)
+        caches = []
+        for parts in ((step.slot_pages, step.slot_offsets), None):
+            cache = kv_cache.allocate(plan.kv_cache, pages, "cpu", zeroed=True)
+            kv_cache.append(cache, step.slots, k, v, pages_offsets=parts)
+            caches.append(cache.data)
+        assert torch.equal(caches[0], caches[1]) and caches[0].abs().sum() > 0

@@ -153,6 +153,7 @@ class StepReplay:
         self.replays = 0
         self.narrowed = 0
         self._bound_values: Optional[dict] = None
+        self._prog: Optional[tuple] = None      # _program(): the binding compiled for the replay
 
     # -- whole plans ------------------------------------------------------------------------------
     def _whole(self, batch: Any) -> None:
@@ -284,26 +285,61 @@ class StepReplay:
             return None
         return args, kwargs, attrs
 
+    def _program(self) -> tuple:
+        """The binding as the replay reads it: per scheduler argument, keyword and attribute (0, the
+        constant), (1, the step value's name) or (2, candidates to pick among); the names the step must
+        hold; whether any binding has candidates. Made again when ``_narrow`` replaces a binding's lists."""
+        bind = self.binding
+        assert bind is not None
+        key = (bind["args"], bind["kwargs"], bind["attrs"])
+        prog = self._prog
+        if prog is not None and all(x is y for x, y in zip(prog[0], key)):
+            return prog[1]
+
+        def op(cands: list[tuple]) -> tuple:
+            if len(cands) == 1:
+                return (0, cands[0][1]) if cands[0][0] == "const" else (1, cands[0][1])
+            return 2, cands
+        ops = ([op(c) for c in bind["args"]], [(k, op(c)) for k, c in bind["kwargs"].items()],
+               [(k, op(c)) for k, c in bind["attrs"].items()])
+        every = [o for o in (*ops[0], *(o for _, o in ops[1]), *(o for _, o in ops[2]))]
+        names = tuple(sorted({x for kind, x in every if kind == 1}))
+        compiled = (*ops, names, any(kind == 2 for kind, _ in every), tuple(bind["fills"].items()))
+        self._prog = (key, compiled)
+        return compiled
+
     def _replay(self, batch: Any) -> bool:
         """This step's plan by the scheduler call alone; False (nothing done) where an int binding's
         candidates disagree for this step."""
-        bind, v = self.binding, _values(batch)
+        bind = self.binding
         assert bind is not None
-        picked = self._picked(v)
-        if picked is None:
-            return False
-        args, kwargs, attrs = picked
+        args_ops, kwargs_ops, attrs_ops, names, picks, fills = self._program()
+        # The step's own values by name (a field the binding names but this step lacks: KeyError, and the
+        # wrapper plans whole from then on, as before), candidates only where the binding kept several.
+        v = {n: getattr(batch, n) for n in names}
+        if any(x is None for x in v.values()):
+            raise KeyError(f"the step has no {[n for n, x in v.items() if x is None]}")
+        if picks:
+            v = _values(batch)
+            if any(k == 2 and self._pick(x, v) is _MISSING
+                   for k, x in (*args_ops, *(o for _, o in kwargs_ops), *(o for _, o in attrs_ops))):
+                return False
+        pick = self._pick
+        args = [x if k == 0 else v[x] if k == 1 else pick(x, v) for k, x in args_ops]
+        kwargs = {name: x if k == 0 else v[x] if k == 1 else pick(x, v) for name, (k, x) in kwargs_ops}
         self.guard.before()
         info = bind["fn"](*args, **kwargs)
         self.guard.after()
         w = self.wrapper
         for k in bind["result"]:
             setattr(w, k, info)
-        for k, x in attrs.items():
-            setattr(w, k, x)
-        for k, n in bind["fills"].items():
-            t = v[n]
-            getattr(w, k).view(-1)[: t.numel()].copy_(t.reshape(-1), non_blocking=True)
+        for name, (k, x) in attrs_ops:
+            setattr(w, name, x if k == 0 else v[x] if k == 1 else pick(x, v))
+        for k, n in fills:
+            # the kept tensor's leading entries from the step's tensor (a 1-D buffer and lengths: two ops)
+            buf, t = getattr(w, k), (v[n] if n in v else getattr(batch, n))
+            (buf if buf.dim() == 1 else buf.view(-1))[: t.numel()].copy_(t if t.dim() == 1 else t.reshape(-1),
+                                                                          non_blocking=True)
         return True
 
     def _narrow(self, batch: Any) -> None:

@@ -19,6 +19,7 @@ its buffer is handed out again, at the earliest after ``release`` and the ring's
 from __future__ import annotations
 
 import threading
+from array import array
 from typing import Any, Optional
 
 import numpy as np
@@ -41,6 +42,7 @@ class HostStaging:
     called without ``plan_step``) gets fresh pinned buffers, not a ring that grows without end."""
 
     MAX_RING = 8
+    SMALLEST = 1 << 14                       # int32s: a step of up to ~8k new tokens and pages in the first buffer
 
     def __init__(self, device: Any):
         import torch
@@ -51,14 +53,16 @@ class HostStaging:
             if self.cuda else None
         self._ring: list[list[Any]] = []      # [host buffer, event or None, busy]
         self._next = 0
+        self.hint = 0                         # the last step's int32 count: the next step's is likely close
         host_native.library()                 # built (once per source) with the executor, not at its first step
 
     def take(self, n: int) -> tuple[Any, int]:
-        """(host int32 tensor of at least ``n``, its ring slot, -1 if not from the ring)."""
+        """(host int32 tensor of at least ``n``, its ring slot, -1 if not from the ring). host_step.c's
+        path asks for the last step's count (``hint``) and says whether the step fits what it got."""
         import torch
 
         if not self.cuda:
-            return torch.empty(n, dtype=torch.int32), -1
+            return torch.empty(max(n, self.SMALLEST), dtype=torch.int32), -1
         for k in range(len(self._ring)):
             i = (self._next + k) % len(self._ring)
             buf, ev, busy = self._ring[i]
@@ -66,11 +70,16 @@ class HostStaging:
                 self._ring[i][2] = True
                 self._next = (i + 1) % len(self._ring)
                 return buf, i
-        buf = torch.empty(max(n * 2, 1 << 14), dtype=torch.int32).pin_memory()
+        buf = torch.empty(max(n * 2, self.SMALLEST), dtype=torch.int32).pin_memory()
         if len(self._ring) >= self.MAX_RING:
             return buf, -1                    # not kept: freed by the caching host allocator
         self._ring.append([buf, None, True])
         return buf, len(self._ring) - 1
+
+    def give_back(self, slot: int) -> None:
+        """A buffer ``take`` handed out that no reader was enqueued on (a refused step, a larger one taken)."""
+        if slot >= 0:
+            self._ring[slot][2] = False
 
     def release(self, slot: int) -> None:
         """The step's last reader of slot ``slot`` is enqueued: the slot is free once it has run."""
@@ -119,119 +128,165 @@ def _host_table(t: Any, table: Any) -> Any:
     return np.ascontiguousarray(a, dtype=np.int32).reshape(-1)
 
 
-class _NumpyFill:
-    """host_step.c's two calls in numpy (no C compiler, or ``ATTNPLAN_NATIVE_HOST=0``): the same bytes."""
-
-    def __init__(self, q: Any, s: Any, page: int):
-        import torch
-
-        self.q, self.page = q, page
-        self.seq = (s.numpy() if isinstance(s, torch.Tensor) else np.asarray(s)).astype(np.int64)
-
-    def measure(self) -> tuple[int, int, int, int]:
-        """(new tokens, KV pages, longest KV length, first request whose KV is shorter than its query or -1)."""
-        q, seq, page = self.q, self.seq, self.page
-        if (seq < q).any():                 # the index only on the error path (flatnonzero: ~3 us a step)
-            return 0, 0, 0, int(np.flatnonzero(seq < q)[0])
-        b = len(q)
-        self.qo = qo = np.zeros(b + 1, dtype=np.int64)
-        q.cumsum(out=qo[1:])
-        self.pages = pages = (seq + page - 1) // page
-        self.kv_ptr = kv_ptr = np.zeros(b + 1, dtype=np.int64)
-        pages.cumsum(out=kv_ptr[1:])
-        return int(qo[-1]), int(kv_ptr[-1]), int(seq.max(initial=0)), -1
-
-    def fill(self, host: Any, nd: int, width: int, t_all: int, p_host: int, kv_on_device: bool, bt: Any,
-             phases: list) -> tuple[int, int, list[int]]:
-        """Writes the layout into ``host``; (decode tokens, decode pages, [max q, max kv] per phase)."""
-        q, seq, page, qo, kv_ptr, pages = self.q, self.seq, self.page, self.qo, self.kv_ptr, self.pages
-        h = host.numpy()
-        b = len(q)
-        p_all = int(kv_ptr[-1])
-        row = _iota(b, np.int64) * width                   # block-table entry of each request's page 0
-        # New token i of request r sits at KV position pos = seq[r] - q[r] + (i - qo[r]), in block-table
-        # entry r * width + pos // page at offset pos % page. With x = r * width * page + pos (a multiple
-        # of page added), x // page and x % page are both at once.
-        small = b * width * page + int(seq.max(initial=0)) < 2**31
-        dt = np.int32 if small else np.int64
-        x = (row * page + seq - q - qo[:-1]).astype(dt).repeat(q)
-        np.add(x, _iota(t_all, dt), out=x)
-        o = 2 * t_all + p_host
-        if bt is None:
-            _split_page(x, page, h[:t_all], h[t_all + p_host:o])
-            if p_host:                           # page j of request r: entry r * width + j
-                np.add((row - kv_ptr[:-1]).astype(np.int32).repeat(pages), _iota(p_all, np.int32),
-                       out=h[t_all:t_all + p_all])
-        else:
-            entry, offset = np.empty_like(x), np.empty_like(x)
-            _split_page(x, page, entry, offset)
-            slots64 = h[:2 * t_all].view(np.int64)
-            np.multiply(bt[entry], page, out=slots64, dtype=np.int64)     # int32 entries, int64 slots
-            slots64 += offset
-            if p_host:
-                np.take(bt, (row - kv_ptr[:-1]).repeat(pages) + _iota(p_all, np.int64), out=h[2 * t_all:o])
-        for ptr in (qo, kv_ptr):             # per phase, restarted at 0
-            for _, r0, r1 in phases:
-                np.subtract(ptr[r0:r1 + 1], ptr[r0], out=h[o:o + r1 - r0 + 1])
-                o += r1 - r0 + 1
-        h[o:o + b] = seq
-        last = h[o + b:o + 2 * b]
-        np.subtract(seq, 1, out=last)
-        np.remainder(last, page, out=last)
-        last += 1
-        if kv_on_device:
-            h[o + 2 * b:o + 3 * b] = row - kv_ptr[:-1]
-            h[o + 3 * b:o + 4 * b] = pages
-        maxes = []
-        for r0, r1 in ((0, nd), (nd, b)):
-            maxes += [int(q[r0:r1].max()), int(seq[r0:r1].max())] if r1 > r0 else [0, 0]
-        return int(qo[nd]), int(kv_ptr[nd]), maxes
+def check_query_lens(q: Any, nd: int, q_dec: int) -> None:
+    """The step's query lengths (int64 numpy): decodes take ``q_dec`` each, every request at least one.
+    host_step.c ap_step checks the same, in the same order, and this raises its refusals' messages."""
+    if (q[:nd] != q_dec).any():         # the indices only on the error path (flatnonzero: ~3 us a step)
+        bad = np.flatnonzero(q[:nd] != q_dec).tolist()
+        raise AdapterCallError(f"decode requests take {q_dec} query tokens each (1 + speculative tokens, "
+                               f"the plan's q_len_per_req); requests {bad} have {[int(q[i]) for i in bad]}")
+    if (q < 1).any():
+        raise AdapterCallError("every request has at least one query token")
 
 
-class _NativeFill:
-    """host_step.c's ``ap_measure`` / ``ap_fill`` over the step's own host arrays (pointers, no copies
-    where they are contiguous int32 / int64 already)."""
+def _refuse(code: int, at: int, q: Any, nd: int, q_dec: int, page: int, width: int) -> None:
+    """ap_step's refusal ``code`` (its first offending request or length ``at``) as the numpy path words it."""
+    if code in (-1, -2):
+        check_query_lens(q, nd, q_dec)
+    if code == -3:
+        raise AdapterCallError(f"{'decode' if at < nd else 'prefill'}: a request's KV length is shorter than its "
+                               "query length (append this step's tokens before attending)")
+    # every page index and slot comes from the table's row: a longer request would read past it
+    raise AdapterCallError(f"a request's KV length {at} needs {(at + page - 1) // page} pages of {page} tokens; "
+                           f"the block table holds {width} a request (pass a wider block_table)")
 
-    _tls = threading.local()
 
-    def __init__(self, lib: Any, q: Any, s: Any, page: int):
-        import torch
+def _numpy_step(q: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_needed: bool, bt: Any,
+                staging: HostStaging) -> tuple[Any, int, int, list]:
+    """host_step.c ap_step in numpy (no C compiler, or ``ATTNPLAN_NATIVE_HOST=0``): the same checks, the
+    same ``info`` and the same bytes. (staging buffer, its ring slot, the layout's int32 count, info)."""
+    import torch
 
-        q = np.ascontiguousarray(q, dtype=np.int64)           # read through its pointer: int64, contiguous
-        self.lib, self.q, self.page = lib, q, page
-        if isinstance(s, torch.Tensor) and s.dtype in (torch.int32, torch.int64) and s.is_contiguous() \
-                and s.device.type == "cpu":
-            self._keep, self.seq_ptr, self.seq64 = s, s.data_ptr(), int(s.dtype == torch.int64)
-        else:
-            self._keep = a = np.ascontiguousarray(s.numpy() if isinstance(s, torch.Tensor) else s, dtype=np.int64)
-            self.seq_ptr, self.seq64 = a.ctypes.data, 1
-        self.q_ptr = q.ctypes.data
-        info = getattr(self._tls, "info", None)
-        if info is None:
-            info = self._tls.info = np.zeros(16, dtype=np.int64)
-        self.info, self.info_ptr = info, info.ctypes.data
+    check_query_lens(q, nd, q_dec)
+    seq = (s.numpy() if isinstance(s, torch.Tensor) else np.asarray(s)).astype(np.int64)
+    if (seq < q).any():
+        _refuse(-3, int(np.flatnonzero(seq < q)[0]), q, nd, q_dec, page, width)
+    longest = int(seq.max(initial=0))
+    if (longest + page - 1) // page > width:
+        _refuse(-4, longest, q, nd, q_dec, page, width)
+    b = len(q)
+    qo = np.zeros(b + 1, dtype=np.int64)
+    q.cumsum(out=qo[1:])
+    pages = (seq + page - 1) // page
+    kv_ptr = np.zeros(b + 1, dtype=np.int64)
+    pages.cumsum(out=kv_ptr[1:])
+    t_all, p_all, p_dec = int(qo[-1]), int(kv_ptr[-1]), int(kv_ptr[nd])
+    on_host = kv_needed and p_all <= HOST_KV_ENTRIES
+    on_device = kv_needed and not on_host
+    if on_device:
+        bt = None
+    p_host = p_all if on_host else 0
+    phases = [(r0, r1) for r0, r1 in ((0, nd), (nd, b)) if r1 > r0]
+    n_k = [r1 - r0 for r0, r1 in phases]
+    if bt is None:
+        sizes = [t_all + p_host, t_all]
+    else:
+        sizes = [2 * t_all, t_all, t_all, *(([p_dec, p_all - p_dec] if on_host else [0, 0]) if len(n_k) == 2 else [p_host])]
+    sizes += [*[n + 1 for n in n_k], *[n + 1 for n in n_k], *n_k, *n_k]
+    if on_device:
+        sizes += [b, b]
+    total = sum(sizes)
+    host, slot = staging.take(total)
+    h = host.numpy()
+    row = _iota(b, np.int64) * width                   # block-table entry of each request's page 0
+    # New token i of request r sits at KV position pos = seq[r] - q[r] + (i - qo[r]), in block-table
+    # entry r * width + pos // page at offset pos % page. With x = r * width * page + pos (a multiple
+    # of page added), x // page and x % page are both at once.
+    small = b * width * page + longest < 2**31
+    dt = np.int32 if small else np.int64
+    x = (row * page + seq - q - qo[:-1]).astype(dt).repeat(q)
+    np.add(x, _iota(t_all, dt), out=x)
+    o = (2 if bt is None else 4) * t_all + p_host
+    if bt is None:
+        _split_page(x, page, h[:t_all], h[t_all + p_host:o])
+        if p_host:                           # page j of request r: entry r * width + j
+            np.add((row - kv_ptr[:-1]).astype(np.int32).repeat(pages), _iota(p_all, np.int32),
+                   out=h[t_all:t_all + p_all])
+    else:
+        entry, offset = np.empty_like(x), np.empty_like(x)
+        _split_page(x, page, entry, offset)
+        slots64 = h[:2 * t_all].view(np.int64)
+        np.take(bt, entry, out=h[2 * t_all:3 * t_all])                  # each new token's page, its offset
+        h[3 * t_all:4 * t_all] = offset
+        np.multiply(h[2 * t_all:3 * t_all], page, out=slots64, dtype=np.int64)     # int32 pages, int64 slots
+        slots64 += offset
+        if p_host:
+            np.take(bt, (row - kv_ptr[:-1]).repeat(pages) + _iota(p_all, np.int64), out=h[4 * t_all:o])
+    for ptr in (qo, kv_ptr):             # per phase, restarted at 0
+        for r0, r1 in phases:
+            np.subtract(ptr[r0:r1 + 1], ptr[r0], out=h[o:o + r1 - r0 + 1])
+            o += r1 - r0 + 1
+    h[o:o + b] = seq
+    last = h[o + b:o + 2 * b]
+    np.subtract(seq, 1, out=last)
+    np.remainder(last, page, out=last)
+    last += 1
+    if on_device:
+        h[o + 2 * b:o + 3 * b] = row - kv_ptr[:-1]
+        h[o + 3 * b:o + 4 * b] = pages
+    maxes = []
+    for r0, r1 in ((0, nd), (nd, b)):
+        maxes += [int(q[r0:r1].max()), int(seq[r0:r1].max())] if r1 > r0 else [0, 0]
+    info = [t_all, p_all, int(on_host), int(on_device), int(bt is not None), int(qo[nd]), p_dec, *maxes,
+            len(sizes), *sizes]
+    return host, slot, total, info
 
-    def measure(self) -> tuple[int, int, int, int]:
-        bad = self.lib.ap_measure(self.q_ptr, self.seq_ptr, self.seq64, len(self.q), self.page, self.info_ptr)
-        t, p, mx = self.info[:3].tolist()
-        return t, p, mx, bad
 
-    def fill(self, host: Any, nd: int, width: int, t_all: int, p_host: int, kv_on_device: bool, bt: Any,
-             phases: list) -> tuple[int, int, list[int]]:
-        self.lib.ap_fill(self.q_ptr, self.seq_ptr, self.seq64, len(self.q), nd, self.page, width, t_all, p_host,
-                         int(kv_on_device), None if bt is None else bt.ctypes.data, host.data_ptr(), self.info_ptr)
-        t_dec, p_dec, *maxes = self.info[3:9].tolist()
-        return t_dec, p_dec, maxes
+_TLS = threading.local()
+IN = 32                  # host_step.c ap_step: where its inputs start in info (the outputs fill [0, 25))
+
+
+def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_needed: bool, bt: Any,
+                 staging: HostStaging) -> tuple[Any, int, int, list]:
+    """host_step.c ap_step over the step's own host arrays (pointers: no copies where the lengths are
+    contiguous int32 / int64 already), into a free staging buffer - a larger one where the layout needs
+    it. Every pointer from the cheapest accessor (numpy's ``.ctypes`` costs ~2.5 us a read)."""
+    import torch
+
+    qa: Any = None
+    if isinstance(ql, (list, tuple)):
+        try:
+            qa = array("q", ql)
+            q_ptr = qa.buffer_info()[0]
+        except (TypeError, OverflowError):       # numpy's conversion below, as the numpy path makes it
+            qa = None
+    if qa is None:
+        qa = np.ascontiguousarray(ql.numpy() if isinstance(ql, torch.Tensor) else ql, dtype=np.int64)
+        q_ptr = qa.__array_interface__["data"][0]
+    if isinstance(s, torch.Tensor) and s.dtype in (torch.int32, torch.int64) and s.is_contiguous() \
+            and s.device.type == "cpu":
+        keep, seq_ptr, seq64 = s, s.data_ptr(), int(s.dtype == torch.int64)
+    else:
+        keep = np.ascontiguousarray(s.numpy() if isinstance(s, torch.Tensor) else s, dtype=np.int64)
+        seq_ptr, seq64 = keep.__array_interface__["data"][0], 1
+    tls = _TLS
+    info = getattr(tls, "info", None)
+    if info is None:
+        info = tls.info = np.zeros(IN + 9, dtype=np.int64)
+        tls.ptr = info.ctypes.data
+    host, slot = staging.take(staging.hint)
+    info[IN:IN + 9] = (len(qa), nd, q_dec, page, width, kv_needed, HOST_KV_ENTRIES, seq64, host.numel())
+    bt_ptr = None if bt is None else bt.__array_interface__["data"][0]
+    total = lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
+    if total < 0 or total > host.numel():
+        staging.give_back(slot)
+        if total < 0:
+            _refuse(total, int(info[0]), np.asarray(qa, dtype=np.int64), nd, q_dec, page, width)
+        host, slot = staging.take(total)
+        info[IN + 8] = host.numel()
+        lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
+    staging.hint = total
+    return host, slot, total, info[:IN].tolist()
 
 
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
-              q: Any = None) -> Any:
-    """``StepMetadata`` for a batch whose KV lengths the host knows (``inp.seq_lens_cpu``).
-    ``q``: the query lengths as an int64 numpy array when the caller has one (``build_step``).
+              q_dec: Optional[int] = None) -> Any:
+    """``StepMetadata`` for a batch whose KV lengths the host knows (``inp.seq_lens_cpu``). ``q_dec``: a
+    decode request's query length (default: the plan's). Checks the query lengths (``check_query_lens``).
 
-    Host cost (issue 41): every per-token and per-page array is written straight into the pinned
-    staging buffer, by host_step.c's two calls where it compiled (host_native.py), by numpy ``out=``
-    otherwise (the same bytes); the host and device views of each part come from one
+    Host cost (issue 41): the step's checks and every per-token and per-page array come from one call
+    of host_step.c (host_native.py), written straight into the pinned staging buffer - by numpy ``out=``
+    where it did not compile (the same bytes); the host and device views of each part come from one
     ``split_with_sizes`` each; the device runs the one copy, one gather (the new tokens' and the KV
     pages' block-table entries at once) and one add (the int64 slots from int32 operands) - 3 launches
     where the KV pages number at most ``HOST_KV_ENTRIES`` (before: 6, and 11 past 4096 pages). With the
@@ -240,92 +295,79 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     import torch
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
-    device = inp.seq_lens.device
-    if q is None:
-        q = np.asarray(inp.query_lens, dtype=np.int64)
-    b, width = len(q), int(table.shape[1])
-    npre = b - nd
-    if len(inp.seq_lens_cpu) != b:
-        raise AdapterCallError(f"seq_lens_cpu has {len(inp.seq_lens_cpu)} entries for {b} requests")
-    lib = host_native.library()
-    fill = _NumpyFill(q, inp.seq_lens_cpu, page) if lib is None else _NativeFill(lib, q, inp.seq_lens_cpu, page)
-    t_all, p_all, longest, bad = fill.measure()
-    if bad >= 0:
-        raise AdapterCallError(f"{'decode' if bad < nd else 'prefill'}: a request's KV length is shorter than its "
-                               "query length (append this step's tokens before attending)")
-    if (longest + page - 1) // page > width:
-        # every page index and slot below comes from the table's row: a longer request would read past it
-        raise AdapterCallError(f"a request's KV length {longest} needs {(longest + page - 1) // page} pages of "
-                               f"{page} tokens; the block table holds {width} a request (pass a wider block_table)")
-    kv_on_host = needs.needs_paged_kv_indices and p_all <= HOST_KV_ENTRIES
-    kv_on_device = needs.needs_paged_kv_indices and not kv_on_host
+    ql, s = inp.query_lens, inp.seq_lens_cpu
+    b, width = len(ql), table.shape[1]
+    n_seq = s.numel() if isinstance(s, torch.Tensor) else len(s)
+    if n_seq != b:
+        raise AdapterCallError(f"seq_lens_cpu has {n_seq} entries for {b} requests")
+    if q_dec is None:
+        q_dec = plan.decode.q_len_per_req
     # The engine's host copy of the block table: the host gathers too (no device op but the one copy).
-    bt = None if kv_on_device or inp.block_table_cpu is None else _host_table(inp.block_table_cpu, table)
-    phases = [(ph, r0, r1) for ph, r0, r1 in (("decode", 0, nd), ("prefill", nd, b)) if r1 > r0]
-    m = len(phases)
-    n_k = [r1 - r0 for _, r0, r1 in phases]
-    p_host = p_all if kv_on_host else 0
-    # Layout of the one copy (int32): block-table entry of each new token [T] and, kv_on_host, of each
-    # KV page [P] (adjacent: one gather serves both) | each new token's offset in its page [T] | per
-    # phase present: qo indptr [n+1] | per phase: kv page indptr [n+1] | seq lens [B] | last page
-    # lens [B] | kv_on_device: each request's first entry minus kv_ptr [B] and its pages [B]. Seq and
-    # last page lens of both phases are adjacent (written at once); one split_with_sizes views every
-    # part apart, on the host and on the device. With the host's block table the first two parts are
-    # the slots themselves (int64, as int32 pairs: the buffer's start is 8-byte aligned) [2T] and the
-    # page indices [P]. host_step.c ap_fill writes the same.
-    sizes = [t_all + p_host, t_all] if bt is None else [2 * t_all, p_host]
-    sizes += [*[n + 1 for n in n_k], *[n + 1 for n in n_k], *n_k, *n_k]
-    if kv_on_device:
-        sizes += [b, b]
-    total = sum(sizes)
-    host, slot = (staging or HostStaging("cpu")).take(total)
+    bt = None if inp.block_table_cpu is None else _host_table(inp.block_table_cpu, table)
+    staging = staging or HostStaging("cpu")
+    # Layout of the one copy (int32; host_step.c ap_step and _numpy_step write it): block-table entry
+    # of each new token [T] and, page indices on the host, of each KV page [P] (adjacent: one gather
+    # serves both) | each new token's offset in its page [T] | per phase present: qo indptr [n+1] | per
+    # phase: kv page indptr [n+1] | seq lens [n] | last page lens [n] | page indices expanded on the
+    # device: each request's first entry minus kv_ptr [B] and its pages [B]. With the host's block
+    # table the token parts are the slots themselves (int64, as int32 pairs: the buffer's start is
+    # 8-byte aligned) [2T], each new token's page [T] and offset [T], and each phase's page indices.
+    # One split_with_sizes views every part apart, on the host and on the device.
+    lib, kv = host_native.library(), needs.needs_paged_kv_indices
+    host, slot, total, info = _native_step(lib, ql, s, nd, q_dec, page, width, kv, bt, staging) if lib is not None \
+        else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, kv, bt, staging)
+    t_all, p_all, kv_on_host, kv_on_device, use_bt, t_dec, p_dec = info[:7]
+    sizes = info[12:12 + info[11]]
     host = host[:total]
-    t_dec, p_dec, maxes = fill.fill(host, nd, width, t_all, p_host, kv_on_device, bt, phases)
+    device = inp.seq_lens.device
     # the one copy (pinned source on CUDA: asynchronous); on the CPU a copy all the same
     dev = host.clone() if device.type == "cpu" else host.to(device, non_blocking=True)
     hv, dv = host.split_with_sizes(sizes), dev.split_with_sizes(sizes)
-    kv_indices = None
-    if bt is not None:
-        slots = dv[0].view(torch.int64)
+    m = (nd > 0) + (b > nd)
+    h0 = 3 + m if use_bt else 2                          # the token parts' count: the rest are per request
+    kv_parts: Any = (None, None)
+    if use_bt:
+        slots, pages_of, offsets = dv[0].view(torch.int64), dv[1], dv[2]
         if kv_on_host:
-            kv_indices = dv[1]
+            kv_parts = dv[3:3 + m]
     else:
         # Gathers from the block table: index_select on its flat view where it is contiguous (int32
         # indices, no conversion), take (int64 indices, any strides) where it is not.
-        flat = table.view(-1) if table.is_contiguous() else None
-        entries = flat.index_select(0, dv[0]) if flat is not None else torch.take(table, dv[0].long())
-        if kv_on_host:
-            entries, kv_indices = entries.split_with_sizes([t_all, p_all])
-            if kv_indices.dtype != torch.int32:
-                kv_indices = kv_indices.to(torch.int32)
+        entries = table.view(-1).index_select(0, dv[0]) if table.is_contiguous() else torch.take(table, dv[0].long())
+        if entries.dtype != torch.int32:
+            entries = entries.to(torch.int32)
+        if kv_on_host:                                   # the tokens' entries, each phase's page indices: one split
+            entries, *kv_parts = entries.split_with_sizes([t_all, p_dec, p_all - p_dec] if m == 2 else [t_all, p_all])
         elif kv_on_device:
             # Pages can number hundreds of thousands (256 requests x 32k tokens): the device expands them.
             entry = torch.arange(p_all, dtype=torch.int32, device=device) + torch.repeat_interleave(
-                dv[2 + 4 * m], dv[3 + 4 * m], output_size=p_all)
-            kv_indices = torch.take(table, entry.long()).to(torch.int32)
+                dv[h0 + 4 * m], dv[h0 + 4 * m + 1], output_size=p_all)
+            kv = torch.take(table, entry.long()).to(torch.int32)
+            kv_parts = kv.split_with_sizes([p_dec, p_all - p_dec]) if m == 2 else (kv,)
         # slot = table entry * page + offset in one add that writes int64 (torch computes it in the
         # operands' int32: exact while slots < 2**31, i.e. a cache under 2**31 tokens - over 256 GiB
         # at the smallest KV row any plan has, 1 head x 64 x fp8 x K and V).
         slots = torch.empty(t_all, dtype=torch.int64, device=device)
-        torch.add(dv[1], entries, alpha=page, out=slots)
-    step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots)
+        pages_of, offsets = entries, dv[1]
+        torch.add(offsets, pages_of, alpha=page, out=slots)
+    # each new token's page and offset too: an append per layer then launches no arithmetic (kv_cache.append)
+    step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots, slot_pages=pages_of,
+                        slot_offsets=offsets)
     step.extra["staging_slot"] = slot
-    qlens = tuple(q.tolist())
-    if m == 2:                          # two phases: the device tensors split in one op each
-        seq_dev, tables = inp.seq_lens.split_with_sizes([nd, npre]), table.split_with_sizes([nd, npre])
-        kv_parts = (None, None) if kv_indices is None else kv_indices.split_with_sizes([p_dec, p_all - p_dec])
-    else:                               # one phase: the step's own tensors
-        seq_dev, tables, kv_parts = (inp.seq_lens,), (table,), (kv_indices,)
-    bounds = {"decode": (0, t_dec, maxes[0], maxes[1]), "prefill": (t_dec, t_all, maxes[2], maxes[3])}
-    for k, (phase, r0, r1) in enumerate(phases):
-        t0, t1, max_q, max_kv = bounds[phase]
-        batch = PhaseBatch(
+    qlens = tuple(ql) if isinstance(ql, (list, tuple)) else tuple(int(x) for x in ql)
+    # the per-phase device seq lens are the copy's own (the engine's, by the contract, hold the same)
+    tables = table.split_with_sizes([nd, b - nd]) if m == 2 else (table,)
+    k = 0
+    for phase, r0, r1, t0, t1, max_q, max_kv in (("decode", 0, nd, 0, t_dec, info[7], info[8]),
+                                                 ("prefill", nd, b, t_dec, t_all, info[9], info[10])):
+        if r1 == r0:
+            continue
+        setattr(step, phase, PhaseBatch(
             phase=phase, req=slice(r0, r1), tok=slice(t0, t1), num_reqs=r1 - r0,
-            num_tokens=t1 - t0, max_q_len=max_q, max_kv_len=max_kv,
-            qo_indptr=dv[2 + k], seq_lens=seq_dev[k], block_table=tables[k], kv_page_indptr=dv[2 + m + k],
-            last_page_len=dv[2 + 3 * m + k], qo_indptr_cpu=hv[2 + k], seq_lens_cpu=hv[2 + 2 * m + k],
-            kv_page_indptr_cpu=hv[2 + m + k], last_page_len_cpu=hv[2 + 3 * m + k], query_lens=qlens[r0:r1],
-            kv_indices=kv_parts[k],
-        )
-        setattr(step, phase, batch)
+            num_tokens=t1 - t0, max_q_len=max_q, max_kv_len=max_kv, qo_indptr=dv[h0 + k],
+            seq_lens=dv[h0 + 2 * m + k], block_table=tables[k], kv_page_indptr=dv[h0 + m + k],
+            last_page_len=dv[h0 + 3 * m + k], qo_indptr_cpu=hv[h0 + k], seq_lens_cpu=hv[h0 + 2 * m + k],
+            kv_page_indptr_cpu=hv[h0 + m + k], last_page_len_cpu=hv[h0 + 3 * m + k], query_lens=qlens[r0:r1],
+            kv_indices=kv_parts[k]))
+        k += 1
     return step

@@ -1,5 +1,5 @@
-"""host_step.c compiled on first use and loaded with ctypes: the step metadata's host arithmetic in two
-calls instead of ~30 numpy ones (issue 41; host_metadata.py ``from_host``).
+"""host_step.c compiled on first use and loaded with ctypes: the step metadata's checks and host arithmetic
+in one call instead of ~30 numpy ones (issue 41; host_metadata.py ``from_host``).
 
 Built once per source (its sha256 names the directory) in ``host_step/`` under ``$ATTNPLAN_CACHE_DIR`` (else
 ``$XDG_CACHE_HOME/attnplan``, else ``~/.cache/attnplan``) with ``$CC``, else the first of cc, gcc, g++, clang
@@ -25,7 +25,7 @@ from typing import Any, Optional
 from attnplan.errors import SetupError
 
 SOURCE = Path(__file__).with_name("host_step.c")
-ABI = 2                                   # host_step.c ap_abi()
+ABI = 3                                   # host_step.c ap_abi()
 COMPILERS = ("cc", "gcc", "g++", "clang")
 COMPILE_SECONDS = 300                     # one small C file: seconds, unless the machine is starved
 
@@ -87,10 +87,8 @@ def _load() -> Any:
     if lib.ap_abi() != ABI:
         raise SetupError(f"{path} has ABI {lib.ap_abi()}, this attnplan {ABI}")
     P, I = ctypes.c_void_p, ctypes.c_int64
-    lib.ap_measure.argtypes = [P, P, I, I, I, P]
-    lib.ap_measure.restype = I
-    lib.ap_fill.argtypes = [P, P, I, I, I, I, I, I, I, I, P, P, P]
-    lib.ap_fill.restype = None
+    lib.ap_step.argtypes = [P, P, P, P, P]
+    lib.ap_step.restype = I
     _state["path"] = str(path)
     return lib
 

@@ -3,9 +3,10 @@
    attnplan/adapter/host_metadata.py ``from_host`` works out, for a prefill or mixed step, every per-token
    and per-page array the planned kernels take and writes them into one pinned staging buffer; in numpy
    that is ~30 calls of ~1 us each plus their Python (35 us a step on the development machine, 3-5x that
-   on the H100 machine's host: bench/logs/h100-2026-11-26r/call3/prof_meta.log). Here it is two calls:
-   ap_measure (counts, the longest KV length, the first request whose KV is shorter than its query) and
-   ap_fill (the buffer). The layout is host_metadata.py's, written byte for byte as its numpy path writes it
+   on the H100 machine's host: bench/logs/h100-2026-11-26r/call3/prof_meta.log). Here it is one call,
+   ap_step: the step's checks (the query lengths, KV shorter than a query, a request longer than its table
+   row), its counts, the sizes of the layout's parts and, where the caller's buffer holds them, the parts
+   themselves. The layout is host_metadata.py's, written byte for byte as its numpy path writes it
    (tests/test_host_step_native.py holds the two equal over random steps); a change to one is a change to
    both.
 
@@ -20,7 +21,7 @@ extern "C" {
 #endif
 
 /* Bumped with any change of a signature or of the layout: host_native.py checks it at load. */
-int64_t ap_abi(void) { return 2; }
+int64_t ap_abi(void) { return 3; }
 
 static inline int64_t seq_at(const void *seq, int64_t seq_is64, int64_t r) {
     return seq_is64 ? ((const int64_t *)seq)[r] : (int64_t)((const int32_t *)seq)[r];
@@ -28,7 +29,7 @@ static inline int64_t seq_at(const void *seq, int64_t seq_is64, int64_t r) {
 
 /* info[0] new tokens, info[1] KV pages, info[2] longest KV length. Returns -1, or the first request
    whose KV length is shorter than its query length (host_metadata.py raises on it). */
-int64_t ap_measure(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t page, int64_t *info) {
+static int64_t measure(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t page, int64_t *info) {
     int64_t t = 0, p = 0, mx = 0, bad = -1;
     for (int64_t r = 0; r < b; r++) {
         int64_t s = seq_at(seq, seq_is64, r);
@@ -48,18 +49,19 @@ int64_t ap_measure(const int64_t *q, const void *seq, int64_t seq_is64, int64_t 
 /* Writes host_metadata.py's layout into h (int32; 8-byte aligned):
      bt == NULL: block-table entry of each new token [T], of each KV page [p_host] | each new token's
                  offset in its page [T]
-     bt != NULL: each new token's slot, int64 [T] (2T int32) | each KV page's index [p_host]
+     bt != NULL: each new token's slot, int64 [T] (2T int32) | its page [T] | its offset in the page [T] |
+                 each KV page's index [p_host]
    then per phase present (decode = requests [0, nd), prefill = [nd, b)): qo indptr from 0 [n + 1];
    per phase: KV page indptr from 0 [n + 1]; seq lens [b]; last page lens [b]; kv_device: each request's
    first entry minus its page offset [b] and its page count [b].
    info[3] the decode phase's tokens, info[4] its pages, info[5..6] its longest query and KV,
    info[7..8] the prefill phase's. */
-void ap_fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t nd, int64_t page,
-             int64_t width, int64_t t_all, int64_t p_host, int64_t kv_device, const int32_t *bt, int32_t *h,
-             int64_t *info) {
+static void fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t nd, int64_t page,
+                 int64_t width, int64_t t_all, int64_t p_host, int64_t kv_device, const int32_t *bt, int32_t *h,
+                 int64_t *info) {
     int32_t *entry = h, *kv = h + t_all, *off = h + t_all + p_host;
     int64_t *slots = (int64_t *)h;
-    int32_t *pidx = h + 2 * t_all;
+    int32_t *tpage = h + 2 * t_all, *toff = h + 3 * t_all, *pidx = h + 4 * t_all;
     int64_t tok = 0, pg = 0;
     int64_t t_dec = 0, p_dec = 0, mq[2] = {0, 0}, mk[2] = {0, 0};
     for (int64_t r = 0; r < b; r++) {
@@ -86,8 +88,11 @@ void ap_fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int
                 }
             } else {
                 int64_t base = (int64_t)bt[e] * page + o;
-                for (int64_t k = 0; k < run; k++)
+                for (int64_t k = 0; k < run; k++) {
                     slots[tok + k] = base + k;
+                    tpage[tok + k] = bt[e];
+                    toff[tok + k] = (int32_t)(o + k);
+                }
             }
             tok += run;
             j += run;
@@ -108,7 +113,7 @@ void ap_fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int
         t_dec = tok;
         p_dec = pg;
     }
-    int32_t *w = h + 2 * t_all + p_host;
+    int32_t *w = h + (bt == NULL ? 2 : 4) * t_all + p_host;
     int64_t lo[2] = {0, nd}, hi[2] = {nd, b};
     for (int part = 0; part < 2; part++) {          /* qo indptrs, then KV page indptrs, per phase */
         for (int ph = 0; ph < 2; ph++) {
@@ -141,6 +146,92 @@ void ap_fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int
     info[6] = mk[0];
     info[7] = mq[1];
     info[8] = mk[1];
+}
+
+/* One step. info[32..40] in: requests, decode requests, a decode's query length (q_dec), the page size, the
+   table's width, kv_needed, host_kv_max, whether seq is int64, the int32 capacity of h. Returns < 0 where the
+   step is refused - -1 a decode request whose query length is not q_dec
+   (info[0] the first), -2 a request without query tokens (info[0] the first), -3 a request whose KV length
+   is shorter than its query length (info[0] the first), -4 a request longer than its table row (info[0] the
+   longest KV length) - in the order host_metadata.py checks them; else the layout's int32 count, written
+   into h where that is at most cap (else nothing is written: the caller takes a larger buffer and calls
+   again). kv_needed: the plan takes page indices; host_kv_max: up to this many pages the host works them
+   out, past it the device expands them (HOST_KV_ENTRIES); bt: the engine's host block table or NULL, used
+   unless the device expands. info on success: [0] new tokens, [1] KV pages, [2] page indices on the host,
+   [3] on the device, [4] the host table used, [5] the decode phase's tokens, [6] its pages, [7..8] its
+   longest query and KV, [9..10] the prefill phase's, [11] the number of parts, [12..] their int32 sizes:
+   the token parts (no host table: [T + P_host] [T]; with it: [2T] [T] [T] then each phase's page indices), then
+   per phase qo indptrs, KV page indptrs, seq lens, last page lens, then, expanded on the device, [b] [b]. */
+int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h, int64_t *info) {
+    /* the inputs, after the outputs' room (one pointer instead of nine ints: ctypes converts each argument) */
+    int64_t b = info[32], nd = info[33], q_dec = info[34], page = info[35], width = info[36];
+    int64_t kv_needed = info[37], host_kv_max = info[38], seq_is64 = info[39], cap = info[40];
+    for (int64_t r = 0; r < nd; r++)
+        if (q[r] != q_dec) {
+            info[0] = r;
+            return -1;
+        }
+    for (int64_t r = 0; r < b; r++)
+        if (q[r] < 1) {
+            info[0] = r;
+            return -2;
+        }
+    int64_t m3[3];
+    int64_t bad = measure(q, seq, seq_is64, b, page, m3);
+    if (bad >= 0) {
+        info[0] = bad;
+        return -3;
+    }
+    int64_t t_all = m3[0], p_all = m3[1];
+    if ((m3[2] + page - 1) / page > width) {
+        info[0] = m3[2];
+        return -4;
+    }
+    int64_t p_dec = 0;
+    for (int64_t r = 0; r < nd; r++)
+        p_dec += (seq_at(seq, seq_is64, r) + page - 1) / page;
+    int64_t on_host = kv_needed && p_all <= host_kv_max, on_device = kv_needed && !on_host;
+    int64_t use_bt = bt != NULL && !on_device, p_host = on_host ? p_all : 0;
+    int64_t n_k[2], m = 0, *sz = info + 12, k = 0, total = 0;
+    if (nd > 0)
+        n_k[m++] = nd;
+    if (b > nd)
+        n_k[m++] = b - nd;
+    if (!use_bt) {
+        sz[k++] = t_all + p_host;
+        sz[k++] = t_all;
+    } else {
+        sz[k++] = 2 * t_all;
+        sz[k++] = t_all;
+        sz[k++] = t_all;
+        if (m == 2) {
+            sz[k++] = on_host ? p_dec : 0;
+            sz[k++] = on_host ? p_all - p_dec : 0;
+        } else
+            sz[k++] = p_host;
+    }
+    for (int part = 0; part < 4; part++)
+        for (int64_t i = 0; i < m; i++)
+            sz[k++] = n_k[i] + (part < 2);
+    if (on_device) {
+        sz[k++] = b;
+        sz[k++] = b;
+    }
+    for (int64_t i = 0; i < k; i++)
+        total += sz[i];
+    info[0] = t_all;
+    info[1] = p_all;
+    info[2] = on_host;
+    info[3] = on_device;
+    info[4] = use_bt;
+    info[11] = k;
+    if (total > cap)
+        return total;
+    int64_t got[9];
+    fill(q, seq, seq_is64, b, nd, page, width, t_all, p_host, on_device, use_bt ? bt : NULL, h, got);
+    for (int i = 0; i < 6; i++)
+        info[5 + i] = got[3 + i];
+    return total;
 }
 
 #ifdef __cplusplus
