@@ -25,6 +25,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import host_native
+from .plan_replay import current_stream
 from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
 
@@ -88,10 +89,10 @@ class HostStaging:
         if slot < 0:
             return
         ev = self._ring[slot][1] or torch.cuda.Event()
-        # The device's current stream by its index, worked out once: torch.cuda.current_stream(device)
-        # resolves a torch.device in Python each call (~60 us under cProfile on the H100 machine's host,
-        # bench/logs/h100-2026-11-26r/call3/prof_meta.log).
-        ev.record(torch.cuda.current_stream(self._index))
+        # The device's current stream by its index, worked out once, its Stream object kept: torch's
+        # current_stream(device) resolves a torch.device in Python and builds a Stream each call (~60 us
+        # under cProfile on the H100 machine's host, bench/logs/h100-2026-11-26r/call3/prof_meta.log).
+        ev.record(current_stream(self._index))
         self._ring[slot][1] = ev
         self._ring[slot][2] = False
 

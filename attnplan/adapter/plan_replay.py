@@ -97,16 +97,37 @@ def record_one(s: Scheduler, plan: Callable[[], Any]) -> tuple[Optional[tuple[tu
     return (calls[0] if len(calls) == 1 else None), len(calls)
 
 
+_STREAMS: dict[tuple, Any] = {}
+
+
+def current_stream(index: int) -> Any:
+    """Device ``index``'s current CUDA stream, one ``Stream`` object kept per stream: torch.cuda.current_stream
+    resolves the device and builds a new one each call (7-13 us of host a call on the H100 machines' hosts:
+    bench/logs/h100-2026-11-26s/call2/prof_native.log), and an event is recorded on it every step."""
+    import torch
+
+    data = torch._C._cuda_getCurrentStream(index)         # (stream id, device index, device type)
+    s = _STREAMS.get(data)
+    if s is None:
+        if len(_STREAMS) >= 256:                          # an engine that makes streams without end
+            _STREAMS.clear()
+        s = _STREAMS[data] = torch.cuda.Stream(stream_id=data[0], device_index=data[1], device_type=data[2])
+    return s
+
+
 class PinnedGuard:
     """One step in flight for a scheduler's pinned staging buffer: ``before()`` waits for the copy
     the previous plan enqueued, ``after()`` marks this plan's. Nothing on a CPU device."""
 
-    __slots__ = ("_event",)
+    __slots__ = ("_event", "_index")
 
     def __init__(self, device: Any):
         import torch
 
-        self._event = torch.cuda.Event() if getattr(device, "type", str(device)) == "cuda" else None
+        cuda = getattr(device, "type", str(device)) == "cuda"
+        self._event = torch.cuda.Event() if cuda else None
+        index = getattr(device, "index", None)
+        self._index = (torch.cuda.current_device() if index is None else index) if cuda else None
 
     def before(self) -> None:
         # A query first: no wait, and none that torch's sync-debug mode sees, where the copy ran.
@@ -115,7 +136,7 @@ class PinnedGuard:
 
     def after(self) -> None:
         if self._event is not None:
-            self._event.record()
+            self._event.record(current_stream(self._index))
 
 
 def sync_device(t: Any) -> None:
