@@ -288,7 +288,7 @@ class StepReplay:
     def _program(self) -> tuple:
         """The binding as the replay reads it: per scheduler argument, keyword and attribute (0, the
         constant), (1, the step value's name) or (2, candidates to pick among); the names the step must
-        hold; whether any binding has candidates. Made again when ``_narrow`` replaces a binding's lists."""
+        hold; the bindings with candidates. Made again when ``_narrow`` replaces a binding's lists."""
         bind = self.binding
         assert bind is not None
         key = (bind["args"], bind["kwargs"], bind["attrs"])
@@ -304,7 +304,7 @@ class StepReplay:
                [(k, op(c)) for k, c in bind["attrs"].items()])
         every = [o for o in (*ops[0], *(o for _, o in ops[1]), *(o for _, o in ops[2]))]
         names = tuple(sorted({x for kind, x in every if kind == 1}))
-        compiled = (*ops, names, any(kind == 2 for kind, _ in every), tuple(bind["fills"].items()))
+        compiled = (*ops, names, tuple(x for kind, x in every if kind == 2), tuple(bind["fills"].items()))
         self._prog = (key, compiled)
         return compiled
 
@@ -319,12 +319,11 @@ class StepReplay:
         v = {n: getattr(batch, n) for n in names}
         if any(x is None for x in v.values()):
             raise KeyError(f"the step has no {[n for n, x in v.items() if x is None]}")
+        pick = self._pick
         if picks:
             v = _values(batch)
-            if any(k == 2 and self._pick(x, v) is _MISSING
-                   for k, x in (*args_ops, *(o for _, o in kwargs_ops), *(o for _, o in attrs_ops))):
+            if any(pick(x, v) is _MISSING for x in picks):
                 return False
-        pick = self._pick
         args = [x if k == 0 else v[x] if k == 1 else pick(x, v) for k, x in args_ops]
         kwargs = {name: x if k == 0 else v[x] if k == 1 else pick(x, v) for name, (k, x) in kwargs_ops}
         self.guard.before()
