@@ -144,6 +144,7 @@ def _refuse(code: int, at: int, q: Any, nd: int, q_dec: int, page: int, width: i
     """ap_step's refusal ``code`` (its first offending request or length ``at``) as the numpy path words it."""
     if code in (-1, -2):
         check_query_lens(q, nd, q_dec)
+        raise AdapterCallError(f"request {at}'s query length {int(q[at])} is refused")     # C and numpy disagree
     if code == -3:
         raise AdapterCallError(f"{'decode' if at < nd else 'prefill'}: a request's KV length is shorter than its "
                                "query length (append this step's tokens before attending)")

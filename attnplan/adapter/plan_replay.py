@@ -124,10 +124,10 @@ class PinnedGuard:
     def __init__(self, device: Any):
         import torch
 
-        cuda = getattr(device, "type", str(device)) == "cuda"
+        d = torch.device(device)                          # "cuda:1" as a string too
+        cuda = d.type == "cuda"
         self._event = torch.cuda.Event() if cuda else None
-        index = getattr(device, "index", None)
-        self._index = (torch.cuda.current_device() if index is None else index) if cuda else None
+        self._index = (torch.cuda.current_device() if d.index is None else d.index) if cuda else None
 
     def before(self) -> None:
         # A query first: no wait, and none that torch's sync-debug mode sees, where the copy ran.
