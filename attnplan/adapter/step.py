@@ -70,7 +70,8 @@ class StepMetadata:
     decode: Optional[PhaseBatch] = None
     prefill: Optional[PhaseBatch] = None
     extra: dict[str, Any] = field(default_factory=dict)   # backend plan state (ragged plans, ...)
-    # slots // page_size and slots % page_size, when the metadata already has them (decode
-    # layouts): appends, once per layer, then launch no arithmetic of their own.
+    # slots // page_size and slots % page_size, when the metadata already has them (decode layouts:
+    # int64; prefill / mixed steps from host lengths, host_metadata.from_host: int32): appends, once
+    # per layer, then launch no arithmetic of their own.
     slot_pages: Optional[Any] = None
     slot_offsets: Optional[Any] = None
