@@ -113,7 +113,8 @@ def _state(w, batch, sched):
             continue
         out[k] = v.tolist() if isinstance(v, torch.Tensor) else v
     out["_int_workspace_buffer"] = out["_int_workspace_buffer"][:sched]
-    out["_kv_lens_buffer"] = out["_kv_lens_buffer"][: batch.num_reqs]
+    if "_kv_lens_buffer" in out:                           # the paged wrappers' (the ragged one keeps none)
+        out["_kv_lens_buffer"] = out["_kv_lens_buffer"][: batch.num_reqs]
     return out
 
 
@@ -290,3 +291,78 @@ def test_only_calls_that_say_so_replay(monkeypatch, config, backend, decode_says
         assert replay_of(ex.backend, ex.backend._wrappers[ph]).ready
     if not decode_says:
         assert ex.backend._decode.stats.whole == sum(1 for dec, _ in shapes * 2 if dec)
+
+
+class RaggedWrapper:
+    """flashinfer/prefill.py BatchPrefillWithRaggedKVCacheWrapper ``plan`` in eager mode, reduced to its kinds
+    of state: host copies of the indptrs, device copies kept (the output's and V's the same objects), the KV
+    lengths as a new host tensor, the query's last offset, one scheduler call (MLA prefill's ragged parts)."""
+
+    made: list = []
+
+    def __init__(self, workspace, layout, backend=None):
+        self.device = torch.device("cpu")
+        self._float_workspace_buffer = torch.zeros(64, dtype=torch.uint8)
+        self._int_workspace_buffer = torch.zeros(4096, dtype=torch.int32)
+        self._pin_memory_int_workspace_buffer = torch.zeros(4096, dtype=torch.int32)
+        self.calls: list[int] = []
+        self._module = SimpleNamespace(plan=_scheduler(self.calls))
+        self._plan_info = None
+        self.stats = SimpleNamespace(whole=0)
+        RaggedWrapper.made.append(self)
+
+    def plan(self, qo_indptr, kv_indptr, heads, kv_heads, head_dim_qk, head_dim_vo=None, causal=False, **kw):
+        self.stats.whole += 1
+        qo_host, kv_host = qo_indptr.to("cpu"), kv_indptr.to("cpu")
+        self._qo_indptr_last = int(qo_host[-1])
+        self._qo_indptr_buf = qo_indptr.clone()                # .to(device): a device copy
+        self._kv_indptr_buf = kv_indptr.clone()
+        self._o_indptr_buf, self._v_indptr_buf = self._qo_indptr_buf, self._kv_indptr_buf
+        kv_len = kv_host[1:] - kv_host[:-1]
+        self._cached_module = self._module
+        self._causal = causal
+        self._plan_info = self._cached_module.plan(
+            self._float_workspace_buffer, self._int_workspace_buffer, self._pin_memory_int_workspace_buffer, qo_host,
+            kv_host, kv_len, self._qo_indptr_last, len(qo_host) - 1, heads, kv_heads, 1, False, head_dim_qk,
+            head_dim_vo, causal, -1)
+
+
+MLA_CFG = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+
+
+@pytest.mark.parametrize("backend", ["fa2", "fa3"])
+def test_mla_prefill_parts_learn_then_plan_with_the_scheduler_call_alone(monkeypatch, backend):
+    # MLA prefill plans two ragged parts a step (new tokens causal, the cached context not), each on a wrapper
+    # of its own: each learns and replays as a phase's wrapper does, and after every step holds what a fresh
+    # wrapper planned whole with the step's arguments holds
+    from attnplan.adapter.calls import registry
+
+    call = registry()["ragged_prefill"]
+    monkeypatch.setattr(call, "_resolved", RaggedWrapper)
+    RaggedWrapper.made = []
+    ex, page = executor(monkeypatch, EagerWrapper, dict(MLA_CFG, attention_backend=backend))
+    assert ex.plan.prefill.call == "ragged_prefill" and ex.plan.prefill.flashinfer_backend == backend
+    shapes = [[(100, 130)], [(40, 40), (70, 200)], [(9, 50), (30, 30), (61, 61)], [(200, 260)], [(17, 80), (33, 90)],
+              [(5, 5), (6, 40), (7, 7), (120, 300)], [(64, 64), (3, 9)], [(3, 40), (90, 95)]] * 2
+    planned = {"new": 0, "context": 0}
+    for pre in shapes:
+        step = ex.plan_step(_input([], pre, page))
+        for key, causal in (("new", True), ("context", False)):
+            w = ex.backend.parts.get(key)
+            if key == "context" and not step.extra["any_context"]:
+                continue
+            planned[key] += 1
+            ref = RaggedWrapper(None, "NHD")
+            seen = []
+            inner = ref._module.plan
+            ref._module.plan = lambda *a: seen.append(len(_schedule(*a[3:]))) or inner(*a)
+            qo = step.prefill.qo_indptr_cpu
+            kv = qo if key == "new" else step.extra["context_indptr_cpu"]
+            ref.plan(qo, kv, 16, 16, 192, head_dim_vo=128, causal=causal)
+            assert _state(w, step.prefill, seen[0]) == _state(ref, step.prefill, seen[0]), (key, pre)
+    for key in ("new", "context"):
+        r = replay_of(ex.backend, ex.backend.parts[key])
+        if backend == "fa3":                 # not run through the replay on the GPU: every step plans whole
+            assert r is None and ex.backend.parts[key].stats.whole == planned[key]
+            continue
+        assert r is not None and r.ready and r.replays > 0, (key, r and r.refused)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Protocol, runtime_checkable
 
-from .step import StepMetadata
+from .step import RaggedPart, StepMetadata
 
 
 @runtime_checkable
@@ -28,8 +28,7 @@ class AttentionBackend(Protocol):
                     v_scale: float = 1.0, sinks: Optional[Any] = None) -> None:
         """Standard attention for the step's prefill tokens."""
 
-    def plan_ragged(self, step: StepMetadata, key: str, qo_indptr_cpu: Any, kv_indptr_cpu: Any,
-                    causal: bool) -> None:
+    def plan_ragged(self, part: RaggedPart) -> None:
         """MLA prefill: plan one ragged part (``new`` or ``context``)."""
 
     def run_ragged(self, step: StepMetadata, key: str, q: Any, k: Any, v: Any, out: Any, lse: Any) -> None:

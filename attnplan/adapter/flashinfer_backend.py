@@ -40,7 +40,7 @@ from .eager_plans import EagerPlans
 from .general_plans import GeneralPlans
 from .merge import fold_heads
 from .params import AttentionParams, split_kv_kwargs
-from .step import PhaseBatch, StepMetadata
+from .step import PhaseBatch, RaggedPart, StepMetadata
 
 PHASES = ("decode", "prefill")      # the order a step plans them in
 
@@ -170,9 +170,10 @@ class FlashInferBackend:
             else:
                 step.extra.update(ctx.calls[phase].device_extras(ctx, getattr(ctx.plan, phase), batch.num_reqs))
 
-    def plan_ragged(self, step: StepMetadata, key: str, qo_indptr_cpu: Any, kv_indptr_cpu: Any, causal: bool) -> None:
-        """MLA prefill: one ragged plan per part (``new`` causal, ``context`` not)."""
-        self.calls["prefill"].plan_part(self, step, key, qo_indptr_cpu, kv_indptr_cpu, causal)
+    def plan_ragged(self, part: RaggedPart) -> None:
+        """MLA prefill: one ragged plan per part (``new`` causal, ``context`` not) - the part's wrapper's
+        whole plan until its scheduler call alone was learned and checked on it (general_plans.py)."""
+        self.general.plan_part(self, part)
 
     # -- running (device side, once per layer) -----------------------------------------------
     def run_decode(self, step: StepMetadata, q: Any, cache: Any, out: Any, *, k_scale: float = 1.0,

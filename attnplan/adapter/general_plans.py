@@ -476,18 +476,48 @@ class GeneralPlans:
         self.by_wrapper: dict[int, StepReplay] = {}
         self._whole_only: dict[int, Any] = {}     # wrappers whose call has no checked replay: planned whole
 
-    def plan(self, ctx: Any, phase: str, wrapper: Any, batch: Any) -> None:
-        call = ctx.calls[phase]
+    def _replay_for(self, ctx: Any, call: Any, phase: str, wrapper: Any, as_call: Any) -> Optional[StepReplay]:
+        """``wrapper``'s StepReplay (made on its first plan where ``call`` may replay for the phase's plan), or
+        None: the wrapper plans whole. ``as_call``: what the StepReplay plans and finds the scheduler through."""
         r = self.by_wrapper.get(id(wrapper)) if self.enabled else None
         if r is None and self.enabled and id(wrapper) not in self._whole_only:
             if call.general_replay(getattr(ctx.plan, phase)):
-                r = self.by_wrapper[id(wrapper)] = StepReplay(call, ctx, wrapper, phase, self.device)
+                r = self.by_wrapper[id(wrapper)] = StepReplay(as_call, ctx, wrapper, phase, self.device)
             else:
                 self._whole_only[id(wrapper)] = wrapper      # kept: its id stays its own
+        return r
+
+    def plan(self, ctx: Any, phase: str, wrapper: Any, batch: Any) -> None:
+        call = ctx.calls[phase]
+        r = self._replay_for(ctx, call, phase, wrapper, call)
         if r is None:
             call.plan(ctx, wrapper, batch, phase)
             return
         r.plan(batch)
+
+    def plan_part(self, ctx: Any, part: Any) -> None:
+        """An MLA prefill step's ragged part (``step.RaggedPart``) on the context's wrapper of its key: whole
+        until learned, as a phase's (the wrapper is made by its first plan)."""
+        call = ctx.calls["prefill"]
+        wrapper = ctx.parts.get(part.key)
+        r = None if wrapper is None else self._replay_for(ctx, call, "prefill", wrapper, _PartCall(call))
+        if r is None:
+            call.plan_part(ctx, part.step, part.key, part.qo_indptr_cpu, part.kv_indptr_cpu, part.causal)
+            return
+        r.plan(part)
+
+
+class _PartCall:
+    """A ragged part's plan as StepReplay calls a phase's: ``plan`` and ``graph_scheduler``."""
+
+    def __init__(self, call: Any):
+        self.call = call
+
+    def plan(self, ctx: Any, wrapper: Any, part: Any, phase: str) -> None:
+        self.call.plan_part(ctx, part.step, part.key, part.qo_indptr_cpu, part.kv_indptr_cpu, part.causal)
+
+    def graph_scheduler(self, wrapper: Any) -> Any:
+        return self.call.graph_scheduler(wrapper)
 
 
 def replay_of(backend: Any, wrapper: Any) -> Optional[StepReplay]:

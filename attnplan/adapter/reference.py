@@ -14,7 +14,7 @@ from typing import Any, Optional
 from . import kv_cache as kvc
 from .merge import merge_context_into
 from .params import AttentionParams
-from .step import PhaseBatch, StepMetadata
+from .step import PhaseBatch, RaggedPart, StepMetadata
 
 LOG2E = 1.0 / math.log(2.0)
 
@@ -66,8 +66,8 @@ class ReferenceBackend:
     def plan_step(self, step: StepMetadata) -> None:
         pass
 
-    def plan_ragged(self, step: StepMetadata, key: str, qo_indptr_cpu: Any, kv_indptr_cpu: Any, causal: bool) -> None:
-        step.extra[key] = (qo_indptr_cpu.tolist(), kv_indptr_cpu.tolist(), causal)
+    def plan_ragged(self, part: RaggedPart) -> None:
+        part.step.extra[part.key] = (part.qo_indptr_cpu.tolist(), part.kv_indptr_cpu.tolist(), part.causal)
 
     def _paged(self, batch: PhaseBatch, q: Any, cache: kvc.PagedKVCache, out: Any, *, k_scale: float,
                v_scale: float, sinks: Optional[Any]) -> None:

@@ -75,3 +75,30 @@ class StepMetadata:
     # per layer, then launch no arithmetic of their own.
     slot_pages: Optional[Any] = None
     slot_offsets: Optional[Any] = None
+
+
+@dataclass
+class RaggedPart:
+    """One ragged part of an MLA prefill step: ``new`` (the new tokens over themselves, causal) or
+    ``context`` (over the requests' cached context). The backend plans it from ``qo_indptr_cpu`` and
+    ``kv_indptr_cpu``; the general replay's learning reads it by the names it reads a phase by
+    (general_plans.py ``INTS`` / ``TENSORS``): the part's own KV indptr, where it is not the query's, as
+    ``kv_page_indptr[_cpu]``, its KV lengths as ``seq_lens_cpu``; the rest None."""
+
+    key: str
+    causal: bool
+    step: Any
+    qo_indptr_cpu: Any
+    kv_indptr_cpu: Any                   # what the plan takes (``new``: the query's)
+    num_reqs: int
+    num_tokens: int
+    max_q_len: int
+    max_kv_len: int
+    qo_indptr: Any = None                # device
+    kv_page_indptr_cpu: Any = None
+    kv_page_indptr: Any = None           # device
+    seq_lens_cpu: Any = None
+    last_page_len_cpu: Any = None
+    kv_indices: Any = None
+    last_page_len: Any = None
+    seq_lens: Any = None

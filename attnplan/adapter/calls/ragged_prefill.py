@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from ._contract import CallContext, JitBuild, KernelCall
 from ._jit import PREFILL, prefill_args
+from ._paged_wrappers import paged_scheduler
 
 
 class RaggedPrefill(KernelCall):
@@ -17,6 +18,15 @@ class RaggedPrefill(KernelCall):
     returns_lse = True
     host_planned = True
     runs = "ragged"
+
+    def graph_scheduler(self, wrapper: Any) -> Optional[Any]:
+        # flashinfer/prefill.py BatchPrefillWithRaggedKVCacheWrapper.plan ends as the paged wrappers' do
+        return paged_scheduler(wrapper)
+
+    def general_replay(self, pp: Any) -> bool:
+        # fa2's ragged parts, held to the float32 reference on the H100 with each part replayed
+        # (tests/gpu/test_mla_prefill_replay_gpu.py); fa3's not run there: whole plans
+        return pp.flashinfer_backend == "fa2"
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))

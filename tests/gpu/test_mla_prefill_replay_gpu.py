@@ -1,0 +1,94 @@
+"""MLA prefill's ragged parts planned with FlashInfer's scheduler call alone once learned from each part's
+wrapper and checked on it (issue 41; general_plans.py ``plan_part``, step.RaggedPart): 12 chunked-prefill
+steps of changing request counts, query and context lengths through one executor, each against the float32
+reference (the new tokens over their context and themselves, merged as in seed 004), and then each part's
+wrapper has replayed. fa2 only: ``RaggedPrefill.general_replay`` says yes for what ran here."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from gpu_common import TOL, answer, executor, rel_err  # noqa: E402
+
+from attnplan.adapter import StepInput, attention_ref  # noqa: E402
+from attnplan.adapter import kv_cache as kvc  # noqa: E402
+from attnplan.adapter.general_plans import replay_of  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+           attention_backend="fa2")
+SEED = int.from_bytes(__import__("os").urandom(4), "little")
+GEN = torch.Generator(device="cuda").manual_seed(SEED)
+
+
+def rnd(*shape):
+    return torch.randn(*shape, device="cuda", generator=GEN).to(torch.bfloat16)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    from attnplan.adapter.warmup import plan_modules, prebuild
+
+    print(f"[gpu tests] random seed {SEED}")
+    prebuild([m for m in plan_modules(answer(**MLA).plan) if m.phase == "prefill"])
+
+
+def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference():
+    ex = executor(**MLA)
+    assert ex.plan.prefill.call == "ragged_prefill" and ex.plan.prefill.flashinfer_backend == "fa2"
+    page = ex.plan.kv_cache.page_size
+    rng = random.Random(SEED)
+    w_k, w_v = rnd(512, 16, 128).float() / 20, rnd(512, 16, 128).float() / 20
+    worst = 0.0
+    for i in range(12):
+        n = rng.randint(1, 5)
+        new = [rng.randint(1, 300) for _ in range(n)]
+        ctx = [rng.choice([0, rng.randint(1, 1500)]) for _ in range(n)]
+        if i % 3 == 0:
+            ctx[0] = max(ctx[0], 1)                  # the context part every few steps at least
+        seq = [a + b for a, b in zip(new, ctx)]
+        width = max((s + page - 1) // page for s in seq)
+        table = torch.randperm(n * width, device="cuda", generator=GEN).view(n, width).int()
+        cache = ex.allocate_kv_cache(n * width)
+        lat = [rnd(s, 576) for s in seq]
+        for r, c in enumerate(ctx):
+            if c:
+                pos = torch.arange(c, device="cuda")
+                kvc.append(cache, table[r, pos // page].long() * page + pos % page, lat[r][:c])
+        seq_t = torch.tensor(seq, dtype=torch.int32)
+        step = ex.plan_step(StepInput(new, seq_t.cuda(), table, 0, seq_lens_cpu=seq_t))
+        ex.append_latent(step, cache, torch.cat([x[c:] for x, c in zip(lat, ctx)]))
+        latent_ctx = ex.gather_context(step, cache)
+
+        def up(latent):
+            ckv = latent[:, :512].float()
+            k = torch.cat([torch.einsum("tc,chd->thd", ckv, w_k),
+                           latent[:, 512:].float().unsqueeze(1).expand(-1, 16, -1)], -1)
+            return k.bfloat16(), torch.einsum("tc,chd->thd", ckv, w_v).bfloat16()
+        k_ctx, v_ctx = up(latent_ctx)
+        t = sum(new)
+        q, k_new, v_new = rnd(t, 16, 192), rnd(t, 16, 192), rnd(t, 16, 128)
+        out = torch.full((t, 16, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
+        ex.mla_prefill(step, q, k_new, v_new, out, context=(k_ctx, v_ctx))
+        refs, o, c0 = [], 0, 0
+        for nn, c in zip(new, ctx):
+            k = torch.cat([k_ctx[c0:c0 + c], k_new[o:o + nn]])
+            v = torch.cat([v_ctx[c0:c0 + c], v_new[o:o + nn]])
+            refs.append(attention_ref(q[o:o + nn], k, v, sm_scale=ex.params.sm_scale)[0])
+            o, c0 = o + nn, c0 + c
+        err = rel_err(out, torch.cat(refs))
+        worst = max(worst, err)
+        assert err <= TOL, (i, new, ctx, err)
+    got = {key: replay_of(ex.backend, ex.backend.parts[key]) for key in ("new", "context")}
+    print(f"MLA prefill fa2, 12 steps: worst rel err {worst:.2e}; "
+          + "; ".join(f"{k}: replays {r.replays}, whole {r.whole_steps}, narrowed {r.narrowed}, refused {r.refused}"
+                      for k, r in got.items()))
+    for key, r in got.items():
+        assert r.ready and r.replays > 0, (key, r.refused)
