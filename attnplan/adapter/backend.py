@@ -31,6 +31,10 @@ class AttentionBackend(Protocol):
     def plan_ragged(self, part: RaggedPart) -> None:
         """MLA prefill: plan one ragged part (``new`` or ``context``)."""
 
+    def replays_ragged(self) -> bool:
+        """Whether ``plan_ragged`` may replay a part's scheduler call (general_plans.py): the executor then
+        hands each part the values the replay reads besides the indptrs the plan takes."""
+
     def run_ragged(self, step: StepMetadata, key: str, q: Any, k: Any, v: Any, out: Any, lse: Any) -> None:
         """MLA prefill: run one ragged part, writing its output and base-2 LSE."""
 

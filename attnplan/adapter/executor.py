@@ -169,11 +169,12 @@ class AttentionExecutor:
         if b.seq_lens_cpu is None:
             raise AdapterCallError("MLA prefill needs host seq lens: the ragged context split is planned on the host")
         qo = b.qo_indptr_cpu
+        replay = self.backend.replays_ragged()
         # The new tokens over themselves: the part's KV indptr is the query's, its KV lengths the query
-        # lengths (what the general replay hands the scheduler, general_plans.py).
+        # lengths (what a replay of the part's scheduler call hands it, general_plans.py).
         self.backend.plan_ragged(RaggedPart(
             "new", True, step, qo, qo, b.num_reqs, b.num_tokens, b.max_q_len, b.max_q_len, qo_indptr=b.qo_indptr,
-            seq_lens_cpu=qo[1:] - qo[:-1]))
+            seq_lens_cpu=qo[1:] - qo[:-1] if replay else None))
         # Host data, pinned so that its copies to the device stay asynchronous.
         ctx = pinned_int32(b.context_lens_cpu, self.device)
         ctx_indptr = pinned_int32(torch.cat([torch.zeros(1, dtype=torch.int32), ctx.cumsum(0).to(torch.int32)]), self.device)
@@ -181,10 +182,12 @@ class AttentionExecutor:
         step.extra["context_indptr_cpu"] = ctx_indptr
         step.extra["any_context"] = int(ctx_indptr[-1]) > 0
         if step.extra["any_context"]:
-            self.backend.plan_ragged(RaggedPart(
-                "context", False, step, qo, ctx_indptr, b.num_reqs, b.num_tokens, b.max_q_len, int(ctx.numpy().max()),
-                qo_indptr=b.qo_indptr, kv_page_indptr_cpu=ctx_indptr,
-                kv_page_indptr=ctx_indptr.to(self.device, non_blocking=True), seq_lens_cpu=ctx))
+            part = RaggedPart("context", False, step, qo, ctx_indptr, b.num_reqs, b.num_tokens, b.max_q_len, 0)
+            if replay:
+                part.max_kv_len, part.qo_indptr, part.seq_lens_cpu = int(ctx.numpy().max()), b.qo_indptr, ctx
+                part.kv_page_indptr_cpu = ctx_indptr
+                part.kv_page_indptr = ctx_indptr.to(self.device, non_blocking=True)
+            self.backend.plan_ragged(part)
         # Per prefill token: does its request have cached context? (host data -> device, async)
         has = torch.repeat_interleave(ctx > 0, torch.tensor(b.query_lens))
         if self.device.type == "cuda" and torch.cuda.is_available():

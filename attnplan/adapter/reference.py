@@ -66,6 +66,9 @@ class ReferenceBackend:
     def plan_step(self, step: StepMetadata) -> None:
         pass
 
+    def replays_ragged(self) -> bool:
+        return False                     # nothing planned: nothing to replay
+
     def plan_ragged(self, part: RaggedPart) -> None:
         part.step.extra[part.key] = (part.qo_indptr_cpu.tolist(), part.kv_indptr_cpu.tolist(), part.causal)
 

@@ -2,7 +2,8 @@
 wrapper and checked on it (issue 41; general_plans.py ``plan_part``, step.RaggedPart): 12 chunked-prefill
 steps of changing request counts, query and context lengths through one executor, each against the float32
 reference (the new tokens over their context and themselves, merged as in seed 004), and then each part's
-wrapper has replayed. fa2 only: ``RaggedPrefill.general_replay`` says yes for what ran here."""
+wrapper has replayed. The test opens ``RaggedPrefill.general_replay`` for its fa2 executor; the call opens it
+for fa2 once this has passed on the H100."""
 
 from __future__ import annotations
 
@@ -40,8 +41,12 @@ def built():
     prebuild([m for m in plan_modules(answer(**MLA).plan) if m.phase == "prefill"])
 
 
-def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference():
+def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference(monkeypatch):
+    from attnplan.adapter.calls import registry
+
+    monkeypatch.setattr(registry()["ragged_prefill"], "general_replay", lambda pp: pp.flashinfer_backend == "fa2")
     ex = executor(**MLA)
+    assert ex.backend.replays_ragged()
     assert ex.plan.prefill.call == "ragged_prefill" and ex.plan.prefill.flashinfer_backend == "fa2"
     page = ex.plan.kv_cache.page_size
     rng = random.Random(SEED)

@@ -11,7 +11,8 @@ for c in $Q/claim.*; do [ -e "$c" ] || continue; n=${c#$Q/claim.}; [ -f $Q/done.
 # longest first (bench/logs of earlier calls), so the two workers end together
 FILES=${GPU_FILES:-"test_adapter_kernel_paths_gpu test_general_replay_gpu test_adapter_gpu test_adapter_mla_gpu
  test_decode_graphs_gpu test_adapter_variants_gpu test_layer_groups_gpu test_fa3_e5m2_and_nvfp4_decode_gpu
- test_steady_step_gpu test_decode_per_shape_gpu test_fp8_query_gpu test_verify_gpu test_sink_jit_name_gpu"}
+ test_steady_step_gpu test_decode_per_shape_gpu test_fp8_query_gpu test_verify_gpu test_sink_jit_name_gpu
+ test_mla_prefill_replay_gpu"}
 worker() {
   local gpu=$1
   for f in $FILES; do
