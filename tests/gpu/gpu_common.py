@@ -124,6 +124,19 @@ def no_device_sync():
     torch.cuda.synchronize()
 
 
+def chunked_prefill_ref(q: Any, k_new: Any, v_new: Any, k_ctx: Any, v_ctx: Any, new: list[int], ctx: list[int],
+                        sm_scale: float) -> Any:
+    """MLA chunked prefill's float32 reference: each request's new tokens over its context and themselves
+    (``k_ctx`` / ``v_ctx`` ragged by ``ctx``, the new tokens' by ``new``)."""
+    refs, o, c0 = [], 0, 0
+    for n, c in zip(new, ctx):
+        k = torch.cat([k_ctx[c0:c0 + c], k_new[o:o + n]])
+        v = torch.cat([v_ctx[c0:c0 + c], v_new[o:o + n]])
+        refs.append(attention_ref(q[o:o + n], k, v, sm_scale=sm_scale)[0])
+        o, c0 = o + n, c0 + c
+    return torch.cat(refs)
+
+
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     assert not out.isnan().any(), "output has NaN (unwritten rows?)"
     return ((out.float() - ref.float()).norm() / ref.float().norm()).item()

@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, answer, executor, no_device_sync, prebuild, random_lens, rel_err, settled_memory  # noqa: E402
+from gpu_common import (TOL, answer, chunked_prefill_ref, executor, no_device_sync, prebuild, random_lens,  # noqa: E402
+                        rel_err, settled_memory)
 
 from attnplan.policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
 
@@ -112,13 +113,7 @@ def test_mla_chunked_prefill_with_merge(name, heads):
     out = torch.full((t, heads, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
     ex.mla_prefill(step, q, k_new, v_new, out, context=(k_ctx, v_ctx))
     torch.cuda.synchronize()
-    refs, o, c0 = [], 0, 0
-    for n, c in zip(new, ctx):
-        k = torch.cat([k_ctx[c0:c0 + c], k_new[o:o + n]])
-        v = torch.cat([v_ctx[c0:c0 + c], v_new[o:o + n]])
-        refs.append(attention_ref(q[o:o + n], k, v, sm_scale=ex.params.sm_scale)[0])
-        o, c0 = o + n, c0 + c
-    err = rel_err(out, torch.cat(refs))
+    err = rel_err(out, chunked_prefill_ref(q, k_new, v_new, k_ctx, v_ctx, new, ctx, ex.params.sm_scale))
     no_ctx = ~step.extra["has_context"]
     print(f"MLA chunked prefill {ex.answer.backends()} heads={heads} new={new} ctx={ctx}: rel err {err:.2e}")
     assert err <= TOL

@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, answer, executor, rel_err  # noqa: E402
+from gpu_common import TOL, answer, chunked_prefill_ref, executor, rel_err  # noqa: E402
 
-from attnplan.adapter import StepInput, attention_ref  # noqa: E402
+from attnplan.adapter import StepInput  # noqa: E402
 from attnplan.adapter import kv_cache as kvc  # noqa: E402
 from attnplan.adapter.general_plans import replay_of  # noqa: E402
 
@@ -82,13 +82,7 @@ def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference(monkeypa
         q, k_new, v_new = rnd(t, 16, 192), rnd(t, 16, 192), rnd(t, 16, 128)
         out = torch.full((t, 16, 128), float("nan"), dtype=torch.bfloat16, device="cuda")
         ex.mla_prefill(step, q, k_new, v_new, out, context=(k_ctx, v_ctx))
-        refs, o, c0 = [], 0, 0
-        for nn, c in zip(new, ctx):
-            k = torch.cat([k_ctx[c0:c0 + c], k_new[o:o + nn]])
-            v = torch.cat([v_ctx[c0:c0 + c], v_new[o:o + nn]])
-            refs.append(attention_ref(q[o:o + nn], k, v, sm_scale=ex.params.sm_scale)[0])
-            o, c0 = o + nn, c0 + c
-        err = rel_err(out, torch.cat(refs))
+        err = rel_err(out, chunked_prefill_ref(q, k_new, v_new, k_ctx, v_ctx, new, ctx, ex.params.sm_scale))
         worst = max(worst, err)
         assert err <= TOL, (i, new, ctx, err)
     got = {key: replay_of(ex.backend, ex.backend.parts[key]) for key in ("new", "context")}
