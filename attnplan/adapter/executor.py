@@ -182,12 +182,10 @@ class AttentionExecutor:
         step.extra["context_indptr_cpu"] = ctx_indptr
         step.extra["any_context"] = int(ctx_indptr[-1]) > 0
         if step.extra["any_context"]:
-            part = RaggedPart("context", False, step, qo, ctx_indptr, b.num_reqs, b.num_tokens, b.max_q_len, 0)
-            if replay:
-                part.max_kv_len, part.qo_indptr, part.seq_lens_cpu = int(ctx.numpy().max()), b.qo_indptr, ctx
-                part.kv_page_indptr_cpu = ctx_indptr
-                part.kv_page_indptr = ctx_indptr.to(self.device, non_blocking=True)
-            self.backend.plan_ragged(part)
+            for_replay = dict(qo_indptr=b.qo_indptr, kv_page_indptr_cpu=ctx_indptr, seq_lens_cpu=ctx,
+                              kv_page_indptr=ctx_indptr.to(self.device, non_blocking=True)) if replay else {}
+            self.backend.plan_ragged(RaggedPart("context", False, step, qo, ctx_indptr, b.num_reqs, b.num_tokens,
+                                                b.max_q_len, int(ctx.numpy().max()), **for_replay))
         # Per prefill token: does its request have cached context? (host data -> device, async)
         has = torch.repeat_interleave(ctx > 0, torch.tensor(b.query_lens))
         if self.device.type == "cuda" and torch.cuda.is_available():

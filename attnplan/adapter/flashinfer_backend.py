@@ -171,7 +171,7 @@ class FlashInferBackend:
                 step.extra.update(ctx.calls[phase].device_extras(ctx, getattr(ctx.plan, phase), batch.num_reqs))
 
     def replays_ragged(self) -> bool:
-        return self.general.enabled and self.calls["prefill"].general_replay(self.plan.prefill)
+        return self.general.replays(self, self.calls["prefill"], "prefill")
 
     def plan_ragged(self, part: RaggedPart) -> None:
         """MLA prefill: one ragged plan per part (``new`` causal, ``context`` not) - the part's wrapper's

@@ -273,18 +273,6 @@ class StepReplay:
                 return _MISSING
         return got
 
-    def _picked(self, v: dict) -> Optional[tuple[list, dict, dict]]:
-        """The scheduler's args and kwargs and the attributes to set for the step of values ``v``; None
-        where an int binding's candidates disagree for it."""
-        bind = self.binding
-        assert bind is not None
-        args = [self._pick(c, v) for c in bind["args"]]
-        kwargs = {k: self._pick(c, v) for k, c in bind["kwargs"].items()}
-        attrs = {k: self._pick(c, v) for k, c in bind["attrs"].items()}
-        if any(x is _MISSING for x in (*args, *kwargs.values(), *attrs.values())):
-            return None
-        return args, kwargs, attrs
-
     def _program(self) -> tuple:
         """The binding as the replay reads it: per scheduler argument, keyword and attribute (0, the
         constant), (1, the step value's name) or (2, candidates to pick among); the names the step must
@@ -302,11 +290,15 @@ class StepReplay:
             return 2, cands
         ops = ([op(c) for c in bind["args"]], [(k, op(c)) for k, c in bind["kwargs"].items()],
                [(k, op(c)) for k, c in bind["attrs"].items()])
-        every = [o for o in (*ops[0], *(o for _, o in ops[1]), *(o for _, o in ops[2]))]
+        every = [*ops[0], *(o for _, o in ops[1]), *(o for _, o in ops[2])]
         names = tuple(sorted({x for kind, x in every if kind == 1}))
         compiled = (*ops, names, tuple(x for kind, x in every if kind == 2), tuple(bind["fills"].items()))
         self._prog = (key, compiled)
         return compiled
+
+    def _disagree(self, v: dict) -> bool:
+        """Whether an int binding's candidates disagree for the step of values ``v`` (``_values``)."""
+        return any(self._pick(x, v) is _MISSING for x in self._program()[4])
 
     def _replay(self, batch: Any) -> bool:
         """This step's plan by the scheduler call alone; False (nothing done) where an int binding's
@@ -315,15 +307,14 @@ class StepReplay:
         assert bind is not None
         args_ops, kwargs_ops, attrs_ops, names, picks, fills = self._program()
         # The step's own values by name (a field the binding names but this step lacks: KeyError, and the
-        # wrapper plans whole from then on, as before), candidates only where the binding kept several.
-        v = {n: getattr(batch, n) for n in names}
-        if any(x is None for x in v.values()):
-            raise KeyError(f"the step has no {[n for n, x in v.items() if x is None]}")
+        # wrapper plans whole from then on, as before); every value only where the binding kept candidates.
+        v = _values(batch) if picks else {n: getattr(batch, n) for n in names}
+        missing = [n for n in names if v.get(n) is None]
+        if missing:
+            raise KeyError(f"the step has no {missing}")
+        if picks and self._disagree(v):
+            return False
         pick = self._pick
-        if picks:
-            v = _values(batch)
-            if any(pick(x, v) is _MISSING for x in picks):
-                return False
         args = [x if k == 0 else v[x] if k == 1 else pick(x, v) for k, x in args_ops]
         kwargs = {name: x if k == 0 else v[x] if k == 1 else pick(x, v) for name, (k, x) in kwargs_ops}
         self.guard.before()
@@ -436,7 +427,7 @@ class StepReplay:
         if all(v[n] == self._bound_values[n] for n in MUST_DIFFER):    # type: ignore[index]
             self._whole(batch)                   # the check needs other lengths than the binding's
             return
-        if self._picked(v) is None:
+        if self._disagree(v):
             # Two candidates of an int binding part at this step (e.g. the longest query and the longest
             # KV length, equal in both learning steps of prefills without context): its whole plan
             # narrows them, and a later step is the check (a refusal here cost MHA's fa2 prefill its
@@ -476,12 +467,16 @@ class GeneralPlans:
         self.by_wrapper: dict[int, StepReplay] = {}
         self._whole_only: dict[int, Any] = {}     # wrappers whose call has no checked replay: planned whole
 
+    def replays(self, ctx: Any, call: Any, phase: str) -> bool:
+        """Whether ``call``'s wrappers may plan ``phase`` with the scheduler call alone once learned."""
+        return self.enabled and call.general_replay(getattr(ctx.plan, phase))
+
     def _replay_for(self, ctx: Any, call: Any, phase: str, wrapper: Any, as_call: Any) -> Optional[StepReplay]:
         """``wrapper``'s StepReplay (made on its first plan where ``call`` may replay for the phase's plan), or
         None: the wrapper plans whole. ``as_call``: what the StepReplay plans and finds the scheduler through."""
         r = self.by_wrapper.get(id(wrapper)) if self.enabled else None
         if r is None and self.enabled and id(wrapper) not in self._whole_only:
-            if call.general_replay(getattr(ctx.plan, phase)):
+            if self.replays(ctx, call, phase):
                 r = self.by_wrapper[id(wrapper)] = StepReplay(as_call, ctx, wrapper, phase, self.device)
             else:
                 self._whole_only[id(wrapper)] = wrapper      # kept: its id stays its own
@@ -499,10 +494,11 @@ class GeneralPlans:
         """An MLA prefill step's ragged part (``step.RaggedPart``) on the context's wrapper of its key: whole
         until learned, as a phase's (the wrapper is made by its first plan)."""
         call = ctx.calls["prefill"]
+        as_call = _PartCall(call)
         wrapper = ctx.parts.get(part.key)
-        r = None if wrapper is None else self._replay_for(ctx, call, "prefill", wrapper, _PartCall(call))
+        r = None if wrapper is None else self._replay_for(ctx, call, "prefill", wrapper, as_call)
         if r is None:
-            call.plan_part(ctx, part.step, part.key, part.qo_indptr_cpu, part.kv_indptr_cpu, part.causal)
+            as_call.plan(ctx, wrapper, part, "prefill")
             return
         r.plan(part)
 
