@@ -25,7 +25,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import host_native
-from .plan_replay import current_stream
+from .plan_replay import cuda_index, current_stream
 from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
 
@@ -50,8 +50,7 @@ class HostStaging:
 
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda" and torch.cuda.is_available()
-        self._index = (self.device.index if self.device.index is not None else torch.cuda.current_device()) \
-            if self.cuda else None
+        self._index = cuda_index(self.device) if self.cuda else None
         self._ring: list[list[Any]] = []      # [host buffer, event or None, busy]
         self._next = 0
         self.hint = 0                         # the last step's int32 count: the next step's is likely close

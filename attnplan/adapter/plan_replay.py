@@ -115,6 +115,16 @@ def current_stream(index: int) -> Any:
     return s
 
 
+def cuda_index(device: Any) -> Optional[int]:
+    """The CUDA device index ``device`` names (the current device where it names none); None off CUDA."""
+    import torch
+
+    d = torch.device(device)                              # "cuda:1" as a string too
+    if d.type != "cuda":
+        return None
+    return torch.cuda.current_device() if d.index is None else d.index
+
+
 class PinnedGuard:
     """One step in flight for a scheduler's pinned staging buffer: ``before()`` waits for the copy
     the previous plan enqueued, ``after()`` marks this plan's. Nothing on a CPU device."""
@@ -124,10 +134,8 @@ class PinnedGuard:
     def __init__(self, device: Any):
         import torch
 
-        d = torch.device(device)                          # "cuda:1" as a string too
-        cuda = d.type == "cuda"
-        self._event = torch.cuda.Event() if cuda else None
-        self._index = (torch.cuda.current_device() if d.index is None else d.index) if cuda else None
+        self._index = cuda_index(device)
+        self._event = torch.cuda.Event() if self._index is not None else None
 
     def before(self) -> None:
         # A query first: no wait, and none that torch's sync-debug mode sees, where the copy ran.
