@@ -27,14 +27,18 @@ static inline int64_t seq_at(const void *seq, int64_t seq_is64, int64_t r) {
     return seq_is64 ? ((const int64_t *)seq)[r] : (int64_t)((const int32_t *)seq)[r];
 }
 
-/* info[0] new tokens, info[1] KV pages, info[2] longest KV length. Returns -1, or the first request
-   whose KV length is shorter than its query length (host_metadata.py raises on it). */
-static int64_t measure(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t page, int64_t *info) {
-    int64_t t = 0, p = 0, mx = 0, bad = -1;
+/* info[0] new tokens, info[1] KV pages, info[2] longest KV length, info[3] the KV pages of the first nd
+   (decode) requests. Returns -1, or the first request whose KV length is shorter than its query length
+   (host_metadata.py raises on it). */
+static int64_t measure(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t nd, int64_t page,
+                       int64_t *info) {
+    int64_t t = 0, p = 0, mx = 0, bad = -1, p_dec = 0;
     for (int64_t r = 0; r < b; r++) {
         int64_t s = seq_at(seq, seq_is64, r);
         if (s < q[r] && bad < 0)
             bad = r;
+        if (r == nd)
+            p_dec = p;
         t += q[r];
         p += (s + page - 1) / page;
         if (s > mx)
@@ -43,6 +47,7 @@ static int64_t measure(const int64_t *q, const void *seq, int64_t seq_is64, int6
     info[0] = t;
     info[1] = p;
     info[2] = mx;
+    info[3] = nd < b ? p_dec : p;
     return bad;
 }
 
@@ -176,8 +181,8 @@ int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h
             info[0] = r;
             return -2;
         }
-    int64_t m3[3];
-    int64_t bad = measure(q, seq, seq_is64, b, page, m3);
+    int64_t m3[4];
+    int64_t bad = measure(q, seq, seq_is64, b, nd, page, m3);
     if (bad >= 0) {
         info[0] = bad;
         return -3;
@@ -187,9 +192,7 @@ int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h
         info[0] = m3[2];
         return -4;
     }
-    int64_t p_dec = 0;
-    for (int64_t r = 0; r < nd; r++)
-        p_dec += (seq_at(seq, seq_is64, r) + page - 1) / page;
+    int64_t p_dec = m3[3];
     int64_t on_host = kv_needed && p_all <= host_kv_max, on_device = kv_needed && !on_host;
     int64_t use_bt = bt != NULL && !on_device, p_host = on_host ? p_all : 0;
     int64_t n_k[2], m = 0, *sz = info + 12, k = 0, total = 0;
