@@ -124,6 +124,18 @@ def no_device_sync():
     torch.cuda.synchronize()
 
 
+def up_projection(heads: int, rnd: Any) -> Any:
+    """A random MLA up-projection (kv_b_proj, DeepSeek's 512-rank latent to ``heads`` x (128 + 64) K and
+    x 128 V, weights from ``rnd(*shape)``): latent rows [T, 576] -> (K [T, heads, 192], V [T, heads, 128])."""
+    w_k, w_v = rnd(512, heads, 128).float() / 20, rnd(512, heads, 128).float() / 20
+
+    def up(latent: Any) -> tuple[Any, Any]:
+        ckv = latent[:, :512].float()
+        k = torch.cat([torch.einsum("tc,chd->thd", ckv, w_k), latent[:, 512:].float().unsqueeze(1).expand(-1, heads, -1)], -1)
+        return k.bfloat16(), torch.einsum("tc,chd->thd", ckv, w_v).bfloat16()
+    return up
+
+
 def chunked_prefill_ref(q: Any, k_new: Any, v_new: Any, k_ctx: Any, v_ctx: Any, new: list[int], ctx: list[int],
                         sm_scale: float) -> Any:
     """MLA chunked prefill's float32 reference: each request's new tokens over its context and themselves

@@ -11,7 +11,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
 from gpu_common import (TOL, answer, chunked_prefill_ref, executor, no_device_sync, prebuild, random_lens,  # noqa: E402
-                        rel_err, settled_memory)
+                        rel_err, settled_memory, up_projection)
 
 from attnplan.policy import AttentionConfig, PlanMismatchError, plan_for, simulated_node  # noqa: E402
 
@@ -71,16 +71,6 @@ def test_mla_decode(name):
     assert err <= TOL
 
 
-def up_projection(heads):
-    w_k, w_v = rnd(512, heads, 128).float() / 20, rnd(512, heads, 128).float() / 20
-
-    def up(latent):
-        ckv = latent[:, :512].float()
-        k = torch.cat([torch.einsum("tc,chd->thd", ckv, w_k), latent[:, 512:].float().unsqueeze(1).expand(-1, heads, -1)], -1)
-        return k.bfloat16(), torch.einsum("tc,chd->thd", ckv, w_v).bfloat16()
-    return up
-
-
 @pytest.mark.parametrize("heads", [16, 128])      # 128: DeepSeek-V3 at TP 1, past one merge block
 @pytest.mark.parametrize("name", ["auto", "fa2"])
 def test_mla_chunked_prefill_with_merge(name, heads):
@@ -93,7 +83,7 @@ def test_mla_chunked_prefill_with_merge(name, heads):
     ex.append_latent(step, cache, torch.cat([x[s - n:] for x, s, n in zip(lat, seq, new)]))
     latent_ctx = ex.gather_context(step, cache)
     assert torch.equal(latent_ctx, torch.cat([x[:c] for x, c in zip(lat, ctx)]))
-    up = up_projection(heads)
+    up = up_projection(heads, rnd)
     k_ctx, v_ctx = up(latent_ctx)
     t = sum(new)
     q, k_new, v_new = rnd(t, heads, 192), rnd(t, heads, 192), rnd(t, heads, 128)
@@ -126,7 +116,7 @@ def test_mla_steps_do_no_device_to_host_sync():
     seq = [300, 900, 40, 500]
     table, cache, lat, inp = paged(ex, seq, new)
     inp.num_decodes = 2
-    up = up_projection(16)
+    up = up_projection(16, rnd)
 
     def one_step():
         step = ex.plan_step(inp)

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, answer, chunked_prefill_ref, executor, rel_err  # noqa: E402
+from gpu_common import TOL, answer, chunked_prefill_ref, executor, rel_err, up_projection  # noqa: E402
 
 from attnplan.adapter import StepInput  # noqa: E402
 from attnplan.adapter import kv_cache as kvc  # noqa: E402
@@ -50,7 +50,7 @@ def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference(monkeypa
     assert ex.plan.prefill.call == "ragged_prefill" and ex.plan.prefill.flashinfer_backend == "fa2"
     page = ex.plan.kv_cache.page_size
     rng = random.Random(SEED)
-    w_k, w_v = rnd(512, 16, 128).float() / 20, rnd(512, 16, 128).float() / 20
+    up = up_projection(16, rnd)
     worst = 0.0
     for i in range(12):
         n = rng.randint(1, 5)
@@ -71,12 +71,6 @@ def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference(monkeypa
         step = ex.plan_step(StepInput(new, seq_t.cuda(), table, 0, seq_lens_cpu=seq_t))
         ex.append_latent(step, cache, torch.cat([x[c:] for x, c in zip(lat, ctx)]))
         latent_ctx = ex.gather_context(step, cache)
-
-        def up(latent):
-            ckv = latent[:, :512].float()
-            k = torch.cat([torch.einsum("tc,chd->thd", ckv, w_k),
-                           latent[:, 512:].float().unsqueeze(1).expand(-1, 16, -1)], -1)
-            return k.bfloat16(), torch.einsum("tc,chd->thd", ckv, w_v).bfloat16()
         k_ctx, v_ctx = up(latent_ctx)
         t = sum(new)
         q, k_new, v_new = rnd(t, 16, 192), rnd(t, 16, 192), rnd(t, 16, 128)
