@@ -335,14 +335,13 @@ MLA_CFG = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_
 def test_mla_prefill_parts_learn_then_plan_with_the_scheduler_call_alone(monkeypatch, backend, gate):
     # MLA prefill plans two ragged parts a step (new tokens causal, the cached context not), each on a wrapper
     # of its own: with the call's gate open each learns and replays as a phase's wrapper does, closed (as it
-    # ships until the H100 holds it: RaggedPrefill.general_replay) every part plans whole; either way after
+    # ships for a backend the H100 has not held: RaggedPrefill.general_replay) every part plans whole; either way after
     # every step the part's wrapper holds what a fresh wrapper planned whole with the step's arguments holds
     from attnplan.adapter.calls import registry
 
     call = registry()["ragged_prefill"]
     monkeypatch.setattr(call, "_resolved", RaggedWrapper)
-    if gate == "open":
-        monkeypatch.setattr(call, "general_replay", lambda pp: True)
+    monkeypatch.setattr(call, "general_replay", lambda pp: gate == "open")
     RaggedWrapper.made = []
     ex, page = executor(monkeypatch, EagerWrapper, dict(MLA_CFG, attention_backend=backend))
     assert ex.plan.prefill.call == "ragged_prefill" and ex.plan.prefill.flashinfer_backend == backend

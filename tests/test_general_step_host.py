@@ -197,3 +197,49 @@ def test_the_prefill_plan_gets_the_longest_query_flashinfer_would_work_out_itsel
             qo = args[0]
             assert kw["max_token_per_sequence"] == int((qo[1:] - qo[:-1]).max())
             assert "max_sequence_kv" not in kw
+
+
+def test_a_step_from_device_table_entries_makes_its_slots_only_where_something_reads_them():
+    """Without the engine's host table the device gathers each new token's page; the int64 slots are
+    then made at their first read (step._Slots), not by ``build_step``: the executor's append reads the
+    pages and offsets and makes none. Read, they equal the definition, made once."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from attnplan.adapter import AttentionExecutor
+    from attnplan.adapter import kv_cache as kvc
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    answer = plan_for(AttentionConfig(**LLAMA, attention_backend="fa2"), simulated_node("H100"), engine="flashinfer")
+    ex = AttentionExecutor(answer, device="cpu", backend="reference", check=False)
+    p = ex.plan
+    page = p.kv_cache.page_size
+    q, seq, nd = [1, 1, 37, 5], [40, 17, 37, 90], 2
+    width = max((s + page - 1) // page for s in seq)
+    table = torch.randperm(len(seq) * width, dtype=torch.int32).view(len(seq), width)
+    seq_t = torch.tensor(seq, dtype=torch.int32)
+    with Ops() as ops:
+        step = build_step(p, StepInput(q, seq_t.clone(), table, nd, seq_lens_cpu=seq_t), HostStaging("cpu"))
+    assert "add" not in ops.names and "mul" not in ops.names, ops.names
+    assert step.__dict__["_slots"] is None
+    cache = ex.allocate_kv_cache(len(seq) * width)
+    cache.data.zero_()
+    t = sum(q)
+    k = torch.randn(t, p.kv_cache.num_kv_heads, p.kv_cache.head_dim_k).to(cache.data.dtype)
+    ex.append_kv(step, cache, k, k.clone())
+    assert step.__dict__["_slots"] is None                  # the append read the pages and offsets
+    want, _ = reference(table, seq, q, nd, page)
+    assert step.slots.dtype == torch.int64 and step.slots.tolist() == want
+    assert step.slots is step.slots
+    # the rows went where the slots say: the same cache as an append through the slots themselves
+    other = ex.allocate_kv_cache(len(seq) * width)
+    other.data.zero_()
+    kvc.append(other, step.slots, k, k.clone())
+    assert torch.equal(other.data, cache.data) and cache.data.abs().sum() > 0

@@ -132,11 +132,14 @@ class AttentionExecutor:
 
     def append_kv(self, step: StepMetadata, cache: kvc.PagedKVCache, k: Any, v: Any, *,
                   k_scale: float = 1.0, v_scale: float = 1.0) -> None:
-        kvc.append(cache, step.slots, k, v, k_scale=k_scale, v_scale=v_scale, pages_offsets=_parts(step))
+        parts = _parts(step)
+        kvc.append(cache, step.slots if parts is None else None, k, v, k_scale=k_scale, v_scale=v_scale,
+                   pages_offsets=parts)
 
     def append_latent(self, step: StepMetadata, cache: kvc.PagedKVCache, latent: Any) -> None:
         """MLA: this step's latent rows [T, kv_lora_rank + rope] into their pages."""
-        kvc.append(cache, step.slots, latent, pages_offsets=_parts(step))
+        parts = _parts(step)
+        kvc.append(cache, step.slots if parts is None else None, latent, pages_offsets=parts)
 
     def _query(self, q: Any, phase: str, q_scale: float) -> Any:
         # The phase's query dtype (fp8 for vLLM's fa3 prefill / trtllm-gen over fp8 or nvfp4 KV): query_quant.py.
@@ -247,4 +250,6 @@ class AttentionExecutor:
 
 
 def _parts(step: StepMetadata) -> Optional[tuple[Any, Any]]:
+    """The new tokens' pages and offsets where the metadata has them: the append reads those, and a
+    step whose slots are made at their first read (step._Slots) never makes them."""
     return None if step.slot_pages is None else (step.slot_pages, step.slot_offsets)

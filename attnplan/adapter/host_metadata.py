@@ -5,8 +5,8 @@ The host works out everything per request and per new token - in one C pass (hos
 and loaded by host_native.py), or with numpy where no C compiler is found (the same bytes; a numpy op
 on a few hundred ints costs ~1 us, a torch op 5-30 us of dispatch on the H100 machines' hosts) - writes
 it into a pinned staging buffer that is reused across steps, and sends it in one copy; the device only
-gathers the block-table entries of the new tokens and of the KV pages (one gather) and turns the
-first into slots (one add): three launches a step (issue 41; bench/general_step_host.py). On the
+gathers the block-table entries of the new tokens and of the KV pages (one gather); the slots are
+made only where read (step._Slots): two launches a step (issue 41; bench/general_step_host.py). On the
 H100 the previous torch version took 0.45-1.6 ms per step (bench/RESULTS.md).
 
 Staging reuse without a device->host sync: a ring of pinned buffers, each handed out again only
@@ -18,6 +18,7 @@ its buffer is handed out again, at the earliest after ``release`` and the ring's
 
 from __future__ import annotations
 
+import struct
 import threading
 from array import array
 from typing import Any, Optional
@@ -235,10 +236,13 @@ def _numpy_step(q: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_n
 
 _TLS = threading.local()
 IN = 32                  # host_step.c ap_step: where its inputs start in info (the outputs fill [0, 25))
+# info's inputs written and its outputs read through the struct module: ~0.5 us each where numpy's slice
+# assignment from a tuple and its tolist take ~1.2 and ~0.6 (this repo's CPU)
+_INPUTS, _OUTPUTS = struct.Struct(f"{9}q"), struct.Struct(f"{IN}q")
 
 
 def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_needed: bool, bt: Any,
-                 staging: HostStaging) -> tuple[Any, int, int, list]:
+                 staging: HostStaging) -> tuple[Any, int, int, tuple]:
     """host_step.c ap_step over the step's own host arrays (pointers: no copies where the lengths are
     contiguous int32 / int64 already), into a free staging buffer - a larger one where the layout needs
     it. Every pointer from the cheapest accessor (numpy's ``.ctypes`` costs ~2.5 us a read)."""
@@ -266,7 +270,7 @@ def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, widt
         info = tls.info = np.zeros(IN + 9, dtype=np.int64)
         tls.ptr = info.ctypes.data
     host, slot = staging.take(staging.hint)
-    info[IN:IN + 9] = (len(qa), nd, q_dec, page, width, kv_needed, HOST_KV_ENTRIES, seq64, host.numel())
+    _INPUTS.pack_into(info, IN * 8, len(qa), nd, q_dec, page, width, kv_needed, HOST_KV_ENTRIES, seq64, host.numel())
     bt_ptr = None if bt is None else bt.__array_interface__["data"][0]
     total = lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
     if total < 0 or total > host.numel():
@@ -277,7 +281,7 @@ def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, widt
         info[IN + 8] = host.numel()
         lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
     staging.hint = total
-    return host, slot, total, info[:IN].tolist()
+    return host, slot, total, _OUTPUTS.unpack_from(info)
 
 
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
@@ -288,9 +292,10 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     Host cost (issue 41): the step's checks and every per-token and per-page array come from one call
     of host_step.c (host_native.py), written straight into the pinned staging buffer - by numpy ``out=``
     where it did not compile (the same bytes); the host and device views of each part come from one
-    ``split_with_sizes`` each; the device runs the one copy, one gather (the new tokens' and the KV
-    pages' block-table entries at once) and one add (the int64 slots from int32 operands) - 3 launches
-    where the KV pages number at most ``HOST_KV_ENTRIES`` (before: 6, and 11 past 4096 pages). With the
+    ``split_with_sizes`` each; the device runs the one copy and one gather (the new tokens' and the KV
+    pages' block-table entries at once) - 2 launches where the KV pages number at most
+    ``HOST_KV_ENTRIES`` (before: 6, and 11 past 4096 pages); the int64 slots are made from the pages and
+    offsets at their first read (step._Slots), which the appends never make. With the
     engine's host block table (``inp.block_table_cpu``) the host also gathers the slots and page
     indices, and the copy is the step's one device operation."""
     import torch
@@ -345,15 +350,12 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
                 dv[h0 + 4 * m], dv[h0 + 4 * m + 1], output_size=p_all)
             kv = torch.take(table, entry.long()).to(torch.int32)
             kv_parts = kv.split_with_sizes([p_dec, p_all - p_dec]) if m == 2 else (kv,)
-        # slot = table entry * page + offset in one add that writes int64 (torch computes it in the
-        # operands' int32: exact while slots < 2**31, i.e. a cache under 2**31 tokens - over 256 GiB
-        # at the smallest KV row any plan has, 1 head x 64 x fp8 x K and V).
-        slots = torch.empty(t_all, dtype=torch.int64, device=device)
-        pages_of, offsets = entries, dv[1]
-        torch.add(offsets, pages_of, alpha=page, out=slots)
-    # each new token's page and offset too: an append per layer then launches no arithmetic (kv_cache.append)
+        # The slots (table entry * page + offset) only where something reads them (step._Slots): the
+        # appends read each new token's page and offset (kv_cache.append), so a step launches no more.
+        slots, pages_of, offsets = None, entries, dv[1]
+    # each new token's page and offset: an append per layer then launches no arithmetic (kv_cache.append)
     step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots, slot_pages=pages_of,
-                        slot_offsets=offsets)
+                        slot_offsets=offsets, page_size=page)
     step.extra["staging_slot"] = slot
     qlens = tuple(ql) if isinstance(ql, (list, tuple)) else tuple(int(x) for x in ql)
     # the per-phase device seq lens are the copy's own (the engine's, by the contract, hold the same)

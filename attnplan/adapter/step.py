@@ -61,12 +61,41 @@ class PhaseBatch:
         return self.seq_lens_cpu - torch.tensor(self.query_lens, dtype=self.seq_lens_cpu.dtype)
 
 
+class _Slots:
+    """``StepMetadata.slots``, made at its first read where the builder left it to the reader: the
+    appends, once per layer, read the pages and offsets instead (``slot_pages`` / ``slot_offsets``), so a
+    step from host lengths (host_metadata.from_host) launches no ``empty`` and no ``add`` for a
+    tensor only an engine's own slot mapping would read (~14 us of host a step on the H100 machine,
+    bench/logs/h100-2026-11-27u/call1/prof_from_host.log). A dataclass field whose default is a
+    descriptor: the constructor's ``slots=`` goes through ``__set__``, its default is ``__get__(None)``."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return None                          # the field's default: made from the parts when read
+        s = obj.__dict__.get("_slots")
+        if s is None and obj.slot_pages is not None and obj.page_size:
+            import torch
+
+            # page * page_size + offset in one add that writes int64; torch computes it in the operands'
+            # int32: exact while slots < 2**31, a cache under 2**31 tokens (over 256 GiB at the smallest
+            # KV row any plan has, 1 head x 64 x fp8 x K and V).
+            s = torch.empty(obj.slot_pages.shape, dtype=torch.int64, device=obj.slot_pages.device)
+            torch.add(obj.slot_offsets, obj.slot_pages, alpha=obj.page_size, out=s)
+            obj.__dict__["_slots"] = s
+        return s
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__["_slots"] = value
+
+
 @dataclass
 class StepMetadata:
     kind: str                            # prefill_only | decode_only | mixed
     needs: BatchMetadata
     num_tokens: int
-    slots: Any                           # device int64 [T]: page * page_size + offset of each new token
+    # device int64 [T]: page * page_size + offset of each new token; None from the builder where
+    # slot_pages, slot_offsets and page_size are given, made from them at its first read (_Slots)
+    slots: Any = _Slots()
     decode: Optional[PhaseBatch] = None
     prefill: Optional[PhaseBatch] = None
     extra: dict[str, Any] = field(default_factory=dict)   # backend plan state (ragged plans, ...)
@@ -75,6 +104,7 @@ class StepMetadata:
     # per layer, then launch no arithmetic of their own.
     slot_pages: Optional[Any] = None
     slot_offsets: Optional[Any] = None
+    page_size: int = 0                   # what slots are made with where the builder left them to the reader
 
 
 @dataclass

@@ -2,8 +2,8 @@
 wrapper and checked on it (issue 41; general_plans.py ``plan_part``, step.RaggedPart): 12 chunked-prefill
 steps of changing request counts, query and context lengths through one executor, each against the float32
 reference (the new tokens over their context and themselves, merged as in seed 004), and then each part's
-wrapper has replayed. The test opens ``RaggedPrefill.general_replay`` for its fa2 executor; the call opens it
-for fa2 once this has passed on the H100."""
+wrapper has replayed. The test opens ``RaggedPrefill.general_replay`` for its own executor's backend; the call
+opens it for a backend once this has passed on the H100 (fa2: bench/logs/h100-2026-11-27u/call1)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from attnplan.adapter.general_plans import replay_of  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
-           attention_backend="fa2")
+MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+BACKENDS = ("fa2", "fa3")
 SEED = int.from_bytes(__import__("os").urandom(4), "little")
 GEN = torch.Generator(device="cuda").manual_seed(SEED)
 
@@ -38,16 +38,19 @@ def built():
     from attnplan.adapter.warmup import plan_modules, prebuild
 
     print(f"[gpu tests] random seed {SEED}")
-    prebuild([m for m in plan_modules(answer(**MLA).plan) if m.phase == "prefill"])
+    # both backends' prefill modules in one build (ninja_builds.py): fa3's alone takes minutes
+    prebuild([m for b in BACKENDS for m in plan_modules(answer(**MLA, attention_backend=b).plan)
+              if m.phase == "prefill"])
 
 
-def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference(monkeypatch):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference(monkeypatch, backend):
     from attnplan.adapter.calls import registry
 
-    monkeypatch.setattr(registry()["ragged_prefill"], "general_replay", lambda pp: pp.flashinfer_backend == "fa2")
-    ex = executor(**MLA)
+    monkeypatch.setattr(registry()["ragged_prefill"], "general_replay", lambda pp: pp.flashinfer_backend == backend)
+    ex = executor(**MLA, attention_backend=backend)
     assert ex.backend.replays_ragged()
-    assert ex.plan.prefill.call == "ragged_prefill" and ex.plan.prefill.flashinfer_backend == "fa2"
+    assert ex.plan.prefill.call == "ragged_prefill" and ex.plan.prefill.flashinfer_backend == backend
     page = ex.plan.kv_cache.page_size
     rng = random.Random(SEED)
     up = up_projection(16, rnd)
@@ -80,7 +83,7 @@ def test_mla_prefill_parts_replay_the_scheduler_and_match_the_reference(monkeypa
         worst = max(worst, err)
         assert err <= TOL, (i, new, ctx, err)
     got = {key: replay_of(ex.backend, ex.backend.parts[key]) for key in ("new", "context")}
-    print(f"MLA prefill fa2, 12 steps: worst rel err {worst:.2e}; "
+    print(f"MLA prefill {backend}, 12 steps: worst rel err {worst:.2e}; "
           + "; ".join(f"{k}: replays {r.replays}, whole {r.whole_steps}, narrowed {r.narrowed}, refused {r.refused}"
                       for k, r in got.items()))
     for key, r in got.items():

@@ -1,13 +1,16 @@
 """Host cost of from_host's parts on this machine (issue 41): each torch call it makes, alone, on CUDA tensors
 of a step's size, the C step, and from_host whole - medians of 2,000 calls, synchronized every 100 (no queue
-build-up). Informs which calls a faster step has to drop. ``python prof_from_host.py [cuda|cpu]``"""
+build-up). Informs which calls a faster step has to drop. ``python prof_from_host.py [cuda|cpu]``;
+``ATTNPLAN_ROOT=DIR``: the attnplan package of another tree (a base commit's), this tree's bench helpers."""
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
+sys.path[:0] = [os.environ.get("ATTNPLAN_ROOT", str(ROOT)), str(ROOT / "bench"), str(ROOT)]
+import attnplan  # noqa: E402 - first: general_step_host puts this tree's root first on the path
 import torch  # noqa: E402
 
 from general_step_host import SHAPES, make_input  # noqa: E402
@@ -42,6 +45,7 @@ def on(inp):
 
 
 lib = host_native.library()
+print(f"attnplan from {Path(attnplan.__file__).parent}")
 print(f"device {dev}, host_step.c {'loaded' if lib else 'absent'}, torch {torch.__version__}")
 for what, dec, pre in (SHAPES[0], SHAPES[3]):
     inp = on(make_input(dec, pre, page))
