@@ -24,12 +24,13 @@ class RaggedPrefill(KernelCall):
         return paged_scheduler(wrapper)
 
     def general_replay(self, pp: Any) -> bool:
-        # fa2: both ragged parts (new tokens causal, the cached context not) held to the float32 reference
-        # on the H100 over 12 chunked-prefill steps, both replaying (tests/gpu/test_mla_prefill_replay_gpu.py
-        # "fa2"; bench/logs/h100-2026-11-27u/call1/tests-all.log). Another backend opens once the same test
-        # has held it (it opens the gate for its own executor); over stand-ins of FlashInfer's ragged plan the
-        # replay learns and holds on the CPU for fa2 and fa3 (tests/test_general_scheduler_replay.py).
-        return pp.flashinfer_backend == "fa2"
+        # fa2 and fa3: both ragged parts (new tokens causal, the cached context not) held to the float32
+        # reference on the H100 over 12 chunked-prefill steps each, both parts replaying
+        # (tests/gpu/test_mla_prefill_replay_gpu.py; fa2 in bench/logs/h100-2026-11-27u/call1, fa2 and fa3 in
+        # call2). Another backend opens once the same test has held it (it opens the gate for its own
+        # executor); cuDNN / trtllm-gen run no scheduler to replay. Over stand-ins of FlashInfer's ragged plan
+        # the replay learns and holds on the CPU, gate open and closed (tests/test_general_scheduler_replay.py).
+        return pp.flashinfer_backend in ("fa2", "fa3")
 
     def jit(self, params: dict[str, Any]) -> Optional[JitBuild]:
         return JitBuild(PREFILL, params["flashinfer_backend"], prefill_args(params))
