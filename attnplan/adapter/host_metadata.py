@@ -238,7 +238,7 @@ _TLS = threading.local()
 IN = 32                  # host_step.c ap_step: where its inputs start in info (the outputs fill [0, 25))
 # info's inputs written and its outputs read through the struct module: ~0.5 us each where numpy's slice
 # assignment from a tuple and its tolist take ~1.2 and ~0.6 (this repo's CPU)
-_INPUTS, _OUTPUTS = struct.Struct(f"{9}q"), struct.Struct(f"{IN}q")
+_INPUTS, _OUTPUTS = struct.Struct("9q"), struct.Struct(f"{IN}q")
 
 
 def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_needed: bool, bt: Any,
