@@ -3,7 +3,7 @@ wrapper and checked on it (issue 41; general_plans.py ``plan_part``, step.Ragged
 steps of changing request counts, query and context lengths through one executor, each against the float32
 reference (the new tokens over their context and themselves, merged as in seed 004), and then each part's
 wrapper has replayed. The test opens ``RaggedPrefill.general_replay`` for its own executor's backend; the call
-opens it for a backend once this has passed on the H100 (fa2: bench/logs/h100-2026-11-27u/call1)."""
+opens it for a backend once this has passed on the H100 (fa2 and fa3: bench/logs/h100-2026-11-27u/call2)."""
 
 from __future__ import annotations
 
