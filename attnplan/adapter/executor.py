@@ -132,14 +132,13 @@ class AttentionExecutor:
 
     def append_kv(self, step: StepMetadata, cache: kvc.PagedKVCache, k: Any, v: Any, *,
                   k_scale: float = 1.0, v_scale: float = 1.0) -> None:
-        parts = _parts(step)
-        kvc.append(cache, step.slots if parts is None else None, k, v, k_scale=k_scale, v_scale=v_scale,
-                   pages_offsets=parts)
+        slots, parts = _targets(step)
+        kvc.append(cache, slots, k, v, k_scale=k_scale, v_scale=v_scale, pages_offsets=parts)
 
     def append_latent(self, step: StepMetadata, cache: kvc.PagedKVCache, latent: Any) -> None:
         """MLA: this step's latent rows [T, kv_lora_rank + rope] into their pages."""
-        parts = _parts(step)
-        kvc.append(cache, step.slots if parts is None else None, latent, pages_offsets=parts)
+        slots, parts = _targets(step)
+        kvc.append(cache, slots, latent, pages_offsets=parts)
 
     def _query(self, q: Any, phase: str, q_scale: float) -> Any:
         # The phase's query dtype (fp8 for vLLM's fa3 prefill / trtllm-gen over fp8 or nvfp4 KV): query_quant.py.
@@ -185,8 +184,10 @@ class AttentionExecutor:
         step.extra["context_indptr_cpu"] = ctx_indptr
         step.extra["any_context"] = int(ctx_indptr[-1]) > 0
         if step.extra["any_context"]:
+            # its device copy once: the context part's replay hands it over, gather_context reads it
+            step.extra["context_indptr"] = ctx_dev = ctx_indptr.to(self.device, non_blocking=True)
             for_replay = dict(qo_indptr=b.qo_indptr, kv_page_indptr_cpu=ctx_indptr, seq_lens_cpu=ctx,
-                              kv_page_indptr=ctx_indptr.to(self.device, non_blocking=True)) if replay else {}
+                              kv_page_indptr=ctx_dev) if replay else {}
             self.backend.plan_ragged(RaggedPart("context", False, step, qo, ctx_indptr, b.num_reqs, b.num_tokens,
                                                 b.max_q_len, int(ctx.numpy().max()), **for_replay))
         # Per prefill token: does its request have cached context? (host data -> device, async)
@@ -206,7 +207,9 @@ class AttentionExecutor:
         ctx = step.extra["context_lens"]
         total = int(step.extra["context_indptr_cpu"][-1])
         dev_ctx = ctx.to(self.device, non_blocking=True)
-        indptr = step.extra["context_indptr_cpu"].to(self.device, non_blocking=True)
+        indptr = step.extra.get("context_indptr")          # _plan_mla_prefill's copy, where there is context
+        if indptr is None:
+            indptr = step.extra["context_indptr_cpu"].to(self.device, non_blocking=True)
         owner = torch.repeat_interleave(torch.arange(b.num_reqs, device=self.device), dev_ctx, output_size=total)
         pos = torch.arange(total, device=self.device, dtype=torch.int32) - indptr[owner]
         page = self.plan.kv_cache.page_size
@@ -249,7 +252,9 @@ class AttentionExecutor:
         return out
 
 
-def _parts(step: StepMetadata) -> Optional[tuple[Any, Any]]:
-    """The new tokens' pages and offsets where the metadata has them: the append reads those, and a
-    step whose slots are made at their first read (step._Slots) never makes them."""
-    return None if step.slot_pages is None else (step.slot_pages, step.slot_offsets)
+def _targets(step: StepMetadata) -> tuple[Optional[Any], Optional[tuple[Any, Any]]]:
+    """Where an append writes: (None, the new tokens' pages and offsets) where the metadata has them - a
+    step whose slots are made at their first read (step._Slots) then never makes them - else (the slots, None)."""
+    if step.slot_pages is None:
+        return step.slots, None
+    return None, (step.slot_pages, step.slot_offsets)
