@@ -203,20 +203,17 @@ def test_a_step_from_device_table_entries_makes_its_slots_only_where_something_r
     """Without the engine's host table the device gathers each new token's page; the int64 slots are
     then made at their first read (step._Slots), not by ``build_step``: the executor's append reads the
     pages and offsets and makes none. Read, they equal the definition, made once."""
-    from torch.utils._python_dispatch import TorchDispatchMode
+    import importlib.util
+    from pathlib import Path
 
     from attnplan.adapter import AttentionExecutor
     from attnplan.adapter import kv_cache as kvc
 
-    class Ops(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.names = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(func.overloadpacket.__name__)
-            return func(*args, **(kwargs or {}))
-
+    # the bench's op counter (bench/general_step_host.py OpCount), which counts the same path's launches
+    spec = importlib.util.spec_from_file_location(
+        "general_step_host", Path(__file__).resolve().parents[1] / "bench" / "general_step_host.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
     answer = plan_for(AttentionConfig(**LLAMA, attention_backend="fa2"), simulated_node("H100"), engine="flashinfer")
     ex = AttentionExecutor(answer, device="cpu", backend="reference", check=False)
     p = ex.plan
@@ -225,9 +222,9 @@ def test_a_step_from_device_table_entries_makes_its_slots_only_where_something_r
     width = max((s + page - 1) // page for s in seq)
     table = torch.randperm(len(seq) * width, dtype=torch.int32).view(len(seq), width)
     seq_t = torch.tensor(seq, dtype=torch.int32)
-    with Ops() as ops:
+    with bench.OpCount() as oc:
         step = build_step(p, StepInput(q, seq_t.clone(), table, nd, seq_lens_cpu=seq_t), HostStaging("cpu"))
-    assert "add" not in ops.names and "mul" not in ops.names, ops.names
+    assert oc.ops["index_select"] == 1 and not oc.ops["add"] and not oc.ops["mul"], oc.ops
     assert step.__dict__["_slots"] is None
     cache = ex.allocate_kv_cache(len(seq) * width)
     cache.data.zero_()
