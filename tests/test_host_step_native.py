@@ -6,6 +6,7 @@ Without a C compiler the numpy path runs and ``status()`` says why."""
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -203,3 +204,51 @@ def test_a_general_step_carries_each_new_tokens_page_and_offset(monkeypatch, hos
             kv_cache.append(cache, step.slots, k, v, pages_offsets=parts)
             caches.append(cache.data)
         assert torch.equal(caches[0], caches[1]) and caches[0].abs().sum() > 0
+
+
+def _mla_plan(page: int):
+    a = plan_for(AttentionConfig(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                                 v_head_dim=128, page_size=page),
+                 simulated_node("H100"), engine="flashinfer")
+    assert a.ok, a.violations
+    assert a.plan.kv_cache.mla
+    return a.plan
+
+
+@pytest.mark.parametrize("lib_kind", ["c", "numpy"])
+@pytest.mark.parametrize("page", [64, 12])
+@pytest.mark.parametrize("pages_on", ["host", "device"])
+def test_an_mla_prefill_step_brings_its_context_in_the_one_copy(monkeypatch, lib_kind, page, pages_on):
+    # executor._plan_mla_prefill plans the ragged context part over each prefill request's cached context, and
+    # mla_prefill merges it where a token's request has some: those arrays come with the step's one copy
+    # (host_step.c fill_context), equal to their definitions, the same bytes from C and numpy
+    if lib_kind == "c" and native is None:
+        pytest.skip(f"host_step.c not built: {host_native.status()['why']}")
+    if pages_on == "device":                          # the context parts then follow the expansion's two
+        monkeypatch.setattr(host_metadata, "HOST_KV_ENTRIES", 0)
+    plan = _mla_plan(page)
+    rnd = random.Random(f"mla{page}{pages_on}")
+    for _ in range(12):
+        inp = _step(rnd, plan.decode.q_len_per_req, page, rnd.random() < 0.5, "int32")
+        nd = inp.num_decodes
+        if lib_kind == "c":
+            (a, bytes_a), (b, bytes_b) = _both(monkeypatch, plan, inp)
+            assert bytes_a == bytes_b and _fields(a) == _fields(b)
+            assert {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in a.extra.items()} == \
+                   {k: v.tolist() if isinstance(v, torch.Tensor) else v for k, v in b.extra.items()}
+        else:
+            monkeypatch.setattr(host_native, "library", lambda: None)
+            a = build_step(plan, inp)
+        if len(inp.query_lens) == nd:
+            assert "context_lens" not in a.extra                          # decode-only: no context parts
+            continue
+        q, seq = list(inp.query_lens[nd:]), inp.seq_lens_cpu.tolist()[nd:]
+        ctx = [s - n for s, n in zip(seq, q)]
+        x = a.extra
+        assert x["new_lens"].tolist() == q
+        assert x["context_lens"].tolist() == x["context_lens_dev"].tolist() == ctx
+        assert x["context_indptr_cpu"].tolist() == x["context_indptr"].tolist() == [0, *itertools.accumulate(ctx)]
+        assert x["has_context"].dtype == torch.bool
+        assert x["has_context"].tolist() == [c > 0 for c, n in zip(ctx, q) for _ in range(n)]
+        assert x["any_context"] == (sum(ctx) > 0) and x["context_tokens"] == sum(ctx)
+        assert x["longest_context"] == max(ctx)

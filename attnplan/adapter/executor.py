@@ -26,7 +26,7 @@ from .calls import DEFAULT, DecodeSwitch, decode_phases, needs_finite_page_tail
 from .decode_layout import DecodeLayouts
 from .dtypes import torch_dtype
 from .host_metadata import HostStaging
-from .metadata import build_step, pinned_int32
+from .metadata import build_step
 from .params import AttentionParams
 from .query_quant import quantize_query
 from .reference import ReferenceBackend
@@ -164,8 +164,6 @@ class AttentionExecutor:
 
     # -- MLA -----------------------------------------------------------------------------------
     def _plan_mla_prefill(self, step: StepMetadata) -> None:
-        import torch
-
         b = step.prefill
         assert b is not None and b.qo_indptr_cpu is not None
         if b.seq_lens_cpu is None:
@@ -176,25 +174,16 @@ class AttentionExecutor:
         # lengths (what a replay of the part's scheduler call hands it, general_plans.py).
         self.backend.plan_ragged(RaggedPart(
             "new", True, step, qo, qo, b.num_reqs, b.num_tokens, b.max_q_len, b.max_q_len, qo_indptr=b.qo_indptr,
-            seq_lens_cpu=qo[1:] - qo[:-1] if replay else None))
-        # Host data, pinned so that its copies to the device stay asynchronous.
-        ctx = pinned_int32(b.context_lens_cpu, self.device)
-        ctx_indptr = pinned_int32(torch.cat([torch.zeros(1, dtype=torch.int32), ctx.cumsum(0).to(torch.int32)]), self.device)
-        step.extra["context_lens"] = ctx
-        step.extra["context_indptr_cpu"] = ctx_indptr
-        step.extra["any_context"] = int(ctx_indptr[-1]) > 0
-        if step.extra["any_context"]:
-            # its device copy once: the context part's replay hands it over, gather_context reads it
-            step.extra["context_indptr"] = ctx_dev = ctx_indptr.to(self.device, non_blocking=True)
-            for_replay = dict(qo_indptr=b.qo_indptr, kv_page_indptr_cpu=ctx_indptr, seq_lens_cpu=ctx,
-                              kv_page_indptr=ctx_dev) if replay else {}
+            seq_lens_cpu=step.extra["new_lens"] if replay else None))
+        # The context's lengths, indptr and per-token mask came in the step's one copy (host_metadata.from_host,
+        # host_step.c fill_context): planning only here.
+        extra = step.extra
+        if extra["any_context"]:
+            ctx_indptr = extra["context_indptr_cpu"]
+            for_replay = dict(qo_indptr=b.qo_indptr, kv_page_indptr_cpu=ctx_indptr, seq_lens_cpu=extra["context_lens"],
+                              kv_page_indptr=extra["context_indptr"]) if replay else {}
             self.backend.plan_ragged(RaggedPart("context", False, step, qo, ctx_indptr, b.num_reqs, b.num_tokens,
-                                                b.max_q_len, int(ctx.numpy().max()), **for_replay))
-        # Per prefill token: does its request have cached context? (host data -> device, async)
-        has = torch.repeat_interleave(ctx > 0, torch.tensor(b.query_lens))
-        if self.device.type == "cuda" and torch.cuda.is_available():
-            has = has.pin_memory()
-        step.extra["has_context"] = has.to(self.device, non_blocking=True)
+                                                b.max_q_len, extra["longest_context"], **for_replay))
 
     def gather_context(self, step: StepMetadata, cache: kvc.PagedKVCache) -> Any:
         """The prefill requests' cached latent rows, ragged by context (``context_indptr_cpu``):
@@ -202,18 +191,17 @@ class AttentionExecutor:
         ``mla_prefill(context=...)``."""
         import torch
 
-        b = step.prefill
+        b, extra = step.prefill, step.extra
         assert b is not None
-        ctx = step.extra["context_lens"]
-        total = int(step.extra["context_indptr_cpu"][-1])
-        dev_ctx = ctx.to(self.device, non_blocking=True)
-        indptr = step.extra.get("context_indptr")          # _plan_mla_prefill's copy, where there is context
-        if indptr is None:
-            indptr = step.extra["context_indptr_cpu"].to(self.device, non_blocking=True)
-        owner = torch.repeat_interleave(torch.arange(b.num_reqs, device=self.device), dev_ctx, output_size=total)
-        pos = torch.arange(total, device=self.device, dtype=torch.int32) - indptr[owner]
-        page = self.plan.kv_cache.page_size
-        slots = b.block_table[owner, pos // page].long() * page + (pos % page).long()
+        slots = extra.get("context_slots")
+        if slots is None:
+            # The context rows' slots, worked out once a step (every layer's cache shares the block table).
+            total = extra["context_tokens"]
+            owner = torch.repeat_interleave(torch.arange(b.num_reqs, device=self.device), extra["context_lens_dev"],
+                                            output_size=total)
+            pos = torch.arange(total, device=self.device, dtype=torch.int32) - extra["context_indptr"][owner]
+            page = self.plan.kv_cache.page_size
+            slots = extra["context_slots"] = b.block_table[owner, pos // page].long() * page + (pos % page).long()
         return cache.kernel_view().reshape(-1, self.plan.kv_cache.head_dim_k)[slots]
 
     def mla_decode(self, step: StepMetadata, q_nope: Any, q_pe: Any, cache: kvc.PagedKVCache,

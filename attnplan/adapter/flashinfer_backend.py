@@ -209,7 +209,8 @@ class FlashInferBackend:
         # The kernel merges only rows whose mask is set and leaves the others untouched (seed 004).
         t, h, d = out.shape
         f = fold_heads(h, d, out.element_size())
-        mask = has_context.to(torch.uint8)
+        # the step's mask is a bool view of bytes in its one copy (host_metadata._context_parts): a uint8 view, no launch
+        mask = has_context.view(torch.uint8) if has_context.dtype == torch.bool else has_context.to(torch.uint8)
         if f > 1:
             out, v_ctx = out.view(t * f, h // f, d), v_ctx.reshape(t * f, h // f, d)
             lse, s_ctx = lse.view(t * f, h // f), s_ctx.reshape(t * f, h // f)

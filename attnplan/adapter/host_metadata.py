@@ -98,6 +98,7 @@ class HostStaging:
 
 
 _IOTA: dict[Any, Any] = {}
+IN = 32                  # host_step.c ap_step: where its inputs start in info (the outputs fill [0, 32))
 
 
 def _iota(n: int, dtype: Any) -> Any:
@@ -154,7 +155,7 @@ def _refuse(code: int, at: int, q: Any, nd: int, q_dec: int, page: int, width: i
 
 
 def _numpy_step(q: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_needed: bool, bt: Any,
-                staging: HostStaging) -> tuple[Any, int, int, list]:
+                staging: HostStaging, mla_ctx: bool = False) -> tuple[Any, int, int, list]:
     """host_step.c ap_step in numpy (no C compiler, or ``ATTNPLAN_NATIVE_HOST=0``): the same checks, the
     same ``info`` and the same bytes. (staging buffer, its ring slot, the layout's int32 count, info)."""
     import torch
@@ -187,6 +188,9 @@ def _numpy_step(q: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_n
     sizes += [*[n + 1 for n in n_k], *[n + 1 for n in n_k], *n_k, *n_k]
     if on_device:
         sizes += [b, b]
+    ctx_parts = mla_ctx and b > nd
+    if ctx_parts:          # host_step.c fill_context: query lens, context lens, their indptr, a byte per token
+        sizes += [b - nd, b - nd, b - nd + 1, (t_all - int(qo[nd]) + 3) // 4]
     total = sum(sizes)
     host, slot = staging.take(total)
     h = host.numpy()
@@ -231,18 +235,30 @@ def _numpy_step(q: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_n
         maxes += [int(q[r0:r1].max()), int(seq[r0:r1].max())] if r1 > r0 else [0, 0]
     info = [t_all, p_all, int(on_host), int(on_device), int(bt is not None), int(qo[nd]), p_dec, *maxes,
             len(sizes), *sizes]
+    info += [0] * (IN - len(info))
+    if ctx_parts:
+        n, c = b - nd, seq[nd:] - q[nd:]
+        o = total - sum(sizes[-4:])
+        h[o:o + n] = q[nd:]
+        o += n
+        h[o:o + n] = c
+        h[o + n] = 0
+        np.cumsum(c, out=h[o + n + 1:o + 2 * n + 1])
+        has = h[o + 2 * n + 1:total].view(np.uint8)
+        has[:] = 0
+        has[:t_all - int(qo[nd])] = np.repeat(c > 0, q[nd:])
+        info[30], info[31] = int(c.sum()), int(c.max())
     return host, slot, total, info
 
 
 _TLS = threading.local()
-IN = 32                  # host_step.c ap_step: where its inputs start in info (the outputs fill [0, 25))
 # info's inputs written and its outputs read through the struct module: ~0.5 us each where numpy's slice
 # assignment from a tuple and its tolist take ~1.2 and ~0.6 (this repo's CPU)
-_INPUTS, _OUTPUTS = struct.Struct("9q"), struct.Struct(f"{IN}q")
+_INPUTS, _OUTPUTS = struct.Struct("10q"), struct.Struct(f"{IN}q")
 
 
 def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_needed: bool, bt: Any,
-                 staging: HostStaging) -> tuple[Any, int, int, tuple]:
+                 staging: HostStaging, mla_ctx: bool = False) -> tuple[Any, int, int, tuple]:
     """host_step.c ap_step over the step's own host arrays (pointers: no copies where the lengths are
     contiguous int32 / int64 already), into a free staging buffer - a larger one where the layout needs
     it. Every pointer from the cheapest accessor (numpy's ``.ctypes`` costs ~2.5 us a read)."""
@@ -267,10 +283,11 @@ def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, widt
     tls = _TLS
     info = getattr(tls, "info", None)
     if info is None:
-        info = tls.info = np.zeros(IN + 9, dtype=np.int64)
+        info = tls.info = np.zeros(IN + 10, dtype=np.int64)
         tls.ptr = info.ctypes.data
     host, slot = staging.take(staging.hint)
-    _INPUTS.pack_into(info, IN * 8, len(qa), nd, q_dec, page, width, kv_needed, HOST_KV_ENTRIES, seq64, host.numel())
+    _INPUTS.pack_into(info, IN * 8, len(qa), nd, q_dec, page, width, kv_needed, HOST_KV_ENTRIES, seq64, host.numel(),
+                      mla_ctx)
     bt_ptr = None if bt is None else bt.__array_interface__["data"][0]
     total = lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
     if total < 0 or total > host.numel():
@@ -282,6 +299,19 @@ def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, widt
         lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
     staging.hint = total
     return host, slot, total, _OUTPUTS.unpack_from(info)
+
+
+def _context_parts(extra: dict, hv: Any, dv: Any, t_prefill: int, total: int, longest: int) -> None:
+    """MLA's chunked prefill reads, per prefill request, its query length (the ragged new part's KV lengths) and
+    its cached context (executor._plan_mla_prefill plans the ragged context part over it, ``gather_context``
+    gathers it): host and device views of the copy's four context parts (host_step.c fill_context), the
+    per-token mask a bool view of its bytes - no launch of its own."""
+    import torch
+
+    extra.update(new_lens=hv[0], context_lens=hv[1], context_lens_dev=dv[1], context_indptr_cpu=hv[2],
+                 context_indptr=dv[2], has_context=dv[3].view(torch.uint8)[:t_prefill].view(torch.bool),
+                 any_context=total > 0,
+                 context_tokens=total, longest_context=longest)
 
 
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
@@ -319,9 +349,10 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     # table the token parts are the slots themselves (int64, as int32 pairs: the buffer's start is
     # 8-byte aligned) [2T], each new token's page [T] and offset [T], and each phase's page indices.
     # One split_with_sizes views every part apart, on the host and on the device.
-    lib, kv = host_native.library(), needs.needs_paged_kv_indices
-    host, slot, total, info = _native_step(lib, ql, s, nd, q_dec, page, width, kv, bt, staging) if lib is not None \
-        else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, kv, bt, staging)
+    # MLA: the prefill requests' cached context too (host_step.c fill_context), for its ragged context part
+    lib, kv, mla = host_native.library(), needs.needs_paged_kv_indices, bool(plan.kv_cache.mla)
+    host, slot, total, info = _native_step(lib, ql, s, nd, q_dec, page, width, kv, bt, staging, mla) \
+        if lib is not None else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, kv, bt, staging, mla)
     t_all, p_all, kv_on_host, kv_on_device, use_bt, t_dec, p_dec = info[:7]
     sizes = info[12:12 + info[11]]
     host = host[:total]
@@ -357,6 +388,8 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots, slot_pages=pages_of,
                         slot_offsets=offsets, page_size=page)
     step.extra["staging_slot"] = slot
+    if mla and b > nd:
+        _context_parts(step.extra, hv[-4:], dv[-4:], t_all - t_dec, info[30], info[31])
     qlens = tuple(ql) if isinstance(ql, (list, tuple)) else tuple(int(x) for x in ql)
     # the per-phase device seq lens are the copy's own (the engine's, by the contract, hold the same)
     tables = table.split_with_sizes([nd, b - nd]) if m == 2 else (table,)

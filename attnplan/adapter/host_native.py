@@ -25,7 +25,7 @@ from typing import Any, Optional
 from attnplan.errors import SetupError
 
 SOURCE = Path(__file__).with_name("host_step.c")
-ABI = 3                                   # host_step.c ap_abi()
+ABI = 4                                   # host_step.c ap_abi()
 COMPILERS = ("cc", "gcc", "g++", "clang")
 COMPILE_SECONDS = 300                     # one small C file: seconds, unless the machine is starved
 

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* Bumped with any change of a signature or of the layout: host_native.py checks it at load. */
-int64_t ap_abi(void) { return 3; }
+int64_t ap_abi(void) { return 4; }
 
 static inline int64_t seq_at(const void *seq, int64_t seq_is64, int64_t r) {
     return seq_is64 ? ((const int64_t *)seq)[r] : (int64_t)((const int32_t *)seq)[r];
@@ -153,7 +153,36 @@ static void fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b,
     info[8] = mk[1];
 }
 
-/* One step. info[32..40] in: requests, decode requests, a decode's query length (q_dec), the page size, the
+/* MLA's chunked prefill (attnplan/adapter/executor.py _plan_mla_prefill): for the prefill requests [nd, b),
+   each one's query length [n] (the ragged new part's KV lengths), its cached context (KV length minus query
+   length) [n], the context's indptr from 0 [n + 1], and one byte per prefill token - 1 where its request has
+   context - in (T_prefill + 3) / 4 int32s, the padding zero. info[30] the context tokens, info[31] the longest
+   context. */
+static void fill_context(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t nd,
+                         int32_t *h, int64_t *info) {
+    int64_t n = b - nd, acc = 0, mx = 0, tok = 0;
+    int32_t *qlen = h, *lens = h + n, *ptr = h + 2 * n;
+    uint8_t *has = (uint8_t *)(h + 3 * n + 1);
+    ptr[0] = 0;
+    for (int64_t r = nd; r < b; r++) {
+        int64_t c = seq_at(seq, seq_is64, r) - q[r];
+        qlen[r - nd] = (int32_t)q[r];
+        lens[r - nd] = (int32_t)c;
+        acc += c;
+        ptr[r - nd + 1] = (int32_t)acc;
+        if (c > mx)
+            mx = c;
+        for (int64_t j = 0; j < q[r]; j++)
+            has[tok + j] = c > 0;
+        tok += q[r];
+    }
+    for (; tok % 4; tok++)
+        has[tok] = 0;
+    info[30] = acc;
+    info[31] = mx;
+}
+
+/* One step. info[32..41] in: requests, decode requests, a decode's query length (q_dec), the page size, the
    table's width, kv_needed, host_kv_max, whether seq is int64, the int32 capacity of h. Returns < 0 where the
    step is refused - -1 a decode request whose query length is not q_dec
    (info[0] the first), -2 a request without query tokens (info[0] the first), -3 a request whose KV length
@@ -166,11 +195,13 @@ static void fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b,
    [3] on the device, [4] the host table used, [5] the decode phase's tokens, [6] its pages, [7..8] its
    longest query and KV, [9..10] the prefill phase's, [11] the number of parts, [12..] their int32 sizes:
    the token parts (no host table: [T + P_host] [T]; with it: [2T] [T] [T] then each phase's page indices), then
-   per phase qo indptrs, KV page indptrs, seq lens, last page lens, then, expanded on the device, [b] [b]. */
+   per phase qo indptrs, KV page indptrs, seq lens, last page lens, then, expanded on the device, [b] [b], then
+   with mla_context and prefill requests, fill_context's four parts; [30..31] fill_context's counts (at most
+   17 sizes: [12, 29) never reaches them). */
 int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h, int64_t *info) {
     /* the inputs, after the outputs' room (one pointer instead of nine ints: ctypes converts each argument) */
     int64_t b = info[32], nd = info[33], q_dec = info[34], page = info[35], width = info[36];
-    int64_t kv_needed = info[37], host_kv_max = info[38], seq_is64 = info[39], cap = info[40];
+    int64_t kv_needed = info[37], host_kv_max = info[38], seq_is64 = info[39], cap = info[40], mla_ctx = info[41];
     for (int64_t r = 0; r < nd; r++)
         if (q[r] != q_dec) {
             info[0] = r;
@@ -220,6 +251,13 @@ int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h
         sz[k++] = b;
         sz[k++] = b;
     }
+    int64_t ctx = mla_ctx && b > nd;
+    if (ctx) {
+        sz[k++] = b - nd;
+        sz[k++] = b - nd;
+        sz[k++] = b - nd + 1;
+        sz[k++] = (t_all - nd * q_dec + 3) / 4;      /* the decodes' tokens: q_dec each, checked */
+    }
     for (int64_t i = 0; i < k; i++)
         total += sz[i];
     info[0] = t_all;
@@ -228,12 +266,15 @@ int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h
     info[3] = on_device;
     info[4] = use_bt;
     info[11] = k;
+    info[30] = info[31] = 0;
     if (total > cap)
         return total;
     int64_t got[9];
     fill(q, seq, seq_is64, b, nd, page, width, t_all, p_host, on_device, use_bt ? bt : NULL, h, got);
     for (int i = 0; i < 6; i++)
         info[5 + i] = got[3 + i];
+    if (ctx)
+        fill_context(q, seq, seq_is64, b, nd, h + total - sz[k - 1] - sz[k - 2] - sz[k - 3] - sz[k - 4], info);
     return total;
 }
 

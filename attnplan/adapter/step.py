@@ -52,14 +52,6 @@ class PhaseBatch:
     last_page_len_cpu: Optional[Any] = None
     query_lens: tuple[int, ...] = ()
 
-    @property
-    def context_lens_cpu(self) -> Optional[Any]:
-        if self.seq_lens_cpu is None:
-            return None
-        import torch
-
-        return self.seq_lens_cpu - torch.tensor(self.query_lens, dtype=self.seq_lens_cpu.dtype)
-
 
 class _Slots:
     """``StepMetadata.slots``, made at its first read where the builder left it to the reader: the

@@ -217,7 +217,7 @@ def exercise(ex: Any, kind: str) -> None:
             ex.mla_decode(step, rnd(n, p.num_qo_heads, p.kv_lora_rank), rnd(n, p.num_qo_heads, p.qk_rope_head_dim), cache)
         if step.prefill is not None:
             n = step.prefill.num_tokens
-            c = int(step.extra["context_indptr_cpu"][-1])
+            c = step.extra["context_tokens"]
             ctx = (rnd(c, p.num_qo_heads, p.head_dim_qk), rnd(c, p.num_qo_heads, p.head_dim_vo))
             ex.mla_prefill(step, rnd(n, p.num_qo_heads, p.head_dim_qk), rnd(n, p.num_qo_heads, p.head_dim_qk),
                            rnd(n, p.num_qo_heads, p.head_dim_vo), context=ctx)
