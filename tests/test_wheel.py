@@ -41,7 +41,7 @@ def test_wheel_holds_one_package_and_all_its_data(installed):
     packs = sorted(Path(p).name for p in (ROOT / "attnplan" / "rules" / "packs").glob("*.yaml"))
     assert packs and all(f"attnplan/rules/packs/{p}" in names for p in packs)
     for f in ("attnplan/rules/backends.yaml", "attnplan/rules/devices.yaml", "attnplan/py.typed",
-              "attnplan/rest/static/index.html", "attnplan/adapter/host_step.c"):
+              "attnplan/rest/static/index.html", "attnplan/adapter/host_step.c", "attnplan/adapter/host_torch.cpp"):
         assert f in names, f
     presets = sorted(p.name for p in (ROOT / "attnplan" / "presets").glob("*.json"))
     assert presets and all(f"attnplan/presets/{p}" in names for p in presets)

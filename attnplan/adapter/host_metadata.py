@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import host_native
+from . import host_native, host_torch
 from .plan_replay import cuda_index, current_stream
 from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
@@ -56,6 +56,9 @@ class HostStaging:
         self._next = 0
         self.hint = 0                         # the last step's int32 count: the next step's is likely close
         host_native.library()                 # built (once per source) with the executor, not at its first step
+        # host_torch.cpp's step_views where the device is CUDA (there each torch call from Python costs 5-23 us of
+        # host): built with the executor too; None, the Python path, elsewhere or where it did not build
+        self.views = host_torch.library() if self.cuda else None
 
     def take(self, n: int) -> tuple[Any, int]:
         """(host int32 tensor of at least ``n``, its ring slot, -1 if not from the ring). host_step.c's
@@ -350,31 +353,29 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     # 8-byte aligned) [2T], each new token's page [T] and offset [T], and each phase's page indices.
     # One split_with_sizes views every part apart, on the host and on the device.
     # MLA: the prefill requests' cached context too (host_step.c fill_context), for its ragged context part
-    lib, kv, mla = host_native.library(), needs.needs_paged_kv_indices, bool(plan.kv_cache.mla)
-    host, slot, total, info = _native_step(lib, ql, s, nd, q_dec, page, width, kv, bt, staging, mla) \
-        if lib is not None else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, kv, bt, staging, mla)
+    lib, want_kv, mla = host_native.library(), needs.needs_paged_kv_indices, bool(plan.kv_cache.mla)
+    host, slot, total, info = _native_step(lib, ql, s, nd, q_dec, page, width, want_kv, bt, staging, mla) \
+        if lib is not None else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, want_kv, bt,
+                                            staging, mla)
     t_all, p_all, kv_on_host, kv_on_device, use_bt, t_dec, p_dec = info[:7]
     sizes = info[12:12 + info[11]]
-    host = host[:total]
-    device = inp.seq_lens.device
-    # the one copy (pinned source on CUDA: asynchronous); on the CPU a copy all the same
-    dev = host.clone() if device.type == "cpu" else host.to(device, non_blocking=True)
-    hv, dv = host.split_with_sizes(sizes), dev.split_with_sizes(sizes)
     m = (nd > 0) + (b > nd)
     h0 = 3 + m if use_bt else 2                          # the token parts' count: the rest are per request
     kv_parts: Any = (None, None)
+    device = table.device
+    # the copy, both sides' views of its parts, the gather (no host table) split into the new tokens' entries
+    # and each phase's page indices, the table per phase: host_torch.cpp in one call where it is loaded
+    views = _step_views if staging.views is None else staging.views.step_views
+    hv, dv, entries, kv, tables = views(host, sizes, table, not use_bt, [t_all, p_dec, p_all - p_dec] if m == 2 and
+                                        kv_on_host else [t_all, p_all] if kv_on_host else [t_all],
+                                        [nd, b - nd] if m == 2 else [])
     if use_bt:
         slots, pages_of, offsets = dv[0].view(torch.int64), dv[1], dv[2]
         if kv_on_host:
             kv_parts = dv[3:3 + m]
     else:
-        # Gathers from the block table: index_select on its flat view where it is contiguous (int32
-        # indices, no conversion), take (int64 indices, any strides) where it is not.
-        entries = table.view(-1).index_select(0, dv[0]) if table.is_contiguous() else torch.take(table, dv[0].long())
-        if entries.dtype != torch.int32:
-            entries = entries.to(torch.int32)
-        if kv_on_host:                                   # the tokens' entries, each phase's page indices: one split
-            entries, *kv_parts = entries.split_with_sizes([t_all, p_dec, p_all - p_dec] if m == 2 else [t_all, p_all])
+        if kv_on_host:
+            kv_parts = kv
         elif kv_on_device:
             # Pages can number hundreds of thousands (256 requests x 32k tokens): the device expands them.
             entry = torch.arange(p_all, dtype=torch.int32, device=device) + torch.repeat_interleave(
@@ -384,15 +385,44 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
         # The slots (table entry * page + offset) only where something reads them (step._Slots): the
         # appends read each new token's page and offset (kv_cache.append), so a step launches no more.
         slots, pages_of, offsets = None, entries, dv[1]
+    return _phases(plan, inp, needs, kind, slot, info, m, h0, hv, dv, tables, kv_parts, slots, pages_of, offsets)
+
+
+def _step_views(host: Any, sizes: Any, table: Any, gather: bool, entry_split: list, table_split: list) -> tuple:
+    """host_torch.cpp ``step_views`` in Python, call for call (where it did not build, and on the CPU): (host
+    views, device views, the gathered entries or None, the gather's KV parts, the table per phase)."""
+    import torch
+
+    h = host[:sum(sizes)]
+    device = table.device
+    # the one copy (pinned source on CUDA: asynchronous); on the CPU a copy all the same
+    d = h.clone() if device.type == "cpu" else h.to(device, non_blocking=True)
+    hv, dv = h.split_with_sizes(sizes), d.split_with_sizes(sizes)
+    entries, kv = None, []
+    if gather:
+        # index_select on the table's flat view where it is contiguous (int32 indices, no conversion), take
+        # (int64 indices, any strides) where it is not
+        entries = table.view(-1).index_select(0, dv[0]) if table.is_contiguous() else torch.take(table, dv[0].long())
+        if entries.dtype != torch.int32:
+            entries = entries.to(torch.int32)
+        if len(entry_split) > 1:
+            entries, *kv = entries.split_with_sizes(entry_split)
+    return hv, dv, entries, kv, (table.split_with_sizes(table_split) if table_split else (table,))
+
+
+def _phases(plan: Any, inp: Any, needs: Any, kind: str, slot: int, info: Any, m: int, h0: int, hv: Any, dv: Any,
+            tables: Any, kv_parts: Any, slots: Any, pages_of: Any, offsets: Any) -> Any:
+    """``from_host``'s step from the parts' host and device views (either path's)."""
+    nd, ql = inp.num_decodes, inp.query_lens
+    b, t_all, t_dec = len(ql), info[0], info[5]
     # each new token's page and offset: an append per layer then launches no arithmetic (kv_cache.append)
     step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots, slot_pages=pages_of,
-                        slot_offsets=offsets, page_size=page)
+                        slot_offsets=offsets, page_size=plan.kv_cache.page_size)
     step.extra["staging_slot"] = slot
-    if mla and b > nd:
+    if plan.kv_cache.mla and b > nd:
         _context_parts(step.extra, hv[-4:], dv[-4:], t_all - t_dec, info[30], info[31])
     qlens = tuple(ql) if isinstance(ql, (list, tuple)) else tuple(int(x) for x in ql)
     # the per-phase device seq lens are the copy's own (the engine's, by the contract, hold the same)
-    tables = table.split_with_sizes([nd, b - nd]) if m == 2 else (table,)
     k = 0
     for phase, r0, r1, t0, t1, max_q, max_kv in (("decode", 0, nd, 0, t_dec, info[7], info[8]),
                                                  ("prefill", nd, b, t_dec, t_all, info[9], info[10])):

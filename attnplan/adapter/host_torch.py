@@ -1,0 +1,95 @@
+"""host_torch.cpp built with torch.utils.cpp_extension and loaded: a step's device half - the one copy, the
+views of its parts, the gather, the table per phase - in one call from Python instead of six (issue 41;
+host_metadata.py ``from_host``).
+
+Built for CUDA executors only (``HostStaging`` of a CUDA device asks for it at the executor's construction,
+not at its first step): on the CPU the Python path costs no launches and the build ~40 s of g++ over torch's
+headers. Once per source and torch version in ``host_torch/`` under ``$ATTNPLAN_CACHE_DIR`` (else
+``$XDG_CACHE_HOME/attnplan``, else ``~/.cache/attnplan``); torch's own build lock keeps two processes from
+building into one directory at once. Anything that fails (no compiler, no ninja, torch without its headers,
+a module of another ABI) leaves ``status()`` saying why and the Python path running: the same tensors, more
+host time. ``ATTNPLAN_NATIVE_TORCH=0`` keeps the Python path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+from attnplan.errors import SetupError
+
+SOURCE = Path(__file__).with_name("host_torch.cpp")
+ABI = 1                                   # host_torch.cpp abi()
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _build_dir(digest: str) -> Path:
+    import torch
+
+    from attnplan.vllm.args import cache_dir
+
+    return cache_dir() / "host_torch" / f"torch-{torch.__version__.replace('+', '-')}-{digest}"
+
+
+def _load() -> Any:
+    if os.environ.get("ATTNPLAN_NATIVE_TORCH") == "0":
+        raise SetupError("ATTNPLAN_NATIVE_TORCH=0")
+    from torch.utils import cpp_extension
+
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    out = _build_dir(digest)
+    out.mkdir(parents=True, exist_ok=True)
+    path = os.environ.get("PATH", "")
+    try:
+        import ninja                      # the pip package's binary, where no ninja is on PATH (torch runs it)
+
+        os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{path}"
+    except ImportError:
+        pass
+    try:
+        mod = cpp_extension.load(name=f"attnplan_host_torch_{digest}", sources=[str(SOURCE)],
+                                 build_directory=str(out), extra_cflags=["-O2"], with_cuda=False, verbose=False)
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError / OSError / subprocess errors alike
+        raise SetupError(f"building {SOURCE.name} failed: {str(e).strip()[-400:]}") from e
+    finally:
+        os.environ["PATH"] = path
+    if mod.abi() != ABI:
+        raise SetupError(f"{mod.__file__} has ABI {mod.abi()}, this attnplan {ABI}")
+    _state["path"] = mod.__file__
+    return mod
+
+
+def library() -> Optional[Any]:
+    """The loaded module, or None (``status()`` says why); built and loaded once per process."""
+    lib = _state.get("lib", False)
+    if lib is not False:
+        return lib
+    with _lock:
+        if "lib" not in _state:
+            try:
+                _state["lib"] = _load()
+                _state["why"] = None
+            except Exception as e:  # noqa: BLE001 - any failure keeps the Python path, said in status()
+                _state["lib"] = None
+                _state["why"] = f"{type(e).__name__}: {e}"
+    return _state["lib"]
+
+
+def status() -> dict[str, Any]:
+    """{"compiled": bool, "path": the module or None, "why": why not or None} (after ``library()``)."""
+    library()
+    return {"compiled": _state["lib"] is not None, "path": _state.get("path"), "why": _state["why"]}
+
+
+def _reset() -> None:
+    """Forget the loaded module (tests: ATTNPLAN_NATIVE_TORCH, another cache dir)."""
+    with _lock:
+        _state.clear()
+
+
+__all__ = ["library", "status", "SOURCE", "ABI"]
