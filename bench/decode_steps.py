@@ -498,6 +498,17 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
             finally:
                 host_native._state["lib"] = lib
         return run
+    # the step's device half by torch calls from Python instead of host_torch.cpp's one call, timed in turn
+    views = ex._staging.views
+
+    def python_views(fn):
+        def run():
+            ex._staging.views = None
+            try:
+                return fn()
+            finally:
+                ex._staging.views = views
+        return run
     rows = []
     for (kind, dec_ctx, pre), inp, inp_h in zip(shapes, inputs, hosted):
         seq = dec_ctx + pre
@@ -520,11 +531,14 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
         # metadata, plan_step with the replay, without it, and FlashInfer's whole plans with the same
         # arguments: timed in turn, call by call (a shared host drifts more over a block of calls)
         (row["metadata_us"], row["plan_step_us"], row["plan_step_replay_off_us"], fi, row["metadata_host_table_us"],
-         row["plan_step_host_table_us"], row["metadata_numpy_us"], row["plan_step_numpy_us"]) = host_medians(
+         row["plan_step_host_table_us"], row["metadata_numpy_us"], row["plan_step_numpy_us"],
+         row["plan_step_python_views_us"]) = host_medians(
             [lambda: metadata(ex, inp), lambda: ex.plan_step(inp), lambda: replay_off(inp), fi_plans,
              lambda: metadata(ex, inp_h), lambda: ex.plan_step(inp_h), numpy_path(lambda: metadata(ex, inp)),
-             numpy_path(lambda: ex.plan_step(inp))])
+             numpy_path(lambda: ex.plan_step(inp)), python_views(lambda: ex.plan_step(inp))])
         row["native"] = lib is not None
+        row["native_views"] = views is not None
+        row["plan_step_python_views_minus_fi_plan_us"] = row["plan_step_python_views_us"] - fi
         row["plan_step_numpy_minus_fi_plan_us"] = row["plan_step_numpy_us"] - fi
         row["plan_step_replay_off_minus_fi_plan_us"] = row["plan_step_replay_off_us"] - fi
         row["plan_step_host_table_minus_fi_plan_us"] = row["plan_step_host_table_us"] - fi
@@ -811,8 +825,9 @@ def general_table(rows):
     lines = ["| step | replay | metadata | plan_step | FlashInfer plans | plan_step − plans | the same, replay off "
              "| with the host block table: metadata / plan_step − plans "
              "| numpy, not host_step.c: metadata / plan_step − plans "
+             "| torch from Python, not host_torch.cpp: plan_step − plans "
              "| eager step end to end µs: adapter / FlashInfer (ratio) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         what = (f"{r['kind']}: {r['decodes']} decodes + {r['prefills']} prefills ({r['prefill_tokens']} tokens)")
         replay = ", ".join(f"{ph} {r[ph + '_replay']}" for ph in ("decode", "prefill") if ph + "_replay" in r)
@@ -820,6 +835,7 @@ def general_table(rows):
                      f"{r['plan_step_minus_fi_plan_us']:.0f} | {r['plan_step_replay_off_minus_fi_plan_us']:.0f} | "
                      f"{r['metadata_host_table_us']:.0f} / {r['plan_step_host_table_minus_fi_plan_us']:.0f} | "
                      f"{r['metadata_numpy_us']:.0f} / {r['plan_step_numpy_minus_fi_plan_us']:.0f} | "
+                     f"{r.get('plan_step_python_views_minus_fi_plan_us', float('nan')):.0f} | "
                      f"{r['adapter_step_us']:.1f} / {r['fi_step_us']:.1f} ({r['ratio']:.2f}) |")
     return "\n".join(lines)
 
