@@ -47,12 +47,15 @@ class WarmupReport:
     # how prefill / mixed steps work out their metadata on the host: host_step.c's library, or numpy and why
     # (host_native.py: the same bytes, more host time a step)
     host_metadata: str = ""
+    # how a CUDA step sends and views it: host_torch.cpp's module, or torch calls from Python and why (host_torch.py)
+    device_half: str = ""
 
     def summary(self) -> str:
         mods = ", ".join(f"{m.name} {m.seconds:.1f}s ({m.how})" for m in self.modules) or "none"
         kinds = ", ".join(f"{k} {v * 1e3:.0f}ms" for k, v in self.batch_kinds.items())
         late = f"; compiled late: {self.compiled_during_exercise}" if self.compiled_during_exercise else ""
         host = f"; host metadata: {self.host_metadata}" if self.host_metadata else ""
+        host += f"; device half: {self.device_half}" if self.device_half else ""
         return (f"warm-up {self.seconds:.1f}s (build {self.build_seconds:.1f}s): modules [{mods}]; batch kinds "
                 f"[{kinds}]{late}{host}")
 
@@ -235,6 +238,11 @@ def warmup(ex: Any, progress: Optional[Callable[[dict], None]] = None, *, parall
     say = progress or (lambda _e: None)
     st = host_native.status()
     report = WarmupReport(host_metadata=f"host_step.c ({st['path']})" if st["compiled"] else f"numpy ({st['why']})")
+    if ex.device.type == "cuda":
+        from . import host_torch
+
+        tt = host_torch.status()          # built with the executor's staging: loaded already, or why not
+        report.device_half = f"host_torch.cpp ({tt['path']})" if tt["compiled"] else f"torch from Python ({tt['why']})"
     t_start = time.perf_counter()
     if ex.backend.name == "flashinfer":
         modules = plan_modules(ex.plan)
