@@ -18,19 +18,17 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Optional
 
 from attnplan.errors import SetupError
 
+from .built_once import BuiltOnce
+
 SOURCE = Path(__file__).with_name("host_step.c")
 ABI = 4                                   # host_step.c ap_abi()
 COMPILERS = ("cc", "gcc", "g++", "clang")
 COMPILE_SECONDS = 300                     # one small C file: seconds, unless the machine is starved
-
-_lock = threading.Lock()
-_state: dict[str, Any] = {}
 
 
 def _cache_dir() -> Path:
@@ -78,7 +76,7 @@ def _build(src: bytes) -> Path:
     return out
 
 
-def _load() -> Any:
+def _load() -> tuple[Any, str]:
     if os.environ.get("ATTNPLAN_NATIVE_HOST") == "0":
         raise SetupError("ATTNPLAN_NATIVE_HOST=0")
     path = _build(SOURCE.read_bytes())
@@ -89,36 +87,16 @@ def _load() -> Any:
     P, I = ctypes.c_void_p, ctypes.c_int64
     lib.ap_step.argtypes = [P, P, P, P, P]
     lib.ap_step.restype = I
-    _state["path"] = str(path)
-    return lib
+    return lib, str(path)
 
 
-def library() -> Optional[Any]:
-    """The loaded library, or None (``status()`` says why); built and loaded once per process."""
-    lib = _state.get("lib", False)
-    if lib is not False:
-        return lib
-    with _lock:
-        if "lib" not in _state:
-            try:
-                _state["lib"] = _load()
-                _state["why"] = None
-            except Exception as e:  # noqa: BLE001 - any failure keeps the numpy path, said in status()
-                _state["lib"] = None
-                _state["why"] = f"{type(e).__name__}: {e}"
-    return _state["lib"]
+_once = BuiltOnce(_load)
+_state = _once.state                      # lib, why, path (bench/decode_steps.py swaps lib to time numpy's path)
 
 
-def status() -> dict[str, Any]:
-    """{"compiled": bool, "path": the library or None, "why": why not or None} (after ``library()``)."""
-    library()
-    return {"compiled": _state["lib"] is not None, "path": _state.get("path"), "why": _state["why"]}
-
-
-def _reset() -> None:
-    """Forget the loaded library (tests: ATTNPLAN_NATIVE_HOST, another cache dir)."""
-    with _lock:
-        _state.clear()
+# library(): the loaded library or None; status(): {"compiled", "path", "why"}; _reset() for tests (ATTNPLAN_NATIVE_HOST, another
+# cache dir) - built and loaded once per process (built_once.py)
+library, status, _reset = _once.library, _once.status, _once.reset
 
 
 __all__ = ["library", "status", "SOURCE", "ABI"]

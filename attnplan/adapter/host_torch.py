@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from attnplan.errors import SetupError
 
+from .built_once import BuiltOnce
+
 SOURCE = Path(__file__).with_name("host_torch.cpp")
 ABI = 1                                   # host_torch.cpp abi()
-
-_lock = threading.Lock()
-_state: dict[str, Any] = {}
 
 
 def _build_dir(digest: str) -> Path:
@@ -36,7 +34,7 @@ def _build_dir(digest: str) -> Path:
     return cache_dir() / "host_torch" / f"torch-{torch.__version__.replace('+', '-')}-{digest}"
 
 
-def _load() -> Any:
+def _load() -> tuple[Any, str]:
     if os.environ.get("ATTNPLAN_NATIVE_TORCH") == "0":
         raise SetupError("ATTNPLAN_NATIVE_TORCH=0")
     from torch.utils import cpp_extension
@@ -60,36 +58,15 @@ def _load() -> Any:
         os.environ["PATH"] = path
     if mod.abi() != ABI:
         raise SetupError(f"{mod.__file__} has ABI {mod.abi()}, this attnplan {ABI}")
-    _state["path"] = mod.__file__
-    return mod
+    return mod, mod.__file__
 
 
-def library() -> Optional[Any]:
-    """The loaded module, or None (``status()`` says why); built and loaded once per process."""
-    lib = _state.get("lib", False)
-    if lib is not False:
-        return lib
-    with _lock:
-        if "lib" not in _state:
-            try:
-                _state["lib"] = _load()
-                _state["why"] = None
-            except Exception as e:  # noqa: BLE001 - any failure keeps the Python path, said in status()
-                _state["lib"] = None
-                _state["why"] = f"{type(e).__name__}: {e}"
-    return _state["lib"]
+_once = BuiltOnce(_load)
 
 
-def status() -> dict[str, Any]:
-    """{"compiled": bool, "path": the module or None, "why": why not or None} (after ``library()``)."""
-    library()
-    return {"compiled": _state["lib"] is not None, "path": _state.get("path"), "why": _state["why"]}
-
-
-def _reset() -> None:
-    """Forget the loaded module (tests: ATTNPLAN_NATIVE_TORCH, another cache dir)."""
-    with _lock:
-        _state.clear()
+# library(): the loaded library or None; status(): {"compiled", "path", "why"}; _reset() for tests (ATTNPLAN_NATIVE_TORCH, another
+# cache dir) - built and loaded once per process (built_once.py)
+library, status, _reset = _once.library, _once.status, _once.reset
 
 
 __all__ = ["library", "status", "SOURCE", "ABI"]
