@@ -183,6 +183,11 @@ def mla_chunked(ex, poison_context_rows=False):
     w_v = torch.randn(512, 4, 128, generator=gen) / 20
     got = ex.gather_context(step, cache)
     assert torch.equal(got, lat)
+    # another layer's cache: the step's context slots are worked out once, each layer gathers its own rows
+    other = ex.allocate_kv_cache(8)
+    lat2 = torch.randn(24, 576, generator=gen).bfloat16()
+    kvc.append(other, slots_of(table, 0, range(24), page), lat2)
+    assert torch.equal(ex.gather_context(step, other), lat2) and "context_slots" in step.extra
 
     def up(latent):
         ckv = latent[:, :512].float()

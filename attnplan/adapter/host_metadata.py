@@ -313,8 +313,7 @@ def _context_parts(extra: dict, hv: Any, dv: Any, t_prefill: int, total: int, lo
 
     extra.update(new_lens=hv[0], context_lens=hv[1], context_lens_dev=dv[1], context_indptr_cpu=hv[2],
                  context_indptr=dv[2], has_context=dv[3].view(torch.uint8)[:t_prefill].view(torch.bool),
-                 any_context=total > 0,
-                 context_tokens=total, longest_context=longest)
+                 any_context=total > 0, context_tokens=total, longest_context=longest)
 
 
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
@@ -330,7 +329,10 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     ``HOST_KV_ENTRIES`` (before: 6, and 11 past 4096 pages); the int64 slots are made from the pages and
     offsets at their first read (step._Slots), which the appends never make. With the
     engine's host block table (``inp.block_table_cpu``) the host also gathers the slots and page
-    indices, and the copy is the step's one device operation."""
+    indices, and the copy is the step's one device operation. On CUDA the copy, the views, the gather
+    and the table per phase are one call into host_torch.cpp (``HostStaging.views``; its Python twin
+    ``_step_views`` elsewhere). An MLA plan's prefill requests bring their cached context in the same
+    copy (``_context_parts``)."""
     import torch
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
