@@ -135,6 +135,19 @@ def executor_for(name):
     return ex
 
 
+def swapped(obj, name, value, fn):
+    """A callable that runs ``fn()`` with ``obj.name`` set to ``value`` and restored after: one arm of an
+    in-process comparison timed in turn (the replay off, numpy for host_step.c, Python for host_torch.cpp)."""
+    def run():
+        old = getattr(obj, name)
+        setattr(obj, name, value)
+        try:
+            return fn()
+        finally:
+            setattr(obj, name, old)
+    return run
+
+
 def recorded_plan(wrapper, fn):
     """The (args, kwargs) FlashInfer's ``plan`` got from ``fn()`` on ``wrapper``."""
     seen = {}
@@ -479,11 +492,7 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
     g = ex.backend.general
 
     def replay_off(inp):
-        g.enabled = False
-        try:
-            return ex.plan_step(inp)
-        finally:
-            g.enabled = True
+        return swapped(g, "enabled", False, lambda: ex.plan_step(inp))()
 
     # the metadata's host arithmetic by numpy instead of host_step.c (host_native.py), timed in turn
     from attnplan.adapter import host_native
@@ -491,24 +500,12 @@ def general_rows(out_dir, shapes=GENERAL_SHAPES):
     lib = host_native.library()
 
     def numpy_path(fn):
-        def run():
-            host_native._state["lib"] = None
-            try:
-                return fn()
-            finally:
-                host_native._state["lib"] = lib
-        return run
+        return swapped(host_native, "library", lambda: None, fn)
     # the step's device half by torch calls from Python instead of host_torch.cpp's one call, timed in turn
     views = ex._staging.views
 
     def python_views(fn):
-        def run():
-            ex._staging.views = None
-            try:
-                return fn()
-            finally:
-                ex._staging.views = views
-        return run
+        return swapped(ex._staging, "views", None, fn)
     rows = []
     for (kind, dec_ctx, pre), inp, inp_h in zip(shapes, inputs, hosted):
         seq = dec_ctx + pre

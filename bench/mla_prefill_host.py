@@ -36,7 +36,7 @@ def main() -> None:
     a = ap.parse_args()
     import torch
     from gpu_common import answer
-    from decode_steps import recorded_plan
+    from decode_steps import recorded_plan, swapped
     from xqa_vs_fa2 import host_only_each
 
     from attnplan.adapter import AttentionExecutor, StepInput
@@ -65,13 +65,7 @@ def main() -> None:
                 ex.plan_step(inp)
 
         def off(fn):
-            def run():
-                g.enabled = False
-                try:
-                    return fn()
-                finally:
-                    g.enabled = True
-            return run
+            return swapped(g, "enabled", False, fn)
 
         def metadata(inp):
             step = build_step(ex.plan, inp, ex._staging, ex._layouts)

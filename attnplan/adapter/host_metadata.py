@@ -387,7 +387,28 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
         # The slots (table entry * page + offset) only where something reads them (step._Slots): the
         # appends read each new token's page and offset (kv_cache.append), so a step launches no more.
         slots, pages_of, offsets = None, entries, dv[1]
-    return _phases(plan, inp, needs, kind, slot, info, m, h0, hv, dv, tables, kv_parts, slots, pages_of, offsets)
+    # each new token's page and offset: an append per layer then launches no arithmetic (kv_cache.append)
+    step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots, slot_pages=pages_of,
+                        slot_offsets=offsets, page_size=page)
+    step.extra["staging_slot"] = slot
+    if mla and b > nd:
+        _context_parts(step.extra, hv[-4:], dv[-4:], t_all - t_dec, info[30], info[31])
+    qlens = tuple(ql) if isinstance(ql, (list, tuple)) else tuple(int(x) for x in ql)
+    # the per-phase device seq lens are the copy's own (the engine's, by the contract, hold the same)
+    k = 0
+    for phase, r0, r1, t0, t1, max_q, max_kv in (("decode", 0, nd, 0, t_dec, info[7], info[8]),
+                                                 ("prefill", nd, b, t_dec, t_all, info[9], info[10])):
+        if r1 == r0:
+            continue
+        setattr(step, phase, PhaseBatch(
+            phase=phase, req=slice(r0, r1), tok=slice(t0, t1), num_reqs=r1 - r0,
+            num_tokens=t1 - t0, max_q_len=max_q, max_kv_len=max_kv, qo_indptr=dv[h0 + k],
+            seq_lens=dv[h0 + 2 * m + k], block_table=tables[k], kv_page_indptr=dv[h0 + m + k],
+            last_page_len=dv[h0 + 3 * m + k], qo_indptr_cpu=hv[h0 + k], seq_lens_cpu=hv[h0 + 2 * m + k],
+            kv_page_indptr_cpu=hv[h0 + m + k], last_page_len_cpu=hv[h0 + 3 * m + k], query_lens=qlens[r0:r1],
+            kv_indices=kv_parts[k]))
+        k += 1
+    return step
 
 
 def _step_views(host: Any, sizes: Any, table: Any, gather: bool, entry_split: list, table_split: list) -> tuple:
@@ -410,32 +431,3 @@ def _step_views(host: Any, sizes: Any, table: Any, gather: bool, entry_split: li
         if len(entry_split) > 1:
             entries, *kv = entries.split_with_sizes(entry_split)
     return hv, dv, entries, kv, (table.split_with_sizes(table_split) if table_split else (table,))
-
-
-def _phases(plan: Any, inp: Any, needs: Any, kind: str, slot: int, info: Any, m: int, h0: int, hv: Any, dv: Any,
-            tables: Any, kv_parts: Any, slots: Any, pages_of: Any, offsets: Any) -> Any:
-    """``from_host``'s step from the parts' host and device views (either path's)."""
-    nd, ql = inp.num_decodes, inp.query_lens
-    b, t_all, t_dec = len(ql), info[0], info[5]
-    # each new token's page and offset: an append per layer then launches no arithmetic (kv_cache.append)
-    step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots, slot_pages=pages_of,
-                        slot_offsets=offsets, page_size=plan.kv_cache.page_size)
-    step.extra["staging_slot"] = slot
-    if plan.kv_cache.mla and b > nd:
-        _context_parts(step.extra, hv[-4:], dv[-4:], t_all - t_dec, info[30], info[31])
-    qlens = tuple(ql) if isinstance(ql, (list, tuple)) else tuple(int(x) for x in ql)
-    # the per-phase device seq lens are the copy's own (the engine's, by the contract, hold the same)
-    k = 0
-    for phase, r0, r1, t0, t1, max_q, max_kv in (("decode", 0, nd, 0, t_dec, info[7], info[8]),
-                                                 ("prefill", nd, b, t_dec, t_all, info[9], info[10])):
-        if r1 == r0:
-            continue
-        setattr(step, phase, PhaseBatch(
-            phase=phase, req=slice(r0, r1), tok=slice(t0, t1), num_reqs=r1 - r0,
-            num_tokens=t1 - t0, max_q_len=max_q, max_kv_len=max_kv, qo_indptr=dv[h0 + k],
-            seq_lens=dv[h0 + 2 * m + k], block_table=tables[k], kv_page_indptr=dv[h0 + m + k],
-            last_page_len=dv[h0 + 3 * m + k], qo_indptr_cpu=hv[h0 + k], seq_lens_cpu=hv[h0 + 2 * m + k],
-            kv_page_indptr_cpu=hv[h0 + m + k], last_page_len_cpu=hv[h0 + 3 * m + k], query_lens=qlens[r0:r1],
-            kv_indices=kv_parts[k]))
-        k += 1
-    return step

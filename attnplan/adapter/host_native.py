@@ -91,11 +91,10 @@ def _load() -> tuple[Any, str]:
 
 
 _once = BuiltOnce(_load)
-_state = _once.state                      # lib, why, path (bench/decode_steps.py swaps lib to time numpy's path)
 
 
-# library(): the loaded library or None; status(): {"compiled", "path", "why"}; _reset() for tests (ATTNPLAN_NATIVE_HOST, another
-# cache dir) - built and loaded once per process (built_once.py)
+# library(): the loaded library or None; status(): {"compiled", "path", "why"}; _reset() for tests
+# (ATTNPLAN_NATIVE_HOST, another cache dir) - built and loaded once per process (built_once.py)
 library, status, _reset = _once.library, _once.status, _once.reset
 
 

@@ -64,8 +64,8 @@ def _load() -> tuple[Any, str]:
 _once = BuiltOnce(_load)
 
 
-# library(): the loaded library or None; status(): {"compiled", "path", "why"}; _reset() for tests (ATTNPLAN_NATIVE_TORCH, another
-# cache dir) - built and loaded once per process (built_once.py)
+# library(): the loaded module or None; status(): {"compiled", "path", "why"}; _reset() for tests
+# (ATTNPLAN_NATIVE_TORCH, another cache dir) - built and loaded once per process (built_once.py)
 library, status, _reset = _once.library, _once.status, _once.reset
 
 
