@@ -12,6 +12,7 @@ H100 the same path runs against the float32 reference in tests/gpu/test_adapter_
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -176,6 +177,38 @@ def test_prefill_steps_learn_then_plan_with_the_scheduler_call_alone(monkeypatch
     assert r.replays == len(SHAPES) * 2 - 4
     # the check's two replays called the scheduler too: every step called it, the check's thrice
     assert len(w.calls) == len(SHAPES) * 2 + 2
+
+
+class PropertyWrapper(EagerWrapper):
+    """A wrapper whose class holds one of the attributes a plan sets as a property that keeps its value in the
+    instance's ``__dict__`` under its own name (what the learning sees in ``vars``): the replay must set it
+    through the property (``setattr``), not into the ``__dict__`` past it."""
+
+    @property
+    def _max_q_len(self):
+        return self.__dict__["_max_q_len"]
+
+    @_max_q_len.setter
+    def _max_q_len(self, x):
+        self.__dict__["_max_q_len"] = x
+        self.stats.through_setter = getattr(self.stats, "through_setter", 0) + 1
+
+
+@pytest.mark.parametrize("cls", [EagerWrapper, PropertyWrapper], ids=["plain", "property"])
+def test_the_replay_sets_the_attributes_as_the_whole_plan_does(monkeypatch, cls):
+    # The replay sets each attribute as the whole plan does (general_plans.py StepReplay._replay, setattr; a
+    # __dict__ update measured slower, 2.2 against 1.3 us for ten attributes): the wrapper holds what a whole
+    # plan leaves (_run), and a property sees every step's value.
+    plain = cls is EagerWrapper
+    ex, page = executor(monkeypatch, cls, LLAMA, "fa2")
+    monkeypatch.setattr(sys.modules[__name__], "EagerWrapper", cls)        # _whole_reference's fresh wrapper too
+    _run(ex, page, SHAPES * 2)
+    w = ex.backend._prefill
+    r = replay_of(ex.backend, w)
+    assert r is not None and r.ready and r.replays == len(SHAPES) * 2 - 4, r and r.refused
+    if not plain:
+        # every plan - whole or replayed, the check's two replays too - went through the setter
+        assert w.stats.through_setter == len(SHAPES) * 2 + 2
 
 
 def test_mixed_steps_replay_both_wrappers(monkeypatch):

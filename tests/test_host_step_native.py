@@ -168,6 +168,10 @@ def test_the_library_is_built_once_per_source_and_checks_its_abi(monkeypatch, tm
         mtime = built[0].stat().st_mtime_ns
         host_native._reset()
         assert host_native.library() is not None and built[0].stat().st_mtime_ns == mtime   # loaded, not rebuilt
+        # other flags (host_native.FLAGS) are another build beside it, not the cached one
+        monkeypatch.setattr(host_native, "FLAGS", (*host_native.FLAGS, "-DATTNPLAN_FLAGS_TEST"))
+        host_native._reset()
+        assert host_native.library() is not None and len(list(tmp_path.glob("host_step/*/host_step.so"))) == 2
         monkeypatch.setattr(host_native, "ABI", host_native.ABI + 1)
         host_native._reset()
         assert host_native.library() is None and "ABI" in host_native.status()["why"]

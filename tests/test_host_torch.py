@@ -14,8 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from attnplan.adapter import StepInput, host_metadata, host_torch  # noqa: E402
+from attnplan.adapter import StepInput, host_metadata, host_native, host_torch  # noqa: E402
 from attnplan.adapter.metadata import build_step  # noqa: E402
+from attnplan.errors import AdapterCallError  # noqa: E402
 from attnplan.policy import AttentionConfig, plan_for, simulated_node  # noqa: E402
 
 
@@ -70,29 +71,64 @@ def _fields(step) -> dict:
 @pytest.mark.parametrize("mla", [False, True], ids=["gqa", "mla"])
 @pytest.mark.parametrize("host_table", [False, True], ids=["device-table", "host-table"])
 @pytest.mark.parametrize("pages_on", ["host", "device"])
-def test_the_cpp_views_make_the_python_paths_step(lib, monkeypatch, mla, host_table, pages_on):
+@pytest.mark.parametrize("host_half", ["in-module", "numpy"])
+def test_the_cpp_views_make_the_python_paths_step(lib, monkeypatch, mla, host_table, pages_on, host_half):
+    """``in-module``: the module's ``step`` (host_step.c compiled in, the device half in the same call) against
+    ctypes' host_step.c and the Python twin; ``numpy`` (ATTNPLAN_NATIVE_HOST=0): numpy's host half, then the
+    module's ``step_views`` against the Python twin."""
     if pages_on == "device":
         monkeypatch.setattr(host_metadata, "HOST_KV_ENTRIES", 0)
+    if host_half == "numpy":
+        monkeypatch.setattr(host_native, "library", lambda: None)
+    else:
+        assert host_native.library() is not None, host_native.status()["why"]
     page = 16
     plan = _plan(mla, page)
     rnd = random.Random(f"{mla}{host_table}{pages_on}")
     calls = []
-    real = lib.step_views
 
     class Counting:                        # the C++ path taken, not the Python twin
         def step_views(self, *a):
-            calls.append(a)
-            return real(*a)
+            calls.append("step_views")
+            return lib.step_views(*a)
+
+        def step(self, *a):
+            calls.append("step")
+            return lib.step(*a)
+    want = []
     for i in range(16):
         inp = _input(rnd, page, host_table, strided=i % 2 == 1)
+        # the module's step called again where the first buffer was too small; numpy's half retries in Python
+        want += ["step"] * (1 + (i % 4 >= 2)) if host_half == "in-module" else ["step_views"]
         got = []
         for views in (Counting(), None):
             st = host_metadata.HostStaging("cpu")
             assert st.views is None           # a CPU executor's staging never builds the module
             st.views = views
+            if i % 4 >= 2:
+                st.SMALLEST = 1               # the first buffer too small: the call again, into a larger one
             got.append(_fields(build_step(plan, inp, st)))
         assert got[0] == got[1]
-    assert len(calls) == 16
+    assert calls == want
+
+
+@pytest.mark.parametrize("case", ["decode-query", "short-kv", "past-the-row"])
+def test_the_modules_step_refuses_as_host_step_c_does(lib, monkeypatch, case):
+    """A step ap_step refuses raises, through the module's ``step``, the message the ctypes path raises."""
+    assert host_native.library() is not None, host_native.status()["why"]
+    plan = _plan(False, 16)
+    table = torch.arange(40, dtype=torch.int32).view(4, 10)
+    q, seq = {"decode-query": ([1, 2, 30, 5], [9, 3, 40, 7]), "short-kv": ([1, 1, 30, 5], [9, 3, 20, 7]),
+              "past-the-row": ([1, 1, 30, 5], [9, 3, 200, 7])}[case]
+    inp = StepInput(q, torch.tensor(seq, dtype=torch.int32), table, 2, seq_lens_cpu=torch.tensor(seq, dtype=torch.int32))
+    msgs = []
+    for views in (lib, None):
+        st = host_metadata.HostStaging("cpu")
+        st.views = views
+        with pytest.raises(AdapterCallError) as e:
+            build_step(plan, inp, st)
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1], msgs
 
 
 def test_views_are_views_of_one_copy(lib):

@@ -56,8 +56,9 @@ class HostStaging:
         self._next = 0
         self.hint = 0                         # the last step's int32 count: the next step's is likely close
         host_native.library()                 # built (once per source) with the executor, not at its first step
-        # host_torch.cpp's step_views where the device is CUDA (there each torch call from Python costs 5-23 us of
-        # host): built with the executor too; None, the Python path, elsewhere or where it did not build
+        # host_torch.cpp where the device is CUDA (there each torch call from Python costs 5-23 us of host): its
+        # step runs host_step.c and the device half in one call; built with the executor too; None, the Python
+        # path, elsewhere or where it did not build
         self.views = host_torch.library() if self.cuda else None
 
     def take(self, n: int) -> tuple[Any, int]:
@@ -261,10 +262,12 @@ _INPUTS, _OUTPUTS = struct.Struct("10q"), struct.Struct(f"{IN}q")
 
 
 def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_needed: bool, bt: Any,
-                 staging: HostStaging, mla_ctx: bool = False) -> tuple[Any, int, int, tuple]:
+                 staging: HostStaging, mla_ctx: bool = False, table: Any = None) -> tuple[Any, int, int, tuple, Any]:
     """host_step.c ap_step over the step's own host arrays (pointers: no copies where the lengths are
     contiguous int32 / int64 already), into a free staging buffer - a larger one where the layout needs
-    it. Every pointer from the cheapest accessor (numpy's ``.ctypes`` costs ~2.5 us a read)."""
+    it. Every pointer from the cheapest accessor (numpy's ``.ctypes`` costs ~2.5 us a read). ``lib``: host_step.c
+    through ctypes, or, given the device ``table``, host_torch.cpp, whose ``step`` makes the device half in the
+    same call (its five results last; None from ctypes)."""
     import torch
 
     qa: Any = None
@@ -292,16 +295,22 @@ def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, widt
     _INPUTS.pack_into(info, IN * 8, len(qa), nd, q_dec, page, width, kv_needed, HOST_KV_ENTRIES, seq64, host.numel(),
                       mla_ctx)
     bt_ptr = None if bt is None else bt.__array_interface__["data"][0]
-    total = lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
+    if table is None:
+        total, views = lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr), None
+    else:
+        total, *views = lib.step(q_ptr, seq_ptr, bt_ptr or 0, host, tls.ptr, table)
     if total < 0 or total > host.numel():
         staging.give_back(slot)
         if total < 0:
             _refuse(total, int(info[0]), np.asarray(qa, dtype=np.int64), nd, q_dec, page, width)
         host, slot = staging.take(total)
-        info[IN + 8] = host.numel()
-        lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
+        if table is None:
+            info[IN + 8] = host.numel()
+            lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
+        else:
+            total, *views = lib.step(q_ptr, seq_ptr, bt_ptr or 0, host, tls.ptr, table)
     staging.hint = total
-    return host, slot, total, _OUTPUTS.unpack_from(info)
+    return host, slot, total, _OUTPUTS.unpack_from(info), views
 
 
 def _context_parts(extra: dict, hv: Any, dv: Any, t_prefill: int, total: int, longest: int) -> None:
@@ -329,10 +338,11 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     ``HOST_KV_ENTRIES`` (before: 6, and 11 past 4096 pages); the int64 slots are made from the pages and
     offsets at their first read (step._Slots), which the appends never make. With the
     engine's host block table (``inp.block_table_cpu``) the host also gathers the slots and page
-    indices, and the copy is the step's one device operation. On CUDA the copy, the views, the gather
-    and the table per phase are one call into host_torch.cpp (``HostStaging.views``; its Python twin
-    ``_step_views`` elsewhere). An MLA plan's prefill requests bring their cached context in the same
-    copy (``_context_parts``)."""
+    indices, and the copy is the step's one device operation. On CUDA host_step.c's call, the copy, the
+    views, the gather and the table per phase are one call into host_torch.cpp (``HostStaging.views``, its
+    ``step``: host_step.c is compiled into it); its ``step_views`` makes the device half alone where the host
+    half is numpy's, the Python twin ``_step_views`` where the module is not built (the CPU). An MLA plan's
+    prefill requests bring their cached context in the same copy (``_context_parts``)."""
     import torch
 
     page, nd, table = plan.kv_cache.page_size, inp.num_decodes, inp.block_table
@@ -356,21 +366,28 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     # One split_with_sizes views every part apart, on the host and on the device.
     # MLA: the prefill requests' cached context too (host_step.c fill_context), for its ragged context part
     lib, want_kv, mla = host_native.library(), needs.needs_paged_kv_indices, bool(plan.kv_cache.mla)
-    host, slot, total, info = _native_step(lib, ql, s, nd, q_dec, page, width, want_kv, bt, staging, mla) \
-        if lib is not None else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, want_kv, bt,
-                                            staging, mla)
+    fused = staging.views if lib is not None else None
+    if fused is not None:
+        # host_torch.cpp's step: ap_step, then the copy, both sides' views, the gather (no host table) split into
+        # the new tokens' entries and each phase's page indices, the table per phase - one call
+        host, slot, total, info, (hv, dv, entries, kv, tables) = _native_step(
+            fused, ql, s, nd, q_dec, page, width, want_kv, bt, staging, mla, table)
+    else:
+        host, slot, total, info, _ = _native_step(lib, ql, s, nd, q_dec, page, width, want_kv, bt, staging, mla) \
+            if lib is not None else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, want_kv,
+                                                bt, staging, mla) + (None,)
     t_all, p_all, kv_on_host, kv_on_device, use_bt, t_dec, p_dec = info[:7]
-    sizes = info[12:12 + info[11]]
     m = (nd > 0) + (b > nd)
     h0 = 3 + m if use_bt else 2                          # the token parts' count: the rest are per request
     kv_parts: Any = (None, None)
     device = table.device
-    # the copy, both sides' views of its parts, the gather (no host table) split into the new tokens' entries
-    # and each phase's page indices, the table per phase: host_torch.cpp in one call where it is loaded
-    views = _step_views if staging.views is None else staging.views.step_views
-    hv, dv, entries, kv, tables = views(host, sizes, table, not use_bt, [t_all, p_dec, p_all - p_dec] if m == 2 and
-                                        kv_on_host else [t_all, p_all] if kv_on_host else [t_all],
-                                        [nd, b - nd] if m == 2 else [])
+    if fused is None:
+        # the device half as host_torch.cpp's step makes it: its step_views where only ap_step is not its own
+        # (ATTNPLAN_NATIVE_HOST=0), else the Python twin
+        views = _step_views if staging.views is None else staging.views.step_views
+        hv, dv, entries, kv, tables = views(host, info[12:12 + info[11]], table, not use_bt,
+                                            [t_all, p_dec, p_all - p_dec] if m == 2 and kv_on_host else
+                                            [t_all, p_all] if kv_on_host else [t_all], [nd, b - nd] if m == 2 else [])
     if use_bt:
         slots, pages_of, offsets = dv[0].view(torch.int64), dv[1], dv[2]
         if kv_on_host:

@@ -14,6 +14,15 @@
 #include <tuple>
 #include <vector>
 
+// host_step.c's ap_step compiled in (g++ takes it as C++; its symbols renamed so that they never meet those of
+// host_native.py's ctypes-loaded build of the same file): ``step`` runs the host half and the device half in one
+// call from Python. host_torch.py's digest covers both files.
+#define ap_step attnplan_torch_ap_step
+#define ap_abi attnplan_torch_ap_abi
+#include "host_step.c"
+#undef ap_step
+#undef ap_abi
+
 namespace {
 
 using Tensors = std::vector<at::Tensor>;
@@ -56,11 +65,46 @@ std::tuple<Tensors, Tensors, at::Tensor, Tensors, Tensors> step_views(const at::
     return {std::move(hv), std::move(dv), entries, std::move(kv), std::move(tables)};
 }
 
-int64_t ap_abi() { return 1; }
+// host_metadata.py ``from_host`` in one call: host_step.c's ap_step writes the step's layout into ``host`` (its
+// inputs and outputs in ``info``, an int64 array of at least 42 at address ``info_addr``: host_metadata.py
+// ``_native_step`` packs and reads it), then ``step_views`` as from_host would call it for that layout (the
+// gather and its split where there is no host table, the table split per phase). (ap_step's return - the
+// layout's int32 count, or its refusal < 0 -, then step_views' five results); where the step is refused or
+// needs more than ``host`` holds, nothing but the count (the caller raises, or takes a larger buffer and calls
+// again). Addresses as ints: q int64 [b], seq int32 or int64 [b] (info[39]), bt int32 [b, width] or 0.
+std::tuple<int64_t, Tensors, Tensors, at::Tensor, Tensors, Tensors> step(int64_t q_addr, int64_t seq_addr,
+                                                                         int64_t bt_addr, const at::Tensor &host,
+                                                                         int64_t info_addr, const at::Tensor &table) {
+    int64_t *info = reinterpret_cast<int64_t *>(info_addr);
+    TORCH_CHECK(host.scalar_type() == at::kInt && host.is_contiguous() && host.is_cpu(), "host: contiguous int32");
+    info[40] = host.numel();
+    int64_t total = attnplan_torch_ap_step(reinterpret_cast<const int64_t *>(q_addr),
+                                           reinterpret_cast<const void *>(seq_addr),
+                                           reinterpret_cast<const int32_t *>(bt_addr), host.data_ptr<int32_t>(), info);
+    if (total < 0 || total > info[40])
+        return {total, {}, {}, at::Tensor(), {}, {}};
+    const int64_t b = info[32], nd = info[33], t_all = info[0], p_all = info[1], on_host = info[2], p_dec = info[6];
+    const bool two = nd > 0 && b > nd;
+    std::vector<int64_t> sizes(info + 12, info + 12 + info[11]), entry_split{t_all}, table_split;
+    if (on_host) {
+        if (two) {
+            entry_split.push_back(p_dec);
+            entry_split.push_back(p_all - p_dec);
+        } else
+            entry_split.push_back(p_all);
+    }
+    if (two)
+        table_split = {nd, b - nd};
+    auto [hv, dv, entries, kv, tables] = step_views(host, sizes, table, !info[4], entry_split, table_split);
+    return {total, std::move(hv), std::move(dv), entries, std::move(kv), std::move(tables)};
+}
+
+int64_t ap_abi() { return 2; }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("step_views", &step_views);
+    m.def("step", &step);
     m.def("abi", &ap_abi);
 }

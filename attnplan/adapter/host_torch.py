@@ -1,6 +1,6 @@
 """host_torch.cpp built with torch.utils.cpp_extension and loaded: a step's device half - the one copy, the
-views of its parts, the gather, the table per phase - in one call from Python instead of six (issue 41;
-host_metadata.py ``from_host``).
+views of its parts, the gather, the table per phase - in one call from Python instead of six, and with
+host_step.c compiled in, its host half in the same call (``step``; issue 41, host_metadata.py ``from_host``).
 
 Built for CUDA executors only (``HostStaging`` of a CUDA device asks for it at the executor's construction,
 not at its first step): on the CPU the Python path costs no launches and the build ~40 s of g++ over torch's
@@ -23,7 +23,9 @@ from attnplan.errors import SetupError
 from .built_once import BuiltOnce
 
 SOURCE = Path(__file__).with_name("host_torch.cpp")
-ABI = 1                                   # host_torch.cpp abi()
+INCLUDED = Path(__file__).with_name("host_step.c")      # compiled into it (its ``step``): part of the digest
+ABI = 2                                   # host_torch.cpp abi()
+CFLAGS = ["-O3"]                          # host_native.FLAGS' reason: host_step.c's loops vectorized; in the digest
 
 
 def _build_dir(digest: str) -> Path:
@@ -39,7 +41,7 @@ def _load() -> tuple[Any, str]:
         raise SetupError("ATTNPLAN_NATIVE_TORCH=0")
     from torch.utils import cpp_extension
 
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(SOURCE.read_bytes() + INCLUDED.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:16]
     out = _build_dir(digest)
     out.mkdir(parents=True, exist_ok=True)
     path = os.environ.get("PATH", "")
@@ -51,7 +53,7 @@ def _load() -> tuple[Any, str]:
         pass
     try:
         mod = cpp_extension.load(name=f"attnplan_host_torch_{digest}", sources=[str(SOURCE)],
-                                 build_directory=str(out), extra_cflags=["-O2"], with_cuda=False, verbose=False)
+                                 build_directory=str(out), extra_cflags=CFLAGS, with_cuda=False, verbose=False)
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError / OSError / subprocess errors alike
         raise SetupError(f"building {SOURCE.name} failed: {str(e).strip()[-400:]}") from e
     finally:
