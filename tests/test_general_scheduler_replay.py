@@ -402,3 +402,25 @@ def test_mla_prefill_parts_learn_then_plan_with_the_scheduler_call_alone(monkeyp
             assert r is None and ex.backend.parts[key].stats.whole == planned[key]
             continue
         assert r is not None and r.ready and r.replays > 0, (key, r and r.refused)
+
+
+def test_event_calls_skip_the_python_subclass_where_the_base_is_c(monkeypatch):
+    # plan_replay.event_methods: torch.cuda.Event's query / record through its C base (one frame less a call, a
+    # few a step on the H100 hosts), the Event's own where the base's are Python functions (another torch).
+    from attnplan.adapter.plan_replay import event_methods
+
+    class CBase:                               # method descriptors, as a C extension type's methods are
+        query, record = dict.get, dict.setdefault
+
+    class PyBase:
+        def query(self):
+            return True
+
+        def record(self, stream):
+            pass
+
+    for base, want in ((CBase, (dict.get, dict.setdefault)), (PyBase, None)):
+        event = type("Event", (base,), {"query": lambda self: True, "record": lambda self, stream=None: None})
+        monkeypatch.setattr(torch.cuda, "Event", event)
+        got = event_methods()
+        assert got == (want or (event.query, event.record))

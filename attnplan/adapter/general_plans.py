@@ -276,13 +276,14 @@ class StepReplay:
     def _program(self) -> tuple:
         """The binding as the replay reads it: per scheduler argument, keyword and attribute (0, the
         constant), (1, the step value's name) or (2, candidates to pick among); the names the step must
-        hold; the bindings with candidates. Made again when ``_narrow`` replaces a binding's lists."""
+        hold; the bindings with candidates; the fills; every name the replay reads (those and the
+        candidates'). Made once per binding: ``_narrow`` replaces a binding's lists and drops it (the
+        replay's Python is host time a whole plan does not spend beside the scheduler call: issue 41)."""
+        prog = self._prog
+        if prog is not None:
+            return prog
         bind = self.binding
         assert bind is not None
-        key = (bind["args"], bind["kwargs"], bind["attrs"])
-        prog = self._prog
-        if prog is not None and all(x is y for x, y in zip(prog[0], key)):
-            return prog[1]
 
         def op(cands: list[tuple]) -> tuple:
             if len(cands) == 1:
@@ -292,9 +293,10 @@ class StepReplay:
                [(k, op(c)) for k, c in bind["attrs"].items()])
         every = [*ops[0], *(o for _, o in ops[1]), *(o for _, o in ops[2])]
         names = tuple(sorted({x for kind, x in every if kind == 1}))
-        compiled = (*ops, names, tuple(x for kind, x in every if kind == 2), tuple(bind["fills"].items()))
-        self._prog = (key, compiled)
-        return compiled
+        picks = tuple(x for kind, x in every if kind == 2)
+        reads = tuple(sorted({*names, *(n for cands in picks for kind, n in cands if kind == "name")}))
+        self._prog = (*ops, names, picks, tuple(bind["fills"].items()), reads)
+        return self._prog
 
     def _disagree(self, v: dict) -> bool:
         """Whether an int binding's candidates disagree for the step of values ``v`` (``_values``)."""
@@ -305,14 +307,14 @@ class StepReplay:
         candidates disagree for this step."""
         bind = self.binding
         assert bind is not None
-        args_ops, kwargs_ops, attrs_ops, names, picks, fills = self._program()
-        # The step's own values by name (a field the binding names but this step lacks: KeyError, and the
-        # wrapper plans whole from then on, as before); every value only where the binding kept candidates.
-        v = _values(batch) if picks else {n: getattr(batch, n) for n in names}
-        missing = [n for n in names if v.get(n) is None]
+        args_ops, kwargs_ops, attrs_ops, names, picks, fills, reads = self._program()
+        # The step's own values, those the binding reads (a field the binding names but this step lacks:
+        # KeyError, and the wrapper plans whole from then on, as before).
+        v = {n: getattr(batch, n) for n in reads}
+        missing = [n for n in names if v[n] is None]
         if missing:
             raise KeyError(f"the step has no {missing}")
-        if picks and self._disagree(v):
+        if picks and any(self._pick(x, v) is _MISSING for x in picks):
             return False
         pick = self._pick
         args = [x if k == 0 else v[x] if k == 1 else pick(x, v) for k, x in args_ops]
@@ -348,6 +350,7 @@ class StepReplay:
         bind["kwargs"] = {k: keep(c, kwargs[k], f"scheduler argument {k}") for k, c in bind["kwargs"].items()}
         bind["attrs"] = {k: keep(c, o.after[k].obj if k in o.after else _MISSING, f"attribute {k}")
                          for k, c in bind["attrs"].items()}
+        self._prog = None
         self.narrowed += 1
 
     def _check(self, batch: Any) -> None:
@@ -417,7 +420,7 @@ class StepReplay:
                 self.first = o
             elif all(self.first.values[n] != o.values[n] for n in MUST_DIFFER):
                 try:
-                    self.binding = self._bind(self.first, o)
+                    self.binding, self._prog = self._bind(self.first, o), None
                 except Ambiguous:
                     self.first = o           # e.g. last-page lengths equal to the lengths: another pair
                     return
@@ -438,7 +441,7 @@ class StepReplay:
         self.ready, self.first = True, None
 
     def _refuse(self, why: str) -> None:
-        self.ready, self.refused, self.binding, self.first = False, why, None, None
+        self.ready, self.refused, self.binding, self.first, self._prog = False, why, None, None, None
 
 
 def _small(v: Any) -> bool:

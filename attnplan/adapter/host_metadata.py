@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 
 from . import host_native, host_torch
-from .plan_replay import cuda_index, current_stream
+from .plan_replay import cuda_index, current_stream, event_methods
 from .step import PhaseBatch, StepMetadata
 from attnplan.errors import AdapterCallError
 
@@ -54,6 +54,7 @@ class HostStaging:
         self._index = cuda_index(self.device) if self.cuda else None
         self._ring: list[list[Any]] = []      # [host buffer, event or None, busy]
         self._next = 0
+        self._query, self._record = event_methods() if self.cuda else (None, None)
         self.hint = 0                         # the last step's int32 count: the next step's is likely close
         host_native.library()                 # built (once per source) with the executor, not at its first step
         # host_torch.cpp where the device is CUDA (there each torch call from Python costs 5-23 us of host): its
@@ -71,7 +72,7 @@ class HostStaging:
         for k in range(len(self._ring)):
             i = (self._next + k) % len(self._ring)
             buf, ev, busy = self._ring[i]
-            if not busy and buf.numel() >= n and (ev is None or ev.query()):
+            if not busy and buf.numel() >= n and (ev is None or self._query(ev)):
                 self._ring[i][2] = True
                 self._next = (i + 1) % len(self._ring)
                 return buf, i
@@ -96,7 +97,7 @@ class HostStaging:
         # The device's current stream by its index, worked out once, its Stream object kept: torch's
         # current_stream(device) resolves a torch.device in Python and builds a Stream each call (~60 us
         # under cProfile on the H100 machine's host, bench/logs/h100-2026-11-26r/call3/prof_meta.log).
-        ev.record(current_stream(self._index))
+        self._record(ev, current_stream(self._index))
         self._ring[slot][1] = ev
         self._ring[slot][2] = False
 

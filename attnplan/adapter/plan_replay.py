@@ -125,26 +125,44 @@ def cuda_index(device: Any) -> Optional[int]:
     return torch.cuda.current_device() if d.index is None else d.index
 
 
+def event_methods() -> tuple[Any, Any]:
+    """(query, record) of ``torch.cuda.Event`` as its C base class defines them, called as ``query(event)``,
+    ``record(event, stream)``: the Python subclass's own add a frame each, ~1 us of host a call on the H100
+    machines' hosts, and a prefill step makes four to six (issue 41). The subclass's own where its base is not
+    a C class (another torch)."""
+    import inspect
+
+    import torch
+
+    ev = torch.cuda.Event
+    base = ev.__bases__[0] if ev.__bases__ else ev
+    q, r = getattr(base, "query", None), getattr(base, "record", None)
+    if inspect.ismethoddescriptor(q) and inspect.ismethoddescriptor(r):
+        return q, r
+    return ev.query, ev.record
+
+
 class PinnedGuard:
     """One step in flight for a scheduler's pinned staging buffer: ``before()`` waits for the copy
     the previous plan enqueued, ``after()`` marks this plan's. Nothing on a CPU device."""
 
-    __slots__ = ("_event", "_index")
+    __slots__ = ("_event", "_index", "_query", "_record")
 
     def __init__(self, device: Any):
         import torch
 
         self._index = cuda_index(device)
         self._event = torch.cuda.Event() if self._index is not None else None
+        self._query, self._record = event_methods() if self._index is not None else (None, None)
 
     def before(self) -> None:
         # A query first: no wait, and none that torch's sync-debug mode sees, where the copy ran.
-        if self._event is not None and not self._event.query():
+        if self._event is not None and not self._query(self._event):
             self._event.synchronize()
 
     def after(self) -> None:
         if self._event is not None:
-            self._event.record(current_stream(self._index))
+            self._record(self._event, current_stream(self._index))
 
 
 def sync_device(t: Any) -> None:
