@@ -10,7 +10,9 @@ rules) are this tree's, so the comparison holds only where the two trees differ 
 alone (the script checks nothing else differs). Both executors plan the same steps on one plan; per step
 shape, timed in turn call by call (``xqa_vs_fa2.host_only_each``: medians, synchronized before each call),
 after 3 learning passes: this tree's ``plan_step``, the base's (which of the two goes first alternates from
-round to round), and FlashInfer's whole plans with the arguments this tree gave them. Shapes: bench/general_step_host.py's six general steps (fa2 plan) and
+round to round, and the timer rotates the order call by call), and FlashInfer's whole plans with the arguments
+this tree gave them. A call's place in the order moved its median by ~8 % on the H100 hosts, as much as the trees
+differed (bench/logs/h100-2026-11-27w/README.md). Shapes: bench/general_step_host.py's six general steps (fa2 plan) and
 bench/mla_prefill_host.py's four MLA prefill steps (fa2 and fa3 ragged prefill).
 """
 

@@ -473,16 +473,21 @@ def host_only(fn, steps: int) -> float:
 
 def host_only_each(fns, steps: int) -> list[float]:
     """``host_only`` of each of ``fns``, timed in turn call by call: a shared host drifts by more over a
-    block of calls than the differences between the calls compared."""
+    block of calls than the differences between the calls compared. The order rotates from one step to the
+    next, so that each call takes each place equally often: on the H100 hosts the call timed right after
+    another adapter's step ran 5-10 % faster than the same call timed first (bench/adapter_ab.py with the
+    trees' order fixed per round, bench/logs/h100-2026-11-27w/README.md)."""
     import torch
 
+    n = len(fns)
     ts = [[] for _ in fns]
-    for _ in range(steps):
-        for t, fn in zip(ts, fns):
+    for k in range(steps):
+        for j in range(n):
+            i = (j + k) % n
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            fn()
-            t.append(time.perf_counter() - t0)
+            fns[i]()
+            ts[i].append(time.perf_counter() - t0)
     return [sorted(t)[len(t) // 2] * 1e6 for t in ts]
 
 

@@ -30,8 +30,8 @@ ABI = 4                                   # host_step.c ap_abi()
 COMPILERS = ("cc", "gcc", "g++", "clang")
 COMPILE_SECONDS = 300                     # one small C file: seconds, unless the machine is starved
 # -O3: gcc vectorizes the per-page and per-token loops, which -O2 (gcc 12) leaves scalar - ap_step over 16k
-# tokens or 16k KV pages in 6-12 us instead of 15-31 on the development machine (bench/RESULTS.md round
-# seventeen). Part of the digest: a change of flags is a new build, not the cached one.
+# tokens or 16k KV pages in 9-11 us instead of 15-27 on the development machine (bench/logs/h100-2026-11-27w/
+# cpu_ap_step_flags.log). Part of the digest: a change of flags is a new build, not the cached one.
 FLAGS = ("-O3", "-shared", "-fPIC")
 
 

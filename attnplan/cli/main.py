@@ -67,8 +67,9 @@ environment:
                                 scheduler call alone once learned and checked on them
   ATTNPLAN_NATIVE_HOST=0        a prefill / mixed step's metadata by numpy, not the adapter's host_step.c
                                 (the same bytes; numpy runs anyway where no C compiler is found)
-  ATTNPLAN_NATIVE_TORCH=0       a CUDA step's copy, views and gather by torch calls from Python, not one call of
-                                the adapter's host_torch.cpp (the same tensors; built when a CUDA executor is made)
+  ATTNPLAN_NATIVE_TORCH=0       a CUDA step's host_step.c call, copy, views and gather by ctypes and torch calls
+                                from Python, not one call of the adapter's host_torch.cpp (the same tensors; built
+                                when a CUDA executor is made)
   ATTNPLAN_DEBUG=1              print the traceback of an internal error (exit 70)
   ATTNPLAN_HTTP=h11|httptools   the HTTP protocol `serve` runs (default: httptools when installed)
   ATTNPLAN_LOOP=asyncio|uvloop  the event loop `serve` runs (default: uvloop when installed)
