@@ -1,4 +1,5 @@
-// The device half of a step's metadata in one call from Python (issue 41).
+// A step's metadata in one call from Python (issue 41): host_step.c's host half compiled in (``step``), then the
+// device half (``step_views``, also called alone where the host half is numpy's).
 //
 // attnplan/adapter/host_metadata.py ``from_host`` sends the step's pinned host layout (host_step.c's) to the
 // device in one copy, views its parts on both sides, gathers the new tokens' and the KV pages' block-table
@@ -6,8 +7,9 @@
 // machine (bench/logs/h100-2026-11-27u/call2/prof_from_host_new.log) where the same ATen calls from C++ skip
 // Python's argument parsing and tensor wrapping. ``step_views`` makes exactly those calls, in that order, on
 // the caller's current stream; host_metadata.py's Python path is its twin and the reference
-// tests/test_host_torch.py holds it to. Built with torch.utils.cpp_extension by host_torch.py (g++ and torch's
-// headers; no CUDA compiler: every kernel is ATen's own).
+// tests/test_host_torch.py holds it to; ``step`` saves the ctypes call and its Python besides (10-29 us a step
+// on the H100 hosts with -O3, bench/logs/h100-2026-11-27w/README.md). Built with torch.utils.cpp_extension by
+// host_torch.py (g++ and torch's headers; no CUDA compiler: every kernel is ATen's own).
 
 #include <torch/extension.h>
 

@@ -2,7 +2,8 @@
 # Every GPU test file (make test-gpu's tests/gpu, one pytest per file) over this machine's GPUs, one worker a
 # GPU taking the next file not yet done; resumable: a later call on the same warm machine (the JIT cache and
 # /tmp/q kept) runs only the files no earlier call finished. Logs: $OUT/tests/<file>.log (the first two calls), all
-# of them in $OUT/tests-all.log (the third: the returned files are counted), rc in the summary. GPU_FILES: the files.
+# of them in $OUT/tests-all.log (the third: the returned files are counted), rc in the summary. GPU_FILES: the files;
+# GPUS: the GPUs its workers take (default all; bench/logs/h100-2026-11-27w/lease4.sh gave GPUs 1-3).
 #   bash bench/logs/h100-2026-11-26s/gpu_queue.sh SECONDS
 secs=${1:-500}
 t0=$SECONDS
@@ -28,8 +29,8 @@ worker() {
     echo "[gpu $gpu] $f rc $rc at $((SECONDS - t0)) s: $(grep -E '(passed|failed|error)' $Q/log.$f | tail -1)"
   done
 }
-n=$(nvidia-smi -L | wc -l)
-for g in $(seq 0 $((n - 1))); do worker $g & done
+GPUS=${GPUS:-$(seq -s " " 0 $(($(nvidia-smi -L | wc -l) - 1)))}     # the GPUs its workers take (default: all)
+for g in $GPUS; do worker $g & done
 wait
 echo "== queue after $((SECONDS - t0)) s"
 for f in $FILES; do

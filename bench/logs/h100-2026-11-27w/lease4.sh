@@ -18,6 +18,6 @@ echo "== prebuild: exit $? at $((SECONDS - t0)) s: $(tail -1 $OUT/prebuild.log)"
   --json $OUT/adapter-ab.json > $OUT/adapter-ab.log 2>&1; echo "== adapter_ab: exit $? at $((SECONDS - t0)) s") &
 GPUS="1 2 3" GPU_FILES="test_general_replay_gpu test_mla_prefill_replay_gpu test_adapter_mla_gpu test_adapter_gpu
  test_fa3_e5m2_and_nvfp4_decode_gpu test_adapter_kernel_paths_gpu test_adapter_variants_gpu" MAX_JOBS=16 \
-  taskset -c 8-63 bash $D/gpu_queue.sh $((secs - (SECONDS - t0)))
+  taskset -c 8-63 bash bench/logs/h100-2026-11-26s/gpu_queue.sh $((secs - (SECONDS - t0)))
 wait
 grep -h "^|" $OUT/adapter-ab.log | head -60
