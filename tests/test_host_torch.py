@@ -7,6 +7,7 @@ version); where it cannot build, ``status()`` says why and the Python path runs.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 
@@ -151,5 +152,40 @@ def test_the_switch_keeps_the_python_path(monkeypatch):
     try:
         st = host_torch.status()
         assert st["compiled"] is False and "ATTNPLAN_NATIVE_TORCH=0" in st["why"]
+    finally:
+        host_torch._reset()
+
+
+def test_the_build_runs_in_a_child_and_leaves_this_process_path_alone(monkeypatch, tmp_path):
+    # torch's cpp_extension finds ninja on PATH only: the child gets the pip package's ninja first on its PATH, the
+    # engine process keeps its own (host_torch._BUILD); the parent imports what the child built, once
+    if shutil.which("c++") is None:
+        pytest.skip("no C++ compiler here")
+    import subprocess
+
+    monkeypatch.setenv("ATTNPLAN_CACHE_DIR", str(tmp_path))
+    path = os.environ.get("PATH", "")
+    children = []
+    real = subprocess.run
+
+    def run(cmd, **kw):
+        children.append((cmd, kw["env"]["PATH"], os.environ.get("PATH", "")))
+        return real(cmd, **kw)
+    monkeypatch.setattr(subprocess, "run", run)
+    host_torch._reset()
+    try:
+        mod = host_torch.library()
+        assert mod is not None, host_torch.status()["why"]
+        assert len(children) == 1 and children[0][0][1] == "-c" and children[0][2] == path
+        ninja = pytest.importorskip("ninja")
+        assert children[0][1].startswith(ninja.BIN_DIR + os.pathsep)
+        assert os.environ.get("PATH", "") == path and host_torch.status()["path"].startswith(str(tmp_path))
+        host_torch._reset()
+        assert host_torch.library() is not None and len(children) == 1          # loaded, not built again
+        # other flags: another build, and one that fails says why and leaves the Python path
+        monkeypatch.setattr(host_torch, "CFLAGS", ["-O3", "-fno-such-flag-attnplan"])
+        host_torch._reset()
+        assert host_torch.library() is None and "building host_torch.cpp failed" in host_torch.status()["why"]
+        assert os.environ.get("PATH", "") == path
     finally:
         host_torch._reset()
