@@ -9,10 +9,10 @@ h100-2026-11-27v/README.md), more than two trees' host costs do. Here the other 
 rules) are this tree's, so the comparison holds only where the two trees differ under ``attnplan/adapter``
 alone (the script checks nothing else differs). Both executors plan the same steps on one plan; per step
 shape, timed in turn call by call (``xqa_vs_fa2.host_only_each``: medians, synchronized before each call),
-after 3 learning passes: this tree's ``plan_step``, the base's (which of the two goes first alternates from
-round to round, and the timer rotates the order call by call), and FlashInfer's whole plans with the arguments
-this tree gave them. A call's place in the order moved its median by ~8 % on the H100 hosts, as much as the trees
-differed (bench/logs/h100-2026-11-27w/README.md). Shapes: bench/general_step_host.py's six general steps (fa2 plan) and
+after 3 learning passes: this tree's ``plan_step``, the base's, and FlashInfer's whole plans with the
+arguments this tree gave them, the timer rotating their order call by call. A call's place in the order moved
+its median by ~8 % on the H100 hosts, as much as the trees differed (bench/logs/h100-2026-11-27w/README.md: its
+runs, made before the timer rotated, alternated which tree went first from round to round instead). Shapes: bench/general_step_host.py's six general steps (fa2 plan) and
 bench/mla_prefill_host.py's four MLA prefill steps (fa2 and fa3 ragged prefill).
 """
 
@@ -59,8 +59,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", required=True, type=Path, help="a tree whose attnplan/adapter is the base")
     ap.add_argument("--steps", type=int, default=300, help="timed calls of each arm per shape and round")
-    ap.add_argument("--rounds", type=int, default=4, help="passes over every shape (medians per pass; the trees' "
-                    "order alternates)")
+    ap.add_argument("--rounds", type=int, default=4, help="passes over every shape (medians per pass)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     base = load_base(a.base.resolve())
@@ -107,12 +106,9 @@ def main() -> None:
                 def fi(plans=plans):
                     for w, args, kw in plans:
                         w.plan(*args, **kw)
-                # the two trees in turn, the first one alternating by round: no order bias
-                arms = [lambda: new.plan_step(inp), lambda: old.plan_step(inp), fi]
-                if r % 2:
-                    arms[:2] = arms[1::-1]
-                got = host_only_each(arms, a.steps)
-                mine, theirs, fi_us = (got[1], got[0], got[2]) if r % 2 else got
+                # the two trees in turn, call by call; the timer rotates their order (no place bias)
+                mine, theirs, fi_us = host_only_each([lambda: new.plan_step(inp), lambda: old.plan_step(inp), fi],
+                                                     a.steps)
                 rows.append(dict(plan=name, step=what, round=r + 1, plan_step_us=mine, base_plan_step_us=theirs,
                                  fi_plans_us=fi_us, fi_plans=len(plans)))
                 print(f"| {name} | {what} | {r + 1} | {mine - fi_us:.0f} | {theirs - fi_us:.0f} | {fi_us:.0f} "

@@ -314,7 +314,7 @@ class StepReplay:
         missing = [n for n in names if v[n] is None]
         if missing:
             raise KeyError(f"the step has no {missing}")
-        if picks and any(self._pick(x, v) is _MISSING for x in picks):
+        if picks and self._disagree(v):
             return False
         pick = self._pick
         args = [x if k == 0 else v[x] if k == 1 else pick(x, v) for k, x in args_ops]

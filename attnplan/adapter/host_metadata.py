@@ -296,20 +296,22 @@ def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, widt
     _INPUTS.pack_into(info, IN * 8, len(qa), nd, q_dec, page, width, kv_needed, HOST_KV_ENTRIES, seq64, host.numel(),
                       mla_ctx)
     bt_ptr = None if bt is None else bt.__array_interface__["data"][0]
-    if table is None:
-        total, views = lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr), None
-    else:
+
+    def call(host: Any) -> tuple[int, Any]:
+        # the step into ``host`` (its capacity in info: pack_into's above, the retry's below; the module's step
+        # sets it itself)
+        if table is None:
+            return lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr), None
         total, *views = lib.step(q_ptr, seq_ptr, bt_ptr or 0, host, tls.ptr, table)
+        return total, views
+    total, views = call(host)
     if total < 0 or total > host.numel():
         staging.give_back(slot)
         if total < 0:
             _refuse(total, int(info[0]), np.asarray(qa, dtype=np.int64), nd, q_dec, page, width)
         host, slot = staging.take(total)
-        if table is None:
-            info[IN + 8] = host.numel()
-            lib.ap_step(q_ptr, seq_ptr, bt_ptr, host.data_ptr(), tls.ptr)
-        else:
-            total, *views = lib.step(q_ptr, seq_ptr, bt_ptr or 0, host, tls.ptr, table)
+        info[IN + 8] = host.numel()
+        total, views = call(host)
     staging.hint = total
     return host, slot, total, _OUTPUTS.unpack_from(info), views
 
@@ -373,10 +375,11 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
         # the new tokens' entries and each phase's page indices, the table per phase - one call
         host, slot, total, info, (hv, dv, entries, kv, tables) = _native_step(
             fused, ql, s, nd, q_dec, page, width, want_kv, bt, staging, mla, table)
+    elif lib is not None:
+        host, slot, total, info, _ = _native_step(lib, ql, s, nd, q_dec, page, width, want_kv, bt, staging, mla)
     else:
-        host, slot, total, info, _ = _native_step(lib, ql, s, nd, q_dec, page, width, want_kv, bt, staging, mla) \
-            if lib is not None else _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, want_kv,
-                                                bt, staging, mla) + (None,)
+        host, slot, total, info = _numpy_step(np.asarray(ql, dtype=np.int64), s, nd, q_dec, page, width, want_kv, bt,
+                                              staging, mla)
     t_all, p_all, kv_on_host, kv_on_device, use_bt, t_dec, p_dec = info[:7]
     m = (nd > 0) + (b > nd)
     h0 = 3 + m if use_bt else 2                          # the token parts' count: the rest are per request
