@@ -306,3 +306,41 @@ def test_merge_over_folded_heads_equals_unfolded():
                        ctx.reshape(t * f, h // f, d), s_ctx.reshape(t * f, h // f), mask.repeat_interleave(f))
     assert torch.equal(folded_out, plain_out) and torch.equal(folded_lse, plain_lse)
     assert torch.equal(folded_out[1], out[1]) and not torch.equal(folded_out[0], out[0])
+
+
+def test_flashinfer_merge_folds_a_steps_mask_once(monkeypatch):
+    """FlashInferBackend.merge hands the kernel the step's mask repeated once per head group, and makes
+    that repeat once a step: every layer of a step passes the same mask, a new step a new one."""
+    flashinfer = pytest.importorskip("flashinfer")
+    from attnplan.adapter.flashinfer_backend import FlashInferBackend
+    from attnplan.adapter.merge import fold_heads, merge_context_into
+
+    seen = []
+
+    def merge_state_in_place(out, lse, v, s, mask=None):
+        seen.append(mask)
+        merge_context_into(out, lse, v, s, mask.bool())
+    monkeypatch.setattr(flashinfer, "merge_state_in_place", merge_state_in_place)
+    backend = object.__new__(FlashInferBackend)      # merge reads no plan state: no wrappers, no device
+    backend._folded = None
+    gen = torch.Generator().manual_seed(5)
+    t, h, d = 5, 128, 128
+    f = fold_heads(h, d, 4)
+    assert f > 1
+
+    def layer(mask):
+        out, ctx = torch.randn(t, h, d, generator=gen), torch.randn(t, h, d, generator=gen)
+        lse, s_ctx = torch.randn(t, h, generator=gen), torch.randn(t, h, generator=gen)
+        want_out, want_lse = out.clone(), lse.clone()
+        merge_context_into(want_out, want_lse, ctx, s_ctx, mask)
+        backend.merge(out, lse, ctx, s_ctx, mask)
+        assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+
+    step1 = torch.tensor([True, False, True, False, True])
+    for _ in range(3):
+        layer(step1)
+    assert seen[0] is seen[1] is seen[2]
+    assert torch.equal(seen[0], step1.to(torch.uint8).repeat_interleave(f))
+    step2 = torch.tensor([False, True, True, False, False])     # the next step's mask: folded anew
+    layer(step2)
+    assert seen[3] is not seen[0] and torch.equal(seen[3], step2.to(torch.uint8).repeat_interleave(f))

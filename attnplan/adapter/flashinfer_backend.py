@@ -73,6 +73,7 @@ class FlashInferBackend:
                                 non_blocking=True, **split_kv_kwargs(plan.attention)) for ph in ("prefill", "decode")}
         self.parts: dict[str, Any] = {}
         self._memo: dict[Any, Any] = {}
+        self._folded: Any = None                 # (a step's context mask, folded for merge): made once a step
         self.eager = EagerPlans(self.device)     # repeated decode shapes' own wrappers (shared by the views)
         self.general = GeneralPlans(self.device)   # the other steps' plans by the scheduler call alone, once learned
         self._decode = self.make_wrapper("decode")
@@ -209,10 +210,21 @@ class FlashInferBackend:
         # The kernel merges only rows whose mask is set and leaves the others untouched (seed 004).
         t, h, d = out.shape
         f = fold_heads(h, d, out.element_size())
-        # the step's mask is a bool view of bytes in its one copy (host_metadata._context_parts): a uint8 view, no launch
-        mask = has_context.view(torch.uint8) if has_context.dtype == torch.bool else has_context.to(torch.uint8)
         if f > 1:
             out, v_ctx = out.view(t * f, h // f, d), v_ctx.reshape(t * f, h // f, d)
             lse, s_ctx = lse.view(t * f, h // f), s_ctx.reshape(t * f, h // f)
+        flashinfer.merge_state_in_place(out, lse, v_ctx, s_ctx, mask=self._merge_mask(has_context, f))
+
+    def _merge_mask(self, has_context: Any, f: int) -> Any:
+        """The step's context mask as the merge kernel reads it: a uint8 view of its bytes (host_metadata.
+        _context_parts: no launch), repeated ``f`` times where the heads fold - once a step, not once a layer
+        (every layer of a step passes the same mask object; the one kept here holds it, so its identity is
+        never a freed tensor's)."""
+        kept = self._folded
+        if kept is not None and kept[0] is has_context and kept[1] == f:
+            return kept[2]
+        mask = has_context.view(torch.uint8) if has_context.dtype == torch.bool else has_context.to(torch.uint8)
+        if f > 1:
             mask = mask.repeat_interleave(f)
-        flashinfer.merge_state_in_place(out, lse, v_ctx, s_ctx, mask=mask)
+        self._folded = (has_context, f, mask)
+        return mask
