@@ -231,6 +231,42 @@ def test_host_arrays_rewritten_after_their_step_do_not_stop_the_learning(monkeyp
         assert r.ready and r.replays > 0, (phase, r.refused)
 
 
+HOST_ARRAYS = ("qo_indptr_cpu", "kv_page_indptr_cpu", "last_page_len_cpu", "seq_lens_cpu")
+
+
+def test_the_check_never_writes_a_steps_host_arrays_through_the_staging_ring(monkeypatch):
+    # On CUDA a step's host arrays are views of a pinned staging buffer that the ring hands out again to later
+    # steps (host_metadata.HostStaging), and the check fills the scheduler's pinned scratch 0x00 and 0xFF. The
+    # scratch was every pinned tensor the scheduler was handed, the learning step's host arrays too: by the check
+    # their buffer held the check step's layout, and its context indptr was overwritten (MLA prefill on the H200,
+    # "kv_indptr[2]0 - kv_indptr[1]869 should be non-negative": bench/logs/h100-2026-11-27x/call1). Here the ring
+    # is one buffer every step reuses, and its views and the wrapper's staging buffer count as pinned.
+    import attnplan.adapter.general_plans as gp
+    from attnplan.adapter.host_metadata import HostStaging
+
+    ring = torch.zeros(1 << 16, dtype=torch.int32)
+    monkeypatch.setattr(HostStaging, "take", lambda self, n: (ring, -1) if n <= ring.numel() else
+                        (torch.empty(n, dtype=torch.int32), -1))
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    pinned = {ring.untyped_storage().data_ptr(), ex.backend._prefill._pin_memory_int_workspace_buffer.data_ptr()}
+    monkeypatch.setattr(gp, "_pinned", lambda t: t.device.type == "cpu" and t.untyped_storage().data_ptr() in pinned)
+    inner = ex.backend.plan_step
+
+    def plan_step(step):
+        b = step.prefill
+        before = {n: getattr(b, n).clone() for n in HOST_ARRAYS}
+        inner(step)
+        for n in HOST_ARRAYS:
+            assert torch.equal(getattr(b, n), before[n]), f"{n} rewritten by the plan"
+    monkeypatch.setattr(ex.backend, "plan_step", plan_step)
+    # The first plan makes the module, the next two are learned from, the fourth is the check: its query indptr
+    # lies where the third step's lay in the one buffer (both after 2 x 110 tokens' parts and 7-8 pages' entries).
+    overlap = [([], [(64, 64)]), ([], [(100, 100)]), ([], [(40, 40), (70, 70)]), ([], [(30, 30), (80, 80)])]
+    _run(ex, page, overlap + SHAPES)
+    r = replay_of(ex.backend, ex.backend._prefill)
+    assert r.ready and r.replays + r.narrowed == len(SHAPES) and r.replays > 0, r.refused   # narrowed: context
+
+
 def test_a_binding_with_two_candidates_plans_whole_where_they_part_and_narrows(monkeypatch):
     # Prefill without context: the longest query is the longest KV length in every learning step, so an
     # attribute holding either is bound to both until a step with context tells them apart.

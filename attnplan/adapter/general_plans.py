@@ -218,19 +218,23 @@ class StepReplay:
                 raise Refused(f"{where} changes with the batch in a way no step value names ({x.snap!r}, {y.snap!r})")
             return c
 
-        bind: dict[str, Any] = {
-            "fn": getattr(s2.owner, s2.attr),
-            "scratch": [y.obj for y in (*b.args, *b.kwargs.values())
-                        if _is_tensor(y.obj) and y.obj.device.type == "cpu" and y.obj.is_pinned()],
-            "schedule": s2.schedule,
-            "args": [slot(x, y, f"scheduler argument {i}") for i, (x, y) in enumerate(zip(a.args, b.args))],
-            "kwargs": {k: slot(a.kwargs[k], y, f"scheduler argument {k}") for k, y in b.kwargs.items()},
-            "attrs": {}, "fills": {}, "result": [],
-        }
+        args = [slot(x, y, f"scheduler argument {i}") for i, (x, y) in enumerate(zip(a.args, b.args))]
+        kwargs = {k: slot(a.kwargs[k], y, f"scheduler argument {k}") for k, y in b.kwargs.items()}
         # What the scheduler itself writes (its workspaces: the tensors it is handed every plan) the
         # replayed call writes again.
-        seen = [(y.obj, c) for y, c in zip((*b.args, *b.kwargs.values()), (*bind["args"], *bind["kwargs"].values()))]
-        written_by_scheduler = bind["own"] = {id(y) for y, c in seen if _is_tensor(y) and c == [("const", y)]}
+        own = [y.obj for y, c in zip((*b.args, *b.kwargs.values()), (*args, *kwargs.values()))
+               if _is_tensor(y.obj) and c == [("const", y.obj)]]
+        bind: dict[str, Any] = {
+            "fn": getattr(s2.owner, s2.attr), "schedule": s2.schedule, "args": args, "kwargs": kwargs,
+            # The check's scratch: the scheduler's own pinned buffers (handed every plan), never a step's host
+            # arrays - on CUDA those are pinned too, views of the staging ring (host_metadata.HostStaging), which
+            # by the check may hold a later step's layout: filled, they were that step's arrays overwritten
+            # (MLA's context indptr on the H200: bench/logs/h100-2026-11-27x/call1).
+            "scratch": [t for t in own if _pinned(t)],
+            "own": {id(t) for t in own},
+            "attrs": {}, "fills": {}, "result": [],
+        }
+        written_by_scheduler = bind["own"]
         for k, yb in b.after.items():
             vb, before = yb.obj, b.before.get(k, _MISSING)
             xa = a.after.get(k)
@@ -442,6 +446,11 @@ class StepReplay:
 
     def _refuse(self, why: str) -> None:
         self.ready, self.refused, self.binding, self.first, self._prog = False, why, None, None, None
+
+
+def _pinned(t: Any) -> bool:
+    """A pinned host tensor (a scheduler's staging buffer: the check fills it 0x00 and 0xFF)."""
+    return t.device.type == "cpu" and t.is_pinned()
 
 
 def _small(v: Any) -> bool:

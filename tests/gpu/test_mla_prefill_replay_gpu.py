@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from gpu_common import TOL, answer, chunked_prefill_ref, executor, rel_err, up_projection  # noqa: E402
+from gpu_common import SEED, TOL, answer, chunked_prefill_ref, executor, rel_err, up_projection  # noqa: E402
 
 from attnplan.adapter import StepInput  # noqa: E402
 from attnplan.adapter import kv_cache as kvc  # noqa: E402
@@ -25,7 +25,6 @@ pytestmark = pytest.mark.gpu
 
 MLA = dict(num_qo_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 BACKENDS = ("fa2", "fa3")
-SEED = int.from_bytes(__import__("os").urandom(4), "little")
 GEN = torch.Generator(device="cuda").manual_seed(SEED)
 
 
@@ -37,7 +36,6 @@ def rnd(*shape):
 def built():
     from attnplan.adapter.warmup import plan_modules, prebuild
 
-    print(f"[gpu tests] random seed {SEED}")
     # both backends' prefill modules in one build (ninja_builds.py): fa3's alone takes minutes
     prebuild([m for b in BACKENDS for m in plan_modules(answer(**MLA, attention_backend=b).plan)
               if m.phase == "prefill"])
