@@ -284,6 +284,27 @@ def test_a_binding_with_two_candidates_plans_whole_where_they_part_and_narrows(m
     assert ex.backend._prefill.stats.whole == whole + 1 and r.ready
 
 
+def test_a_replay_hands_the_wrapper_the_steps_lengths_and_a_whole_plan_gets_its_own_buffer_back(monkeypatch):
+    # The plan refills its kept KV-length buffer from the step's lengths; the replay sets the step's own device
+    # tensor in its place (no copy launched), and puts the wrapper's buffer back before any whole plan - here a
+    # narrowing plan of more requests than the replayed step had, which the stand-in copies into its buffer's
+    # leading entries without growing it: the step's tensor would be too short.
+    ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
+    w = ex.backend._prefill
+    own = w._kv_lens_buffer
+    no_context = [([], [(100, 100)]), ([], [(40, 40), (70, 70)]), ([], [(9, 9), (30, 30), (61, 61)]),
+                  ([], [(200, 200)]), ([], [(150, 150)])]
+    _run(ex, page, no_context)
+    r = replay_of(ex.backend, w)
+    assert r.ready and r.replays == 1 and r.binding["fills"] == {"_kv_lens_buffer": "seq_lens"}
+    step = ex.plan_step(_input([], [(50, 50)], page))
+    assert r.replays == 2 and w._kv_lens_buffer is step.prefill.seq_lens      # the step's tensor, no copy
+    _run(ex, page, [([], [(5, 9), (6, 60), (7, 7), (8, 8), (9, 90)])])     # candidates part: a whole plan
+    assert r.narrowed == 1 and w._kv_lens_buffer is own
+    _run(ex, page, [([], [(12, 70), (8, 8)]), ([], [(20, 200)])])
+    assert r.ready and r.replays == 4
+
+
 def test_candidates_that_part_at_the_check_step_narrow_and_a_later_step_checks(monkeypatch):
     # Both learning steps prefill without context (longest query = longest KV length); the step meant to check
     # has context, so the binding of _max_kv_len cannot tell which value to replay: that step plans whole and

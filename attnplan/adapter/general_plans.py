@@ -24,7 +24,11 @@ What a whole plan leaves on the wrapper is learned here from the wrapper itself,
    scratch filled 0x00 and 0xFF, as plan_replay.SchedulerReplay does), then the whole plan, and every
    attribute, the plan info and the written bytes of the int workspace must be equal;
 4. replay: from then on a step's plan is the scheduler call over its own host arrays and ints, and the
-   bound attributes set to its own tensors (which the metadata already put on the device: no copies).
+   bound attributes set to its own tensors (which the metadata already put on the device: no copies). A
+   1-D kept tensor the plan refills (its KV-length buffer) is set to the step's tensor too, not refilled:
+   its leading entries are what the plan copies, and the copy's launch was the replay's largest host cost
+   after the scheduler (10-14 µs a wrapper on the H200 and H100 hosts, bench/logs/h100-2026-11-27x); the
+   wrapper's own buffer, whose length FlashInfer's plan grows it by, is put back before any whole plan.
 
 An int binding can hold more than one candidate (a constant and a count, or two counts that were equal in
 both steps); a step where the candidates disagree plans whole, and that plan's values narrow them. A
@@ -154,12 +158,24 @@ class StepReplay:
         self.narrowed = 0
         self._bound_values: Optional[dict] = None
         self._prog: Optional[tuple] = None      # _program(): the binding compiled for the replay
+        self._kept: dict[str, Any] = {}         # the kept tensors a replay sets to a step's own: the wrapper's
 
     # -- whole plans ------------------------------------------------------------------------------
+    def _restore_kept(self) -> None:
+        """The wrapper's own kept tensors back where a replay set a step's: a whole plan refills them (and
+        FlashInfer's grows its own where a batch outgrows it, as it does without the replay)."""
+        w = self.wrapper
+        for k, buf in self._kept.items():
+            if getattr(w, k) is not buf:
+                setattr(w, k, buf)
+
     def _whole(self, batch: Any) -> None:
+        self._restore_kept()
         self.guard.before()
         self.call.plan(self.ctx, self.wrapper, batch, self.phase)
         self.guard.after()
+        for k in self._kept:                      # a plan that outgrew its buffer made a new one: that one now
+            self._kept[k] = getattr(self.wrapper, k)
 
     def _scheduler(self) -> Any:
         return self.call.graph_scheduler(self.wrapper)
@@ -168,6 +184,7 @@ class StepReplay:
         import torch
 
         w = self.wrapper
+        self._restore_kept()
         before = dict(vars(w))
         # The small tensors it keeps, whose contents a plan may refill (its KV-length buffer); not the
         # workspaces (what the scheduler writes is checked as the schedule; the float one no plan writes).
@@ -232,7 +249,7 @@ class StepReplay:
             # (MLA's context indptr on the H200: bench/logs/h100-2026-11-27x/call1).
             "scratch": [t for t in own if _pinned(t)],
             "own": {id(t) for t in own},
-            "attrs": {}, "fills": {}, "result": [],
+            "attrs": {}, "fills": {}, "kept": {}, "result": [],
         }
         written_by_scheduler = bind["own"]
         for k, yb in b.after.items():
@@ -248,7 +265,10 @@ class StepReplay:
                      and (k not in a.filled or _prefix_is(a.filled[k], a.values[n]))]
                 if not c:
                     raise Refused(f"attribute {k}: a kept tensor the plan refills from no step value")
-                bind["fills"][k] = c[0]
+                # the step's device tensor where a host one holds the same (an executor on the CPU): a replay
+                # sets it in the kept tensor's place, and the host arrays are the staging ring's
+                bind["fills"][k] = min(c, key=lambda n: n.endswith("_cpu"))
+                bind["kept"][k] = vb
             elif vb is before:
                 continue                          # not written by the plan, or written with itself
             elif xa is None:
@@ -299,7 +319,9 @@ class StepReplay:
         names = tuple(sorted({x for kind, x in every if kind == 1}))
         picks = tuple(x for kind, x in every if kind == 2)
         reads = tuple(sorted({*names, *(n for cands in picks for kind, n in cands if kind == "name")}))
-        self._prog = (*ops, names, picks, tuple(bind["fills"].items()), reads)
+        # a fill of a 1-D kept tensor: the step's tensor set in its place (alias True); else its entries copied
+        fills = tuple((k, n, k in self._kept) for k, n in bind["fills"].items())
+        self._prog = (*ops, names, picks, fills, reads)
         return self._prog
 
     def _disagree(self, v: dict) -> bool:
@@ -331,11 +353,14 @@ class StepReplay:
             setattr(w, k, info)
         for name, (k, x) in attrs_ops:
             setattr(w, name, x if k == 0 else v[x] if k == 1 else pick(x, v))
-        for k, n in fills:
-            # the kept tensor's leading entries from the step's tensor (a 1-D buffer and lengths: two ops)
-            buf, t = getattr(w, k), (v[n] if n in v else getattr(batch, n))
-            (buf if buf.dim() == 1 else buf.view(-1))[: t.numel()].copy_(t if t.dim() == 1 else t.reshape(-1),
-                                                                          non_blocking=True)
+        for k, n, alias in fills:
+            t = v[n] if n in v else getattr(batch, n)
+            if t.dim() != 1:
+                t = t.reshape(-1)
+            if alias:
+                setattr(w, k, t)                  # the step's tensor: its entries are those the plan copies
+            else:                                 # the kept tensor's leading entries from the step's tensor
+                getattr(w, k).view(-1)[: t.numel()].copy_(t, non_blocking=True)
         return True
 
     def _narrow(self, batch: Any) -> None:
@@ -384,6 +409,8 @@ class StepReplay:
             x, y = mine.get(k, _MISSING), (o.after[k].obj if k in o.after else _MISSING)
             if id(vars(self.wrapper).get(k)) in bind["own"]:
                 continue                        # the scheduler's workspaces: compared as the schedule above
+            if k in self._kept and _is_tensor(x) and _is_tensor(y):
+                y = y.reshape(-1)[: x.numel()]  # the replay's step tensor against the plan's refilled entries
             if x is _MISSING or y is _MISSING or not _same(x, y):
                 raise Refused(f"attribute {k}: the replay left another value than the whole plan")
 
@@ -425,6 +452,8 @@ class StepReplay:
             elif all(self.first.values[n] != o.values[n] for n in MUST_DIFFER):
                 try:
                     self.binding, self._prog = self._bind(self.first, o), None
+                    # the 1-D kept tensors a replay sets to the step's own (_replay); _whole keeps this current
+                    self._kept = {k: t for k, t in self.binding["kept"].items() if t.dim() == 1}
                 except Ambiguous:
                     self.first = o           # e.g. last-page lengths equal to the lengths: another pair
                     return
