@@ -1,6 +1,6 @@
 """This tree's adapter against another tree's, in one process, call by call (issue 41).
 
-    python3 bench/adapter_ab.py --base DIR [--steps 300] [--rounds 3] [--json OUT]
+    python3 bench/adapter_ab.py --base DIR [--steps 300] [--rounds 4] [--suites fa2,mla-fa2,mla-fa3] [--json OUT]
 
 Across processes the H100 machines' hosts differ by up to 3x from one process to the next (bench/logs/
 h100-2026-11-27v/README.md), more than two trees' host costs do. Here the other tree's ``attnplan/adapter``
@@ -61,7 +61,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300, help="timed calls of each arm per shape and round")
     ap.add_argument("--rounds", type=int, default=4, help="passes over every shape (medians per pass)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--suites", default="fa2,mla-fa2,mla-fa3",
+                    help="which of fa2 (the general steps), mla-fa2, mla-fa3 to time (comma-separated; each builds its "
+                         "modules first where the JIT cache lacks them)")
     a = ap.parse_args()
+    wanted = a.suites.split(",")
+    unknown = set(wanted) - {"fa2", "mla-fa2", "mla-fa3"}
+    if unknown:
+        raise SystemExit(f"adapter_ab: no suite {', '.join(sorted(unknown))} (fa2, mla-fa2, mla-fa3)")
     base = load_base(a.base.resolve())
     import torch
 
@@ -85,8 +92,9 @@ def main() -> None:
 
     general = [(w, [1] * len(d) + p, d + p, len(d)) for w, d, p in GENERAL]
     mla = [(w, [n for n, _ in r], [n + c for n, c in r], 0) for w, r in MLA_SHAPES]
-    suites = [("fa2", plan_or_raise(*PLANS["fa2"]), general)]
-    suites += [(f"mla-{b}", answer(**MLA, attention_backend=b), mla) for b in ("fa2", "fa3")]
+    suites = [("fa2", lambda: plan_or_raise(*PLANS["fa2"]), general)]
+    suites += [(f"mla-{b}", lambda b=b: answer(**MLA, attention_backend=b), mla) for b in ("fa2", "fa3")]
+    suites = [(name, make(), shapes) for name, make, shapes in suites if name in wanted]
     rows = []
     print(f"base: {a.base}\n| plan | step | round | this tree: plan_step − plans | base: plan_step − plans | "
           "FlashInfer plans | this / base plan_step |\n|---|---|---|---|---|---|---|", flush=True)
