@@ -3,6 +3,10 @@
 # steps 2-6 % slower, though the change between them (the kept KV-length buffer handed the step's tensor) runs no
 # code on an MLA prefill step. The MLA fa2 suite alone, both ways round: this tree against 39d0eb9's adapter
 # (.ab-base-fill), then 39d0eb9's tree (.ab-swap: its attnplan/, this tree's benches) against this one.
+# NOT RUN: refused, too little device time was left to start a machine. Before it: .ab-swap =
+#   mkdir .ab-swap && git archive 39d0eb9 attnplan | tar -x -C .ab-swap && mkdir -p .ab-swap/bench .ab-swap/tests/gpu \
+#     && cp bench/*.py .ab-swap/bench/ && cp tests/gpu/*.py .ab-swap/tests/gpu/
+#   carry .gpu-bundle, .ab-base-fill (lease4.sh) and .ab-swap
 #   bash bench/logs/h100-2026-11-27x/lease5.sh
 t0=$SECONDS
 . bench/logs/h100-2026-11-27x/preamble.sh
