@@ -238,7 +238,7 @@ def test_mla_prefill_without_context_needs_none():
     ex = mla_executor()
     seq_t = torch.tensor([4], dtype=torch.int32)
     step = ex.plan_step(StepInput([4], seq_t, torch.zeros(1, 1, dtype=torch.int32), 0, seq_lens_cpu=seq_t))
-    assert not step.extra["any_context"]
+    assert not step.extra["any_context"] and step.extra["has_context"] is None
     out = ex.mla_prefill(step, torch.randn(4, 4, 192).bfloat16(), torch.randn(4, 4, 192).bfloat16(),
                          torch.randn(4, 4, 128).bfloat16())
     assert not out.isnan().any()

@@ -320,12 +320,14 @@ def _context_parts(extra: dict, hv: Any, dv: Any, t_prefill: int, total: int, lo
     """MLA's chunked prefill reads, per prefill request, its query length (the ragged new part's KV lengths) and
     its cached context (executor._plan_mla_prefill plans the ragged context part over it, ``gather_context``
     gathers it): host and device views of the copy's four context parts (host_step.c fill_context), the
-    per-token mask a bool view of its bytes - no launch of its own."""
+    per-token mask a bool view of its bytes - no launch of its own; None where no request has context (only the
+    context merge reads it, which such a step never runs: three torch calls a step less, issue 41)."""
     import torch
 
+    mask = dv[3].view(torch.uint8)[:t_prefill].view(torch.bool) if total > 0 else None
     extra.update(new_lens=hv[0], context_lens=hv[1], context_lens_dev=dv[1], context_indptr_cpu=hv[2],
-                 context_indptr=dv[2], has_context=dv[3].view(torch.uint8)[:t_prefill].view(torch.bool),
-                 any_context=total > 0, context_tokens=total, longest_context=longest)
+                 context_indptr=dv[2], has_context=mask, any_context=total > 0, context_tokens=total,
+                 longest_context=longest)
 
 
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
