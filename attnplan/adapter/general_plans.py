@@ -20,9 +20,9 @@ What a whole plan leaves on the wrapper is learned here from the wrapper itself,
    ``PhaseBatch`` by identity or by value, an int among its counts, or a kept tensor whose leading entries
    are filled from one of its device tensors. An argument or attribute with no binding refuses the
    replay (``refused`` says which);
-3. check: at a later step of other lengths the replay runs first (its scheduler call twice, over pinned
-   scratch filled 0x00 and 0xFF, as plan_replay.SchedulerReplay does), then the whole plan, and every
-   attribute, the plan info and the written bytes of the int workspace must be equal;
+3. check: at a later step of other lengths the replay runs first (its scheduler call twice, over the
+   scheduler's own pinned scratch filled 0x00 and 0xFF, as plan_replay.SchedulerReplay does), then the whole
+   plan, and every attribute, the plan info and the written bytes of the int workspace must be equal;
 4. replay: from then on a step's plan is the scheduler call over its own host arrays and ints, and the
    bound attributes set to its own tensors (which the metadata already put on the device: no copies). A
    1-D kept tensor the plan refills (its KV-length buffer) is set to the step's tensor too, not refilled:
@@ -158,7 +158,8 @@ class StepReplay:
         self.narrowed = 0
         self._bound_values: Optional[dict] = None
         self._prog: Optional[tuple] = None      # _program(): the binding compiled for the replay
-        self._kept: dict[str, Any] = {}         # the kept tensors a replay sets to a step's own: the wrapper's
+        # attribute -> the wrapper's own 1-D kept tensor, which a replay sets to the step's own (put back by _whole)
+        self._kept: dict[str, Any] = {}
 
     # -- whole plans ------------------------------------------------------------------------------
     def _restore_kept(self) -> None:
