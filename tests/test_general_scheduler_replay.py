@@ -249,7 +249,7 @@ def test_the_check_never_writes_a_steps_host_arrays_through_the_staging_ring(mon
                         (torch.empty(n, dtype=torch.int32), -1))
     ex, page = executor(monkeypatch, EagerWrapper, LLAMA, "fa2")
     pinned = {ring.untyped_storage().data_ptr(), ex.backend._prefill._pin_memory_int_workspace_buffer.data_ptr()}
-    monkeypatch.setattr(gp, "_pinned", lambda t: t.device.type == "cpu" and t.untyped_storage().data_ptr() in pinned)
+    monkeypatch.setattr(gp, "pinned_host", lambda t: t.device.type == "cpu" and t.untyped_storage().data_ptr() in pinned)
     inner = ex.backend.plan_step
 
     def plan_step(step):

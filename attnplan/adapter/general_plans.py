@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional
 
-from .plan_replay import PinnedGuard, plain, record_one, sync_device
+from .plan_replay import PinnedGuard, pinned_host, plain, record_one, sync_device
 
 INTS = ("num_reqs", "num_tokens", "max_q_len", "max_kv_len")
 MUST_DIFFER = ("num_reqs", "num_tokens", "max_kv_len")      # between the two steps a binding is read from
@@ -248,7 +248,7 @@ class StepReplay:
             # arrays - on CUDA those are pinned too, views of the staging ring (host_metadata.HostStaging), which
             # by the check may hold a later step's layout: filled, they were that step's arrays overwritten
             # (MLA's context indptr on the H200: bench/logs/h100-2026-11-27x/call1).
-            "scratch": [t for t in own if _pinned(t)],
+            "scratch": [t for t in own if pinned_host(t)],
             "own": {id(t) for t in own},
             "attrs": {}, "fills": {}, "kept": {}, "result": [],
         }
@@ -476,11 +476,6 @@ class StepReplay:
 
     def _refuse(self, why: str) -> None:
         self.ready, self.refused, self.binding, self.first, self._prog = False, why, None, None, None
-
-
-def _pinned(t: Any) -> bool:
-    """A pinned host tensor (a scheduler's staging buffer: the check fills it 0x00 and 0xFF)."""
-    return t.device.type == "cpu" and t.is_pinned()
 
 
 def _small(v: Any) -> bool:

@@ -165,6 +165,11 @@ class PinnedGuard:
             self._record(self._event, current_stream(self._index))
 
 
+def pinned_host(t: Any) -> bool:
+    """A pinned host tensor: a scheduler's staging buffer, which a check fills 0x00 and 0xFF."""
+    return t.device.type == "cpu" and t.is_pinned()
+
+
 def sync_device(t: Any) -> None:
     """Wait for ``t``'s device (a CUDA tensor; nothing on the CPU)."""
     if t.device.type == "cuda":
@@ -232,8 +237,7 @@ class SchedulerReplay:
         # workspace as it was, so two replays over scratch filled 0x00 and 0xFF tell the bytes it
         # wrote (equal in both) from garbage no kernel reads (FlashInfer's MLA plan stages through
         # a fresh scratch per plan: its gaps differ from plan to plan).
-        scratch = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.device.type == "cpu"
-                   and a.is_pinned()]
+        scratch = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and pinned_host(a)]
 
         def replay(fill: int) -> tuple[Any, Any]:
             for t in scratch:
