@@ -239,8 +239,12 @@ def test_mla_prefill_without_context_needs_none():
     seq_t = torch.tensor([4], dtype=torch.int32)
     step = ex.plan_step(StepInput([4], seq_t, torch.zeros(1, 1, dtype=torch.int32), 0, seq_lens_cpu=seq_t))
     assert not step.extra["any_context"] and step.extra["has_context"] is None
+    # an engine that gathers every step's context gets none (the step brought no context parts)
+    cache = ex.allocate_kv_cache(1)
+    got = ex.gather_context(step, cache)
+    assert got.shape == (0, ex.plan.kv_cache.head_dim_k) and got.dtype == cache.kernel_view().dtype
     out = ex.mla_prefill(step, torch.randn(4, 4, 192).bfloat16(), torch.randn(4, 4, 192).bfloat16(),
-                         torch.randn(4, 4, 128).bfloat16())
+                         torch.randn(4, 4, 128).bfloat16(), context=(got, got))
     assert not out.isnan().any()
 
 

@@ -62,6 +62,13 @@ def _both(monkeypatch, plan, inp):
     return steps
 
 
+def _layout_bytes(plan, inp):
+    """The staging buffer's bytes after one step of ``plan`` (zeroed past the layout), on the current path."""
+    step = build_step(plan, inp, _ZeroedStaging("cpu"))
+    batch = step.prefill or step.decode
+    return torch.empty(0, dtype=torch.uint8).set_(batch.qo_indptr_cpu.untyped_storage()).numpy().tobytes()
+
+
 def _fields(step):
     out = {"num_tokens": step.num_tokens, "kind": step.kind, "slots": step.slots.tolist()}
     for ph in ("decode", "prefill"):
@@ -250,12 +257,18 @@ def test_an_mla_prefill_step_brings_its_context_in_the_one_copy(monkeypatch, lib
         ctx = [s - n for s, n in zip(seq, q)]
         x = a.extra
         assert x["new_lens"].tolist() == q
-        assert x["context_lens"].tolist() == x["context_lens_dev"].tolist() == ctx
-        assert x["context_indptr_cpu"].tolist() == x["context_indptr"].tolist() == [0, *itertools.accumulate(ctx)]
-        if sum(ctx):
-            assert x["has_context"].dtype == torch.bool
-            assert x["has_context"].tolist() == [c > 0 for c, n in zip(ctx, q) for _ in range(n)]
-        else:                                     # only the merge reads the mask: a step without context has none
-            assert x["has_context"] is None
         assert x["any_context"] == (sum(ctx) > 0) and x["context_tokens"] == sum(ctx)
         assert x["longest_context"] == max(ctx)
+        if sum(ctx):
+            assert x["context_lens"].tolist() == x["context_lens_dev"].tolist() == ctx
+            assert x["context_indptr_cpu"].tolist() == x["context_indptr"].tolist() == [0, *itertools.accumulate(ctx)]
+            assert x["has_context"].dtype == torch.bool
+            assert x["has_context"].tolist() == [c > 0 for c, n in zip(ctx, q) for _ in range(n)]
+        else:
+            # only the context part and the merge read the context parts: a step without context brings none,
+            # and its layout is the same step's without MLA (the new part's KV lengths are the prefill's seq lens)
+            assert all(x[k] is None for k in ("context_lens", "context_lens_dev", "context_indptr_cpu",
+                                              "context_indptr", "has_context"))
+            assert x["new_lens"] is a.prefill.seq_lens_cpu
+            plain = plan.model_copy(update={"kv_cache": plan.kv_cache.model_copy(update={"mla": False})})
+            assert _layout_bytes(plain, inp) == _layout_bytes(plan, inp)

@@ -193,6 +193,9 @@ class AttentionExecutor:
 
         b, extra = step.prefill, step.extra
         assert b is not None
+        rows = cache.kernel_view().reshape(-1, self.plan.kv_cache.head_dim_k)
+        if not extra["any_context"]:
+            return rows[:0]                # no request has context: the step brought no context parts
         slots = extra.get("context_slots")
         if slots is None:
             # The context rows' slots, worked out once a step (every layer's cache shares the block table).
@@ -202,7 +205,7 @@ class AttentionExecutor:
             pos = torch.arange(total, device=self.device, dtype=torch.int32) - extra["context_indptr"][owner]
             page = self.plan.kv_cache.page_size
             slots = extra["context_slots"] = b.block_table[owner, pos // page].long() * page + (pos % page).long()
-        return cache.kernel_view().reshape(-1, self.plan.kv_cache.head_dim_k)[slots]
+        return rows[slots]
 
     def mla_decode(self, step: StepMetadata, q_nope: Any, q_pe: Any, cache: kvc.PagedKVCache,
                    out: Optional[Any] = None) -> Any:

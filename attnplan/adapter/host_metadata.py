@@ -193,7 +193,7 @@ def _numpy_step(q: Any, s: Any, nd: int, q_dec: int, page: int, width: int, kv_n
     sizes += [*[n + 1 for n in n_k], *[n + 1 for n in n_k], *n_k, *n_k]
     if on_device:
         sizes += [b, b]
-    ctx_parts = mla_ctx and b > nd
+    ctx_parts = mla_ctx and bool((seq[nd:] > q[nd:]).any())
     if ctx_parts:          # host_step.c fill_context: query lens, context lens, their indptr, a byte per token
         sizes += [b - nd, b - nd, b - nd + 1, (t_all - int(qo[nd]) + 3) // 4]
     total = sum(sizes)
@@ -316,18 +316,23 @@ def _native_step(lib: Any, ql: Any, s: Any, nd: int, q_dec: int, page: int, widt
     return host, slot, total, _OUTPUTS.unpack_from(info), views
 
 
-def _context_parts(extra: dict, hv: Any, dv: Any, t_prefill: int, total: int, longest: int) -> None:
+def _context_parts(extra: dict, hv: Any, dv: Any, t_prefill: int, total: int, longest: int, seq_cpu: Any) -> None:
     """MLA's chunked prefill reads, per prefill request, its query length (the ragged new part's KV lengths) and
     its cached context (executor._plan_mla_prefill plans the ragged context part over it, ``gather_context``
     gathers it): host and device views of the copy's four context parts (host_step.c fill_context), the
-    per-token mask a bool view of its bytes - no launch of its own; None where no request has context (only the
-    context merge reads it, which such a step never runs: three torch calls a step less, issue 41)."""
+    per-token mask a bool view of its bytes - no launch of its own. A step whose prefill requests have no
+    context (``total`` 0) brings none of them - only the ragged context part and the merge read them, which it
+    never runs: eight views and three torch calls a step less (issue 41) -, and its new part's KV lengths are
+    the prefill's seq lens (``seq_cpu``: each equals the query length)."""
     import torch
 
-    mask = dv[3].view(torch.uint8)[:t_prefill].view(torch.bool) if total > 0 else None
+    if total == 0:
+        extra.update(new_lens=seq_cpu, context_lens=None, context_lens_dev=None, context_indptr_cpu=None,
+                     context_indptr=None, has_context=None, any_context=False, context_tokens=0, longest_context=0)
+        return
     extra.update(new_lens=hv[0], context_lens=hv[1], context_lens_dev=dv[1], context_indptr_cpu=hv[2],
-                 context_indptr=dv[2], has_context=mask, any_context=total > 0, context_tokens=total,
-                 longest_context=longest)
+                 context_indptr=dv[2], has_context=dv[3].view(torch.uint8)[:t_prefill].view(torch.bool),
+                 any_context=True, context_tokens=total, longest_context=longest)
 
 
 def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[HostStaging] = None,
@@ -414,8 +419,6 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
     step = StepMetadata(kind=kind, needs=needs, num_tokens=t_all, slots=slots, slot_pages=pages_of,
                         slot_offsets=offsets, page_size=page)
     step.extra["staging_slot"] = slot
-    if mla and b > nd:
-        _context_parts(step.extra, hv[-4:], dv[-4:], t_all - t_dec, info[30], info[31])
     qlens = tuple(ql) if isinstance(ql, (list, tuple)) else tuple(int(x) for x in ql)
     # the per-phase device seq lens are the copy's own (the engine's, by the contract, hold the same)
     k = 0
@@ -431,6 +434,8 @@ def from_host(plan: Any, inp: Any, needs: Any, kind: str, staging: Optional[Host
             kv_page_indptr_cpu=hv[h0 + m + k], last_page_len_cpu=hv[h0 + 3 * m + k], query_lens=qlens[r0:r1],
             kv_indices=kv_parts[k]))
         k += 1
+    if mla and b > nd:
+        _context_parts(step.extra, hv[-4:], dv[-4:], t_all - t_dec, info[30], info[31], step.prefill.seq_lens_cpu)
     return step
 
 

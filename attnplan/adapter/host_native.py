@@ -26,7 +26,7 @@ from attnplan.errors import SetupError
 from .built_once import BuiltOnce
 
 SOURCE = Path(__file__).with_name("host_step.c")
-ABI = 4                                   # host_step.c ap_abi()
+ABI = 5                                   # host_step.c ap_abi()
 COMPILERS = ("cc", "gcc", "g++", "clang")
 COMPILE_SECONDS = 300                     # one small C file: seconds, unless the machine is starved
 # -O3: gcc vectorizes the per-page and per-token loops, which -O2 (gcc 12) leaves scalar - ap_step over 16k

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* Bumped with any change of a signature or of the layout: host_native.py checks it at load. */
-int64_t ap_abi(void) { return 4; }
+int64_t ap_abi(void) { return 5; }
 
 static inline int64_t seq_at(const void *seq, int64_t seq_is64, int64_t r) {
     return seq_is64 ? ((const int64_t *)seq)[r] : (int64_t)((const int32_t *)seq)[r];
@@ -157,7 +157,7 @@ static void fill(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b,
    each one's query length [n] (the ragged new part's KV lengths), its cached context (KV length minus query
    length) [n], the context's indptr from 0 [n + 1], and one byte per prefill token - 1 where its request has
    context - in (T_prefill + 3) / 4 int32s, the padding zero. info[30] the context tokens, info[31] the longest
-   context. */
+   context. Written only where some prefill request has context (ap_step). */
 static void fill_context(const int64_t *q, const void *seq, int64_t seq_is64, int64_t b, int64_t nd,
                          int32_t *h, int64_t *info) {
     int64_t n = b - nd, acc = 0, mx = 0, tok = 0;
@@ -196,7 +196,7 @@ static void fill_context(const int64_t *q, const void *seq, int64_t seq_is64, in
    longest query and KV, [9..10] the prefill phase's, [11] the number of parts, [12..] their int32 sizes:
    the token parts (no host table: [T + P_host] [T]; with it: [2T] [T] [T] then each phase's page indices), then
    per phase qo indptrs, KV page indptrs, seq lens, last page lens, then, expanded on the device, [b] [b], then
-   with mla_context and prefill requests, fill_context's four parts; [30..31] fill_context's counts (at most
+   with mla_context and a prefill request with cached context, fill_context's four parts; [30..31] fill_context's counts (at most
    17 sizes: [12, 29) never reaches them). */
 int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h, int64_t *info) {
     /* the inputs, after the outputs' room (one pointer instead of nine ints: ctypes converts each argument) */
@@ -251,7 +251,11 @@ int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h
         sz[k++] = b;
         sz[k++] = b;
     }
-    int64_t ctx = mla_ctx && b > nd;
+    /* the context parts only where a prefill request has context: only the ragged context part and the merge
+       read them, which such a step never runs (its new part's KV lengths are then the prefill's seq lens) */
+    int64_t ctx = 0;
+    for (int64_t r = nd; mla_ctx && r < b && !ctx; r++)
+        ctx = seq_at(seq, seq_is64, r) > q[r];
     if (ctx) {
         sz[k++] = b - nd;
         sz[k++] = b - nd;
