@@ -10,7 +10,9 @@ rules) are this tree's, so the comparison holds only where the two trees differ 
 alone (the script checks nothing else differs). Both executors plan the same steps on one plan; per step
 shape, timed in turn call by call (``xqa_vs_fa2.host_only_each``: medians, synchronized before each call),
 after 3 learning passes: this tree's ``plan_step``, the base's, and FlashInfer's whole plans with the
-arguments this tree gave them, the timer rotating their order call by call. A call's place in the order moved
+arguments this tree gives them, on a third executor's wrappers (this tree's, the replay off: a whole plan on
+either tree's wrappers left tensors that tree's next step paid to free), the timer rotating their order call by
+call. ``--base .`` times this tree against itself: the control, whose difference is the comparison's own bias. A call's place in the order moved
 its median by ~8 % on the H100 hosts, as much as the trees differed (bench/logs/h100-2026-11-27w/README.md: its
 runs, made before the timer rotated, alternated which tree went first from round to round instead). Shapes: bench/general_step_host.py's six general steps (fa2 plan) and
 bench/mla_prefill_host.py's four MLA prefill steps (fa2 and fa3 ragged prefill).
@@ -102,14 +104,21 @@ def main() -> None:
         prebuild([m for m in plan_modules(ans.plan) if name == "fa2" or m.phase == "prefill"])
         new = AttentionExecutor(ans, device="cuda", node=probed_node())
         old = base.AttentionExecutor(ans, device="cuda", node=probed_node())
+        # FlashInfer's arm plans on wrappers of its own: run on ``new``'s, each of its whole plans left tensors
+        # there that ``new``'s next replay freed (its attributes set back to the step's), a cost ``old`` never
+        # paid - 4-10 µs a step against this tree where the trees' code was the same
+        # (bench/logs/h100-2026-11-27y/README.md)
+        ref = AttentionExecutor(ans, device="cuda", node=probed_node())
+        ref.backend.general.enabled = False
         steps = inputs_for(new.plan.kv_cache.page_size, shapes)
         for _ in range(3):                   # learning: every shape thrice, as an engine's first steps
             for _, inp in steps:
                 new.plan_step(inp)
                 old.plan_step(inp)
+                ref.plan_step(inp)
         for r in range(a.rounds):
             for what, inp in steps:
-                plans = _fi_plans(new, inp, recorded_plan)
+                plans = _fi_plans(ref, inp, recorded_plan)
 
                 def fi(plans=plans):
                     for w, args, kw in plans:
@@ -121,7 +130,7 @@ def main() -> None:
                                  fi_plans_us=fi_us, fi_plans=len(plans)))
                 print(f"| {name} | {what} | {r + 1} | {mine - fi_us:.0f} | {theirs - fi_us:.0f} | {fi_us:.0f} "
                       f"({len(plans)}) | {mine / theirs:.2f} |", flush=True)
-        del new, old
+        del new, old, ref
         torch.cuda.synchronize()
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
