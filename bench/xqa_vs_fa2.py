@@ -481,9 +481,13 @@ def host_only_each(fns, steps: int) -> list[float]:
 
     n = len(fns)
     ts = [[] for _ in fns]
+    # the n rotations, then the same reversed: with rotations alone the call after another's comes after
+    # the same one twice as often (three arms: this tree after FlashInfer's plans, the base after this tree),
+    # and a control A/B of one tree against itself read 2-5 % apart (bench/logs/h100-2026-11-27y/README.md)
+    orders = [[(j + k) % n for j in range(n)] for k in range(n)]
+    orders += [o[::-1] for o in orders]
     for k in range(steps):
-        for j in range(n):
-            i = (j + k) % n
+        for i in orders[k % len(orders)]:
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             fns[i]()
