@@ -473,17 +473,18 @@ def host_only(fn, steps: int) -> float:
 
 def host_only_each(fns, steps: int) -> list[float]:
     """``host_only`` of each of ``fns``, timed in turn call by call: a shared host drifts by more over a
-    block of calls than the differences between the calls compared. The order rotates from one step to the
-    next, so that each call takes each place equally often: on the H100 hosts the call timed right after
-    another adapter's step ran 5-10 % faster than the same call timed first (bench/adapter_ab.py with the
-    trees' order fixed per round, bench/logs/h100-2026-11-27w/README.md)."""
+    block of calls than the differences between the calls compared. The order runs through the n rotations and
+    then the same reversed, so that each call takes each place equally often (on the H100 hosts the call timed
+    right after another adapter's step ran 5-10 % faster than the same call timed first: bench/adapter_ab.py with
+    the trees' order fixed per round, bench/logs/h100-2026-11-27w/README.md) and comes right after each other
+    call equally often (with rotations alone, this tree timed against itself read 2-5 % apart:
+    bench/logs/h100-2026-11-27y/README.md)."""
     import torch
 
     n = len(fns)
     ts = [[] for _ in fns]
-    # the n rotations, then the same reversed: with rotations alone the call after another's comes after
-    # the same one twice as often (three arms: this tree after FlashInfer's plans, the base after this tree),
-    # and a control A/B of one tree against itself read 2-5 % apart (bench/logs/h100-2026-11-27y/README.md)
+    # with rotations alone a call comes after one of the others twice as often as after the other (three
+    # arms: this tree after FlashInfer's plans, the base after this tree)
     orders = [[(j + k) % n for j in range(n)] for k in range(n)]
     orders += [o[::-1] for o in orders]
     for k in range(steps):
