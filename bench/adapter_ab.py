@@ -104,10 +104,10 @@ def main() -> None:
         prebuild([m for m in plan_modules(ans.plan) if name == "fa2" or m.phase == "prefill"])
         new = AttentionExecutor(ans, device="cuda", node=probed_node())
         old = base.AttentionExecutor(ans, device="cuda", node=probed_node())
-        # FlashInfer's arm plans on wrappers of its own: run on ``new``'s, each of its whole plans left tensors
-        # there that ``new``'s next replay freed (its attributes set back to the step's), a cost ``old`` never
-        # paid - 4-10 µs a step against this tree where the trees' code was the same
-        # (bench/logs/h100-2026-11-27y/README.md)
+        # FlashInfer's arm plans on wrappers of its own: on ``new``'s, each of its whole plans left tensors there
+        # that ``new``'s next replay freed (its attributes set back to the step's), a cost ``old`` never paid. (The
+        # 2-10 µs against this tree that runs of one tree's code on both sides showed came from the timer's order,
+        # fixed in xqa_vs_fa2.host_only_each: bench/logs/h100-2026-11-27y/README.md.)
         ref = AttentionExecutor(ans, device="cuda", node=probed_node())
         ref.backend.general.enabled = False
         steps = inputs_for(new.plan.kv_cache.page_size, shapes)
