@@ -196,8 +196,8 @@ static void fill_context(const int64_t *q, const void *seq, int64_t seq_is64, in
    longest query and KV, [9..10] the prefill phase's, [11] the number of parts, [12..] their int32 sizes:
    the token parts (no host table: [T + P_host] [T]; with it: [2T] [T] [T] then each phase's page indices), then
    per phase qo indptrs, KV page indptrs, seq lens, last page lens, then, expanded on the device, [b] [b], then
-   with mla_context and a prefill request with cached context, fill_context's four parts; [30..31] fill_context's counts (at most
-   17 sizes: [12, 29) never reaches them). */
+   with mla_context and a prefill request with cached context, fill_context's four parts; [30..31]
+   fill_context's counts (at most 17 sizes: [12, 29) never reaches them). */
 int64_t ap_step(const int64_t *q, const void *seq, const int32_t *bt, int32_t *h, int64_t *info) {
     /* the inputs, after the outputs' room (one pointer instead of nine ints: ctypes converts each argument) */
     int64_t b = info[32], nd = info[33], q_dec = info[34], page = info[35], width = info[36];
