@@ -11,10 +11,11 @@ alone (the script checks nothing else differs). Both executors plan the same ste
 shape, timed in turn call by call (``xqa_vs_fa2.host_only_each``: medians, synchronized before each call),
 after 3 learning passes: this tree's ``plan_step``, the base's, and FlashInfer's whole plans with the
 arguments this tree gives them, on a third executor's wrappers (this tree's, the replay off: a whole plan on
-either tree's wrappers left tensors that tree's next step paid to free), the timer rotating their order call by
-call. ``--base .`` times this tree against itself: the control, whose difference is the comparison's own bias. A call's place in the order moved
-its median by ~8 % on the H100 hosts, as much as the trees differed (bench/logs/h100-2026-11-27w/README.md: its
-runs, made before the timer rotated, alternated which tree went first from round to round instead). Shapes: bench/general_step_host.py's six general steps (fa2 plan) and
+either tree's wrappers left tensors that tree's next step paid to free). The timer takes the three through every
+rotation of their order and then the same reversed: a call's place in the order moved its median by ~8 % on the
+H100 hosts (bench/logs/h100-2026-11-27w/README.md), and which call came right before it 2-5 % (with rotations
+alone: bench/logs/h100-2026-11-27y/README.md). ``--base .`` times this tree against itself: the control, whose
+difference is the comparison's own bias. Shapes: bench/general_step_host.py's six general steps (fa2 plan) and
 bench/mla_prefill_host.py's four MLA prefill steps (fa2 and fa3 ragged prefill).
 """
 
